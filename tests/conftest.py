@@ -1,0 +1,34 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from servers import REFERENCE, start_server  # noqa: E402
+
+KINDS = ["ours"] + (["reference"] if REFERENCE else [])
+
+
+@pytest.fixture
+def ours():
+    server = start_server("ours")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def reference():
+    if not REFERENCE:
+        pytest.skip("Debian's beanstalkd is not installed")
+    server = start_server("reference")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=KINDS)
+def any_server(request):
+    """Our server and, when installed, the reference beanstalkd."""
+    server = start_server(request.param)
+    yield server
+    server.stop()

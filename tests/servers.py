@@ -1,0 +1,85 @@
+"""Start real beanstalk servers (ours and the C reference) for wire tests.
+
+Each server runs as a subprocess bound to 127.0.0.1 on a free port; tests talk to
+it over real loopback sockets.  ``reference`` is only available when Debian's
+``beanstalkd`` is on PATH.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+REFERENCE = shutil.which("beanstalkd")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ours_command(port: int, *extra: str) -> List[str]:
+    return [sys.executable, "-m", "twisted_stalk_cli.stalkd",
+            "-l", "127.0.0.1", "-p", str(port), *extra]
+
+
+def reference_command(port: int, *extra: str) -> List[str]:
+    assert REFERENCE
+    return [REFERENCE, "-l", "127.0.0.1", "-p", str(port), *extra]
+
+
+@dataclass
+class RunningServer:
+    kind: str
+    port: int
+    proc: subprocess.Popen
+    args: List[str] = field(default_factory=list)
+
+    @property
+    def address(self):
+        return ("127.0.0.1", self.port)
+
+    def connect(self, timeout: float = 5.0) -> socket.socket:
+        s = socket.create_connection(self.address, timeout=timeout)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> Optional[int]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_server(kind: str, *extra: str, port: Optional[int] = None,
+                 wait: float = 10.0) -> RunningServer:
+    """Start ``kind`` ("ours" or "reference") and wait until it accepts."""
+    port = port or free_port()
+    cmd = ours_command(port, *extra) if kind == "ours" else reference_command(port, *extra)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.monotonic() + wait
+    while True:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise RuntimeError(f"{kind} server exited with {proc.returncode}: {err}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{kind} server did not start listening on {port}")
+            time.sleep(0.01)
+    return RunningServer(kind, port, proc, list(extra))
