@@ -1,0 +1,81 @@
+"""A job and its states."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import Session
+    from .tube import Tube
+
+READY = 0
+RESERVED = 1
+DELAYED = 2
+BURIED = 3
+#: A job that has been deleted (kept only while a reply still refers to it).
+INVALID = 4
+
+STATE_NAMES = (b"ready", b"reserved", b"delayed", b"buried", b"invalid")
+
+#: Ready-heap keys are ``pri << KEY_SHIFT | id``: one int orders by priority,
+#: then by id (FIFO within a priority), and costs no tuple per job.
+KEY_SHIFT = 64
+ID_MASK = (1 << KEY_SHIFT) - 1
+
+# Indexes into Job.counts.
+RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS = range(5)
+
+
+class Job:
+    """One job: its body, scheduling fields and counters.
+
+    ``body`` holds the data *with* its trailing CRLF, exactly as it goes back
+    on the wire, so replies need no concatenation with ``b"\\r\\n"``.
+    """
+
+    __slots__ = (
+        "id", "pri", "delay", "ttr", "body", "tube", "state", "created_at",
+        "deadline_at", "reserver", "counts", "heap_key", "binlog_file",
+    )
+
+    def __init__(self, id: int, pri: int, delay: int, ttr: int, body: bytes,
+                 tube: "Tube", created_at: float) -> None:
+        self.id = id
+        self.pri = pri
+        self.delay = delay
+        self.ttr = ttr
+        self.body = body
+        self.tube = tube
+        self.state = READY
+        self.created_at = created_at
+        #: When a delayed job becomes ready or a reserved job times out.
+        self.deadline_at = 0.0
+        #: The session holding the reservation.
+        self.reserver: Optional["Session"] = None
+        #: [reserves, timeouts, releases, buries, kicks], created on first use
+        #: so a stored job that was never touched costs no list.
+        self.counts: Optional[List[int]] = None
+        #: The ready-heap key still present in the tube's ready heap, if any.
+        self.heap_key: Optional[int] = None
+        #: Binlog file sequence number holding this job's put record (0: none).
+        self.binlog_file = 0
+
+    def count(self, which: int) -> None:
+        counts = self.counts
+        if counts is None:
+            counts = self.counts = [0, 0, 0, 0, 0]
+        counts[which] += 1
+
+    def counter(self, which: int) -> int:
+        return 0 if self.counts is None else self.counts[which]
+
+    @property
+    def size(self) -> int:
+        """Body length in bytes, without the CRLF."""
+        return len(self.body) - 2
+
+    @property
+    def state_name(self) -> str:
+        return STATE_NAMES[self.state].decode()
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"<Job {self.id} {self.state_name} pri={self.pri} tube={self.tube.name!r}>"

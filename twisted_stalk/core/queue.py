@@ -1,0 +1,829 @@
+"""The work queue: tubes, jobs, their state machine, counters and deadlines.
+
+No I/O and no Twisted: time comes from the ``clock`` given to the queue (any
+object with ``seconds()``, such as a reactor or ``twisted.internet.task.Clock``),
+and the queue reports its next deadline (:meth:`WorkQueue.next_deadline`) so
+that its owner arms one timer and calls :meth:`WorkQueue.tick` when it fires.
+
+Complexity: put, reserve, release, bury, delete and touch are O(log n) in the
+number of jobs (heap operations on a tube's heaps); nothing scans a tube or
+the list of connections.  Heaps are lazy: an entry whose job left the heap's
+state stays until it reaches the top or until the heap is compacted, which
+happens when stale entries outnumber live ones (amortised O(1)).
+"""
+from __future__ import annotations
+
+import heapq
+import os
+import resource
+from typing import Dict, List, Optional, Tuple
+
+from ..protocol import yaml
+from ..protocol.constants import (
+    DEFAULT_MAX_JOB_SIZE,
+    DEFAULT_TUBE,
+    SAFETY_MARGIN,
+    URGENT_THRESHOLD,
+)
+from .job import (
+    BURIED,
+    BURIES,
+    DELAYED,
+    ID_MASK,
+    INVALID,
+    KEY_SHIFT,
+    KICKS,
+    READY,
+    RELEASES,
+    RESERVED,
+    RESERVES,
+    STATE_NAMES,
+    TIMEOUTS,
+    Job,
+)
+from .journal import NullJournal
+from .session import Session, SessionListener
+from .tube import Tube
+
+heappush = heapq.heappush
+heappop = heapq.heappop
+
+#: Sentinel results of :meth:`WorkQueue.reserve`.
+TIMED_OUT = "TIMED_OUT"
+DEADLINE_SOON = "DEADLINE_SOON"
+
+#: The cmd-* counters of the stats command, in beanstalkd's order.
+COUNTED_COMMANDS = (
+    "put", "peek", "peek-ready", "peek-delayed", "peek-buried", "reserve",
+    "reserve-with-timeout", "delete", "release", "use", "watch", "ignore", "bury",
+    "kick", "touch", "stats", "stats-job", "stats-tube", "list-tubes",
+    "list-tube-used", "list-tubes-watched", "pause-tube",
+)
+
+
+class ProcessFacts:
+    """The stats fields that describe the process rather than the queue."""
+
+    def __init__(self, version: str, started_at: float) -> None:
+        self.version = version
+        self.started_at = started_at
+        self.instance_id = os.urandom(8).hex()
+        uname = os.uname()
+        self.hostname = uname.nodename
+        self.os = uname.version
+        self.platform = uname.machine
+
+    def rusage(self) -> Tuple[float, float]:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime, ru.ru_stime
+
+
+def _seconds(value: float) -> bytes:
+    whole = int(value)
+    return b"%d.%06d" % (whole, int(round((value - whole) * 1e6)) % 1000000)
+
+
+class WorkQueue:
+    """All tubes and jobs of one server, and the rules that move jobs between states."""
+
+    def __init__(self, clock, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
+                 journal=None, facts: Optional[ProcessFacts] = None) -> None:
+        self.clock = clock
+        self.max_job_size = max_job_size
+        self.journal = journal if journal is not None else NullJournal()
+        self.facts = facts or ProcessFacts("0", clock.seconds())
+        self.jobs: Dict[int, Job] = {}
+        self.next_id = 1
+        self.tubes: Dict[bytes, Tube] = {}
+        #: Tubes in beanstalkd's list order (append; swap-remove on delete).
+        self.tube_list: List[Tube] = []
+        self.default_tube = self.tube(DEFAULT_TUBE)
+        # Global lazy heaps of deadlines.
+        self.delay_heap: List[Tuple[float, int]] = []
+        self.ttr_heap: List[Tuple[float, int]] = []
+        self.wait_heap: List[Tuple[float, int, Session]] = []
+        self.pause_heap: List[Tuple[float, bytes]] = []
+        self._wait_seq = 0
+        # Counters.
+        self.cmd_counts: Dict[str, int] = dict.fromkeys(COUNTED_COMMANDS, 0)
+        self.ready_count = 0
+        self.urgent_count = 0
+        self.reserved_count = 0
+        self.delayed_count = 0
+        self.buried_count = 0
+        self.waiting_count = 0
+        self.job_timeouts = 0
+        self.total_jobs = 0
+        self.current_connections = 0
+        self.total_connections = 0
+        self.producers = 0
+        self.workers = 0
+        self.draining = False
+
+    # ------------------------------------------------------------------ tubes
+
+    def tube(self, name: bytes) -> Tube:
+        """The tube called ``name``, created if it does not exist."""
+        t = self.tubes.get(name)
+        if t is None:
+            t = self.tubes[name] = Tube(name)
+            t.index = len(self.tube_list)
+            self.tube_list.append(t)
+        return t
+
+    def _maybe_drop_tube(self, t: Tube) -> None:
+        if t.unused and t is not self.default_tube and t.index >= 0:
+            del self.tubes[t.name]
+            last = self.tube_list.pop()
+            if last is not t:
+                self.tube_list[t.index] = last
+                last.index = t.index
+            t.index = -1
+
+    # --------------------------------------------------------------- sessions
+
+    def open_session(self, listener: SessionListener) -> Session:
+        """Register a new client; it uses and watches ``default``."""
+        s = Session(listener, self.default_tube)
+        self.default_tube.using_count += 1
+        self.default_tube.watching_count += 1
+        self.current_connections += 1
+        self.total_connections += 1
+        return s
+
+    def close_session(self, s: Session) -> None:
+        """Forget a client: stop its wait, return its reserved jobs to ready."""
+        if s.closed:
+            return
+        s.closed = True
+        self._stop_waiting(s)
+        reserved = list(s.reserved.values())
+        s.reserved.clear()
+        s.ttr_heap.clear()
+        for job in reserved:
+            self._unreserve_counts(job)
+            self._make_ready(job)
+        s.use.using_count -= 1
+        self._maybe_drop_tube(s.use)
+        for t in s.watch:
+            t.watching_count -= 1
+            self._maybe_drop_tube(t)
+        s.watch = []
+        self.current_connections -= 1
+        if s.is_producer:
+            self.producers -= 1
+        if s.is_worker:
+            self.workers -= 1
+
+    def set_producer(self, s: Session) -> None:
+        if not s.is_producer:
+            s.is_producer = True
+            self.producers += 1
+
+    def set_worker(self, s: Session) -> None:
+        if not s.is_worker:
+            s.is_worker = True
+            self.workers += 1
+
+    def use(self, s: Session, name: bytes) -> Tube:
+        t = self.tube(name)
+        old = s.use
+        if old is not t:
+            t.using_count += 1
+            old.using_count -= 1
+            s.use = t
+            self._maybe_drop_tube(old)
+        return t
+
+    def watch(self, s: Session, name: bytes) -> int:
+        t = self.tube(name)
+        if t not in s.watch:
+            s.watch.append(t)
+            t.watching_count += 1
+        return len(s.watch)
+
+    def ignore(self, s: Session, name: bytes) -> Optional[int]:
+        """Stop watching ``name``; None means NOT_IGNORED (it is the last one)."""
+        t = self.tubes.get(name)
+        watch = s.watch
+        if t is not None and t in watch:
+            if len(watch) < 2:
+                return None
+            i = watch.index(t)
+            last = watch.pop()
+            if i < len(watch):
+                watch[i] = last
+            t.watching_count -= 1
+            self._maybe_drop_tube(t)
+        return len(watch)
+
+    # ------------------------------------------------------------------- jobs
+
+    def new_job_id(self) -> int:
+        """Take the next job id (beanstalkd assigns it when the put line is read)."""
+        job_id = self.next_id
+        self.next_id = job_id + 1
+        return job_id
+
+    def put(self, s: Session, job_id: int, pri: int, delay: int, ttr: int,
+            body: bytes) -> Job:
+        """Insert a job; ``body`` includes its trailing CRLF."""
+        now = self.clock.seconds()
+        t = s.use
+        job = Job(job_id, pri, delay, ttr or 1, body, t, now)
+        self.journal.job_put(job)
+        self.jobs[job_id] = job
+        self.total_jobs += 1
+        t.total_jobs += 1
+        if delay:
+            self._make_delayed(job, now + delay)
+        else:
+            self._make_ready(job)
+        return job
+
+    def restore(self, job: Job, state: int, deadline_at: float = 0.0) -> None:
+        """Put a job recovered from the binlog back in place (no journaling)."""
+        self.jobs[job.id] = job
+        if job.id >= self.next_id:
+            self.next_id = job.id + 1
+        if state == DELAYED:
+            self._make_delayed(job, deadline_at)
+        elif state == BURIED:
+            self._make_buried(job)
+        else:
+            self._make_ready(job)
+
+    # State entry.  Each _make_* puts a detached job into a state and counts it.
+
+    def _make_ready(self, job: Job) -> None:
+        job.state = READY
+        job.reserver = None
+        t = job.tube
+        key = job.pri << KEY_SHIFT | job.id
+        if job.heap_key != key:
+            heap = t.ready
+            heappush(heap, key)
+            job.heap_key = key
+            if len(heap) > 2 * t.ready_count + 32:
+                self._compact_ready(t)
+        t.ready_count += 1
+        self.ready_count += 1
+        if job.pri < URGENT_THRESHOLD:
+            t.urgent_count += 1
+            self.urgent_count += 1
+        if t.waiting:
+            self._serve_waiters(t)
+
+    def _make_delayed(self, job: Job, deadline_at: float) -> None:
+        job.state = DELAYED
+        job.reserver = None
+        job.deadline_at = deadline_at
+        t = job.tube
+        entry = (deadline_at, job.id)
+        heappush(t.delayed, entry)
+        heappush(self.delay_heap, entry)
+        t.delayed_count += 1
+        self.delayed_count += 1
+        if len(t.delayed) > 2 * t.delayed_count + 32:
+            t.delayed = self._live_deadlines(t.delayed, DELAYED)
+        if len(self.delay_heap) > 2 * self.delayed_count + 32:
+            self.delay_heap = self._live_deadlines(self.delay_heap, DELAYED)
+
+    def _make_buried(self, job: Job) -> None:
+        job.state = BURIED
+        job.reserver = None
+        job.tube.buried[job.id] = job
+        self.buried_count += 1
+
+    def _make_reserved(self, s: Session, job: Job, now: float) -> None:
+        job.state = RESERVED
+        job.reserver = s
+        deadline = job.deadline_at = now + job.ttr
+        job.count(RESERVES)
+        s.reserved[job.id] = job
+        entry = (deadline, job.id)
+        heappush(self.ttr_heap, entry)
+        heappush(s.ttr_heap, entry)
+        job.tube.reserved_count += 1
+        self.reserved_count += 1
+        if len(self.ttr_heap) > 2 * self.reserved_count + 32:
+            self.ttr_heap = self._live_deadlines(self.ttr_heap, RESERVED)
+        if len(s.ttr_heap) > 2 * len(s.reserved) + 32:
+            s.ttr_heap = self._live_deadlines(s.ttr_heap, RESERVED)
+
+    # State exit.  _detach takes a job out of whatever state it is in.
+
+    def _detach(self, job: Job) -> None:
+        state = job.state
+        t = job.tube
+        if state == READY:
+            t.ready_count -= 1
+            self.ready_count -= 1
+            if job.pri < URGENT_THRESHOLD:
+                t.urgent_count -= 1
+                self.urgent_count -= 1
+        elif state == RESERVED:
+            s = job.reserver
+            if s is not None:
+                s.reserved.pop(job.id, None)
+            self._unreserve_counts(job)
+        elif state == DELAYED:
+            t.delayed_count -= 1
+            self.delayed_count -= 1
+        elif state == BURIED:
+            del t.buried[job.id]
+            self.buried_count -= 1
+        job.state = INVALID
+
+    def _unreserve_counts(self, job: Job) -> None:
+        job.tube.reserved_count -= 1
+        self.reserved_count -= 1
+        job.reserver = None
+
+    # Lazy heap maintenance.
+
+    def _ready_top(self, t: Tube) -> Optional[int]:
+        """The live key at the top of ``t``'s ready heap, dropping stale ones."""
+        heap = t.ready
+        jobs = self.jobs
+        while heap:
+            key = heap[0]
+            job = jobs.get(key & ID_MASK)
+            if job is not None and job.heap_key == key:
+                if job.state == READY:
+                    return key
+                job.heap_key = None
+            heappop(heap)
+        return None
+
+    def _compact_ready(self, t: Tube) -> None:
+        jobs = self.jobs
+        live = []
+        for key in t.ready:
+            job = jobs.get(key & ID_MASK)
+            if job is None or job.heap_key != key:
+                continue
+            if job.state == READY:
+                live.append(key)
+            else:
+                job.heap_key = None
+        heapq.heapify(live)
+        t.ready = live
+
+    def _live_deadlines(self, heap: List[Tuple[float, int]], state: int) -> List[Tuple[float, int]]:
+        jobs = self.jobs
+        live = []
+        for entry in heap:
+            job = jobs.get(entry[1])
+            if job is not None and job.state == state and job.deadline_at == entry[0]:
+                live.append(entry)
+        heapq.heapify(live)
+        return live
+
+    def _delayed_top(self, heap: List[Tuple[float, int]]) -> Optional[Job]:
+        jobs = self.jobs
+        while heap:
+            deadline, job_id = heap[0]
+            job = jobs.get(job_id)
+            if job is not None and job.state == DELAYED and job.deadline_at == deadline:
+                return job
+            heappop(heap)
+        return None
+
+    # ---------------------------------------------------------------- reserve
+
+    def _is_paused(self, t: Tube, now: float) -> bool:
+        return bool(t.pause) and t.unpause_at > now
+
+    def _best_ready(self, s: Session, now: float) -> Optional[Tuple[Tube, int]]:
+        best = None
+        best_tube = None
+        for t in s.watch:
+            if t.ready_count and not (t.pause and t.unpause_at > now):
+                key = self._ready_top(t)
+                if key is not None and (best is None or key < best):
+                    best = key
+                    best_tube = t
+        if best_tube is None:
+            return None
+        return best_tube, best
+
+    def _take_ready(self, t: Tube, key: int) -> Job:
+        """Pop the top of ``t``'s ready heap (which is ``key``) and detach its job."""
+        heappop(t.ready)
+        job = self.jobs[key & ID_MASK]
+        job.heap_key = None
+        t.ready_count -= 1
+        self.ready_count -= 1
+        if job.pri < URGENT_THRESHOLD:
+            t.urgent_count -= 1
+            self.urgent_count -= 1
+        return job
+
+    def reserve(self, s: Session, timeout: Optional[float] = None):
+        """Reserve the best ready job from the tubes ``s`` watches.
+
+        Returns the :class:`Job`, :data:`DEADLINE_SOON`, :data:`TIMED_OUT`
+        (``timeout`` 0 and nothing ready), or None when the session now waits;
+        the result then arrives through its listener.  ``timeout`` None or
+        negative waits for ever.
+        """
+        self.set_worker(s)
+        now = self.clock.seconds()
+        if s.reserved:
+            soonest = s.soonest_deadline()
+            if (soonest is not None and now >= soonest - SAFETY_MARGIN
+                    and not any(t.ready_count for t in s.watch)):
+                return DEADLINE_SOON
+        found = self._best_ready(s, now)
+        if found is not None:
+            job = self._take_ready(*found)
+            self._make_reserved(s, job, now)
+            return job
+        if timeout == 0:
+            return TIMED_OUT
+        self._start_waiting(s, now, timeout)
+        return None
+
+    def _start_waiting(self, s: Session, now: float, timeout: Optional[float]) -> None:
+        s.waiting = True
+        self.waiting_count += 1
+        for t in s.watch:
+            t.waiting[s] = None
+        s.wait_deadline = now + timeout if timeout is not None and timeout > 0 else None
+        self._schedule_wait(s)
+
+    def _schedule_wait(self, s: Session) -> None:
+        wake = s.wait_deadline
+        if s.reserved:
+            soonest = s.soonest_deadline()
+            if soonest is not None:
+                margin = soonest - SAFETY_MARGIN
+                if wake is None or margin < wake:
+                    wake = margin
+        self._wait_seq += 1
+        s.wait_token = self._wait_seq
+        if wake is not None:
+            heappush(self.wait_heap, (wake, s.wait_token, s))
+            if len(self.wait_heap) > 2 * self.waiting_count + 32:
+                self.wait_heap = [e for e in self.wait_heap
+                                  if e[2].waiting and e[2].wait_token == e[1]]
+                heapq.heapify(self.wait_heap)
+
+    def _stop_waiting(self, s: Session) -> None:
+        if not s.waiting:
+            return
+        s.waiting = False
+        s.wait_token = 0
+        self.waiting_count -= 1
+        for t in s.watch:
+            t.waiting.pop(s, None)
+
+    def _serve_waiters(self, t: Tube) -> None:
+        now = self.clock.seconds()
+        if t.pause and t.unpause_at > now:
+            return
+        waiting = t.waiting
+        while waiting and t.ready_count:
+            s = next(iter(waiting))
+            found = self._best_ready(s, now)
+            if found is None:  # pragma: no cover - t has a ready job
+                return
+            self._stop_waiting(s)
+            job = self._take_ready(*found)
+            self._make_reserved(s, job, now)
+            s.listener.reserved(job)
+
+    def reserve_job(self, s: Session, job_id: int) -> Optional[Job]:
+        """Reserve a specific ready, delayed or buried job."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state == RESERVED:
+            return None
+        self.set_worker(s)
+        self._detach(job)
+        self._make_reserved(s, job, self.clock.seconds())
+        return job
+
+    # ------------------------------------------------------- job commands
+
+    def delete(self, s: Session, job_id: int) -> bool:
+        job = self.jobs.get(job_id)
+        if job is None or (job.state == RESERVED and job.reserver is not s):
+            return False
+        self.journal.job_deleted(job)
+        self._detach(job)
+        del self.jobs[job_id]
+        t = job.tube
+        t.cmd_delete += 1
+        self._maybe_drop_tube(t)
+        return True
+
+    def release(self, s: Session, job_id: int, pri: int, delay: int) -> bool:
+        job = s.reserved.get(job_id)
+        if job is None:
+            return False
+        old = job.pri, job.delay
+        job.pri, job.delay = pri, delay
+        try:
+            self.journal.job_updated(job)
+        except Exception:
+            job.pri, job.delay = old
+            raise
+        self._detach(job)
+        job.count(RELEASES)
+        if delay:
+            self._make_delayed(job, self.clock.seconds() + delay)
+        else:
+            self._make_ready(job)
+        return True
+
+    def bury(self, s: Session, job_id: int, pri: int) -> bool:
+        job = s.reserved.get(job_id)
+        if job is None:
+            return False
+        old = job.pri
+        job.pri = pri
+        try:
+            self.journal.job_updated(job)
+        except Exception:
+            job.pri = old
+            raise
+        self._detach(job)
+        job.count(BURIES)
+        self._make_buried(job)
+        return True
+
+    def touch(self, s: Session, job_id: int) -> bool:
+        job = s.reserved.get(job_id)
+        if job is None:
+            return False
+        deadline = job.deadline_at = self.clock.seconds() + job.ttr
+        entry = (deadline, job_id)
+        heappush(self.ttr_heap, entry)
+        heappush(s.ttr_heap, entry)
+        return True
+
+    def _kick(self, job: Job) -> None:
+        self._detach(job)
+        job.count(KICKS)
+        self._make_ready(job)
+
+    def kick(self, s: Session, bound: int) -> int:
+        """Kick up to ``bound`` buried jobs of the used tube, or delayed ones if none are buried."""
+        t = s.use
+        kicked = 0
+        if t.buried:
+            while kicked < bound and t.buried:
+                job = next(iter(t.buried.values()))
+                self.journal.job_updated(job)
+                self._kick(job)
+                kicked += 1
+        else:
+            while kicked < bound:
+                job = self._delayed_top(t.delayed)
+                if job is None:
+                    break
+                self.journal.job_updated(job)
+                heappop(t.delayed)
+                self._kick(job)
+                kicked += 1
+        return kicked
+
+    def kick_job(self, job_id: int) -> bool:
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in (BURIED, DELAYED):
+            return False
+        self.journal.job_updated(job)
+        self._kick(job)
+        return True
+
+    # ---------------------------------------------------------------- peeks
+
+    def peek(self, job_id: int) -> Optional[Job]:
+        return self.jobs.get(job_id)
+
+    def peek_ready(self, s: Session) -> Optional[Job]:
+        key = self._ready_top(s.use)
+        return None if key is None else self.jobs[key & ID_MASK]
+
+    def peek_delayed(self, s: Session) -> Optional[Job]:
+        return self._delayed_top(s.use.delayed)
+
+    def peek_buried(self, s: Session) -> Optional[Job]:
+        buried = s.use.buried
+        return next(iter(buried.values())) if buried else None
+
+    def pause_tube(self, name: bytes, delay: int) -> bool:
+        t = self.tubes.get(name)
+        if t is None:
+            return False
+        now = self.clock.seconds()
+        t.pause = delay
+        t.unpause_at = now + delay
+        t.cmd_pause += 1
+        if delay:
+            heappush(self.pause_heap, (t.unpause_at, name))
+        elif t.waiting:
+            self._serve_waiters(t)
+        return True
+
+    # ------------------------------------------------------------- deadlines
+
+    def next_deadline(self) -> Optional[float]:
+        """When :meth:`tick` next has work to do, or None."""
+        best = None
+        heap = self.delay_heap
+        if heap:
+            top = self._delayed_top(heap)
+            if top is not None:
+                best = top.deadline_at
+        heap = self.ttr_heap
+        jobs = self.jobs
+        while heap:
+            deadline, job_id = heap[0]
+            job = jobs.get(job_id)
+            if job is not None and job.state == RESERVED and job.deadline_at == deadline:
+                if best is None or deadline < best:
+                    best = deadline
+                break
+            heappop(heap)
+        heap = self.wait_heap
+        while heap:
+            when, token, s = heap[0]
+            if s.waiting and s.wait_token == token:
+                if best is None or when < best:
+                    best = when
+                break
+            heappop(heap)
+        heap = self.pause_heap
+        while heap:
+            when, name = heap[0]
+            t = self.tubes.get(name)
+            if t is not None and t.pause and t.unpause_at == when:
+                if best is None or when < best:
+                    best = when
+                break
+            heappop(heap)
+        return best
+
+    def tick(self) -> None:
+        """Do everything that is due: delays end, TTRs expire, waits end, pauses end."""
+        now = self.clock.seconds()
+        jobs = self.jobs
+        heap = self.delay_heap
+        while heap and heap[0][0] <= now:
+            deadline, job_id = heappop(heap)
+            job = jobs.get(job_id)
+            if job is None or job.state != DELAYED or job.deadline_at != deadline:
+                continue
+            self._detach(job)
+            self._make_ready(job)
+        heap = self.ttr_heap
+        while heap and heap[0][0] <= now:
+            deadline, job_id = heappop(heap)
+            job = jobs.get(job_id)
+            if job is None or job.state != RESERVED or job.deadline_at != deadline:
+                continue
+            self._time_out(job)
+            heap = self.ttr_heap  # _make_ready may have compacted it
+        heap = self.wait_heap
+        while heap and heap[0][0] <= now:
+            _, token, s = heappop(heap)
+            if not s.waiting or s.wait_token != token:
+                continue
+            soonest = s.soonest_deadline() if s.reserved else None
+            if soonest is not None and now >= soonest - SAFETY_MARGIN:
+                self._stop_waiting(s)
+                s.listener.deadline_soon()
+            elif s.wait_deadline is not None and now >= s.wait_deadline:
+                self._stop_waiting(s)
+                s.listener.timed_out()
+            else:
+                self._schedule_wait(s)
+            heap = self.wait_heap
+        heap = self.pause_heap
+        while heap and heap[0][0] <= now:
+            when, name = heappop(heap)
+            t = self.tubes.get(name)
+            if t is None or not t.pause or t.unpause_at != when:
+                continue
+            t.pause = 0
+            if t.waiting:
+                self._serve_waiters(t)
+
+    def _time_out(self, job: Job) -> None:
+        try:
+            self.journal.job_updated(job)
+        except Exception:
+            pass  # the job comes back as ready after a restart anyway
+        s = job.reserver
+        if s is not None:
+            s.reserved.pop(job.id, None)
+        self._unreserve_counts(job)
+        job.count(TIMEOUTS)
+        self.job_timeouts += 1
+        self._make_ready(job)
+
+    # ----------------------------------------------------------------- stats
+
+    def stats_job(self, job_id: int) -> Optional[bytes]:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        now = self.clock.seconds()
+        if job.state in (RESERVED, DELAYED):
+            time_left = max(0, int(job.deadline_at - now))
+        else:
+            time_left = 0
+        counts = job.counts or (0, 0, 0, 0, 0)
+        return yaml.mapping((
+            (b"id", b"%d" % job.id),
+            (b"tube", yaml.quoted(job.tube.name)),
+            (b"state", STATE_NAMES[job.state]),
+            (b"pri", b"%d" % job.pri),
+            (b"age", b"%d" % int(now - job.created_at)),
+            (b"delay", b"%d" % job.delay),
+            (b"ttr", b"%d" % job.ttr),
+            (b"time-left", b"%d" % time_left),
+            (b"file", b"%d" % job.binlog_file),
+            (b"reserves", b"%d" % counts[RESERVES]),
+            (b"timeouts", b"%d" % counts[TIMEOUTS]),
+            (b"releases", b"%d" % counts[RELEASES]),
+            (b"buries", b"%d" % counts[BURIES]),
+            (b"kicks", b"%d" % counts[KICKS]),
+        ))
+
+    def stats_tube(self, name: bytes) -> Optional[bytes]:
+        t = self.tubes.get(name)
+        if t is None:
+            return None
+        now = self.clock.seconds()
+        left = max(0, int(t.unpause_at - now)) if t.pause else 0
+        return yaml.mapping((
+            (b"name", yaml.quoted(t.name)),
+            (b"current-jobs-urgent", b"%d" % t.urgent_count),
+            (b"current-jobs-ready", b"%d" % t.ready_count),
+            (b"current-jobs-reserved", b"%d" % t.reserved_count),
+            (b"current-jobs-delayed", b"%d" % t.delayed_count),
+            (b"current-jobs-buried", b"%d" % len(t.buried)),
+            (b"total-jobs", b"%d" % t.total_jobs),
+            (b"current-using", b"%d" % t.using_count),
+            (b"current-watching", b"%d" % t.watching_count),
+            (b"current-waiting", b"%d" % len(t.waiting)),
+            (b"cmd-delete", b"%d" % t.cmd_delete),
+            (b"cmd-pause-tube", b"%d" % t.cmd_pause),
+            (b"pause", b"%d" % t.pause),
+            (b"pause-time-left", b"%d" % left),
+        ))
+
+    def stats(self) -> bytes:
+        now = self.clock.seconds()
+        facts = self.facts
+        utime, stime = facts.rusage()
+        binlog = self.journal.stats()
+        items = [
+            (b"current-jobs-urgent", self.urgent_count),
+            (b"current-jobs-ready", self.ready_count),
+            (b"current-jobs-reserved", self.reserved_count),
+            (b"current-jobs-delayed", self.delayed_count),
+            (b"current-jobs-buried", self.buried_count),
+        ]
+        items += [(b"cmd-" + name.encode(), self.cmd_counts[name])
+                  for name in COUNTED_COMMANDS]
+        items += [
+            (b"job-timeouts", self.job_timeouts),
+            (b"total-jobs", self.total_jobs),
+            (b"max-job-size", self.max_job_size),
+            (b"current-tubes", len(self.tube_list)),
+            (b"current-connections", self.current_connections),
+            (b"current-producers", self.producers),
+            (b"current-workers", self.workers),
+            (b"current-waiting", self.waiting_count),
+            (b"total-connections", self.total_connections),
+            (b"pid", os.getpid()),
+            (b"version", yaml.quoted(facts.version)),
+            (b"rusage-utime", _seconds(utime)),
+            (b"rusage-stime", _seconds(stime)),
+            (b"uptime", int(now - facts.started_at)),
+            (b"binlog-oldest-index", binlog["oldest"]),
+            (b"binlog-current-index", binlog["current"]),
+            (b"binlog-records-migrated", binlog["migrated"]),
+            (b"binlog-records-written", binlog["written"]),
+            (b"binlog-max-size", binlog["max_size"]),
+            (b"draining", b"true" if self.draining else b"false"),
+            (b"id", facts.instance_id.encode()),
+            (b"hostname", yaml.quoted(facts.hostname)),
+            (b"os", yaml.quoted(facts.os)),
+            (b"platform", yaml.quoted(facts.platform)),
+        ]
+        return yaml.mapping([(k, v if isinstance(v, bytes) else b"%d" % v)
+                             for k, v in items])
+
+    def list_tubes(self) -> bytes:
+        return yaml.sequence([t.name for t in self.tube_list])
+
+    def list_tubes_watched(self, s: Session) -> bytes:
+        return yaml.sequence([t.name for t in s.watch])
+
+
+__all__ = ["WorkQueue", "ProcessFacts", "TIMED_OUT", "DEADLINE_SOON"]

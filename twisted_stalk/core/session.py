@@ -1,0 +1,68 @@
+"""A client's state inside the queue: tubes used and watched, reservations."""
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+try:
+    from typing import Protocol
+except ImportError:  # pragma: no cover - Python < 3.8
+    Protocol = object  # type: ignore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .job import Job
+    from .tube import Tube
+
+
+class SessionListener(Protocol):
+    """What the queue tells a connection outside of a command's reply."""
+
+    def reserved(self, job: "Job") -> None:
+        """A waiting reserve got ``job``."""
+
+    def timed_out(self) -> None:
+        """A waiting reserve-with-timeout ran out of time."""
+
+    def deadline_soon(self) -> None:
+        """A waiting reserve hit the safety margin of a job it holds."""
+
+
+class Session:
+    """One client of the queue (a connection, or an in-memory test client)."""
+
+    __slots__ = (
+        "listener", "use", "watch", "reserved", "ttr_heap", "waiting",
+        "wait_deadline", "wait_token", "is_producer", "is_worker", "closed",
+        "__weakref__",
+    )
+
+    def __init__(self, listener: SessionListener, default: "Tube") -> None:
+        self.listener = listener
+        self.use = default
+        #: Watched tubes, in beanstalkd's order (append; swap-remove on ignore).
+        self.watch: List["Tube"] = [default]
+        #: Jobs this session has reserved, by id.
+        self.reserved: Dict[int, "Job"] = {}
+        #: Lazy heap of (deadline_at, id) of reserved jobs, for DEADLINE_SOON.
+        self.ttr_heap: List[Tuple[float, int]] = []
+        #: True while a reserve is waiting for a job.
+        self.waiting = False
+        #: When a waiting reserve-with-timeout gives up (None: never).
+        self.wait_deadline: Optional[float] = None
+        #: Bumped on every wait so stale timer entries can be told apart.
+        self.wait_token = 0
+        self.is_producer = False
+        self.is_worker = False
+        self.closed = False
+
+    def soonest_deadline(self) -> Optional[float]:
+        """The earliest TTR deadline among this session's reservations."""
+        heap = self.ttr_heap
+        reserved = self.reserved
+        while heap:
+            deadline, job_id = heap[0]
+            job = reserved.get(job_id)
+            if job is not None and job.deadline_at == deadline:
+                return deadline
+            heapq.heappop(heap)
+        return None

@@ -1,0 +1,344 @@
+"""The command table: every beanstalk command, its arguments, its replies.
+
+One table drives the server's parser, the client's request encoder and the
+shell's completion, hints, validation and help, so they cannot disagree.
+
+Argument parsing reproduces beanstalkd byte for byte:
+
+* ``u32`` / ``u64`` (``read_u32``/``read_u64``): leading spaces skipped, then
+  at least one ASCII digit, no sign, no overflow of the type's range.  The last
+  argument must end the line (no trailing bytes, not even a space).
+* ``tube`` (``use``/``watch``/``ignore``/``stats-tube``): the rest of the line
+  after the single space, 1..200 name characters, no leading ``-``.
+* ``pause-tube``: leading spaces skipped, then the longest run of name
+  characters (``read_tube_name``), then a ``u32`` delay.
+* ``reserve-with-timeout`` (``strtol``): whitespace, optional sign, digits;
+  trailing bytes ignored; no digits means 0; a negative timeout waits forever.
+* ``kick`` (``strtoul``): like ``strtol`` but at least one digit is required;
+  a negative bound wraps as in C and the result is truncated to 32 bits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Union
+
+from .constants import (
+    BAD_FORMAT,
+    MAX_TUBE_NAME,
+    NAME_CHARS,
+    U32_MAX,
+    U64_MAX,
+    UNKNOWN_COMMAND,
+)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a command: its name, kind and meaning."""
+
+    name: str
+    kind: str  # "u32", "u64", "seconds", "tube", "timeout", "bound", "bytes"
+    help: str
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A beanstalk command as the protocol defines it."""
+
+    name: str
+    args: Tuple[Arg, ...]
+    summary: str
+    replies: Tuple[str, ...]
+    #: True when a data block (the job body) follows the command line.
+    has_body: bool = False
+    #: True when the command may wait indefinitely for its reply.
+    blocks: bool = False
+    #: Beanstalkd matches command words by prefix; commands with arguments
+    #: need the space after the word ("put "), the others match the bare word.
+    match: bytes = field(default=b"")
+
+    @property
+    def usage(self) -> str:
+        parts = [self.name] + [f"<{a.name}>" for a in self.args]
+        return " ".join(parts)
+
+
+_ID = Arg("id", "u64", "job id")
+_PRI = Arg("pri", "u32", "priority, 0 (most urgent) .. 4294967295")
+_DELAY = Arg("delay", "seconds", "seconds to wait before the job becomes ready")
+_TTR = Arg("ttr", "seconds", "seconds a worker may hold the job (time to run); 0 means 1")
+_TUBE = Arg("tube", "tube", "tube name: up to 200 of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with -")
+
+COMMANDS: Tuple[CommandSpec, ...] = (
+    CommandSpec("put", (_PRI, _DELAY, _TTR, Arg("bytes", "bytes", "body length in bytes")),
+                "Insert a job into the tube in use; the body follows on the next line.",
+                ("INSERTED <id>", "BURIED <id>", "EXPECTED_CRLF", "JOB_TOO_BIG", "DRAINING"),
+                has_body=True, match=b"put "),
+    CommandSpec("use", (_TUBE,), "Use a tube for subsequent puts (creating it if needed).",
+                ("USING <tube>",), match=b"use "),
+    CommandSpec("reserve", (), "Wait for and reserve a ready job from the watched tubes.",
+                ("RESERVED <id> <bytes>", "DEADLINE_SOON", "TIMED_OUT"), blocks=True,
+                match=b"reserve"),
+    CommandSpec("reserve-with-timeout", (Arg("seconds", "timeout", "seconds to wait; 0 answers at once"),),
+                "Reserve a job, waiting at most the given number of seconds.",
+                ("RESERVED <id> <bytes>", "DEADLINE_SOON", "TIMED_OUT"), blocks=True,
+                match=b"reserve-with-timeout "),
+    CommandSpec("reserve-job", (_ID,), "Reserve a specific ready, delayed or buried job by id.",
+                ("RESERVED <id> <bytes>", "NOT_FOUND"), match=b"reserve-job "),
+    CommandSpec("delete", (_ID,), "Delete a job (ready, delayed, buried, or reserved by you).",
+                ("DELETED", "NOT_FOUND"), match=b"delete "),
+    CommandSpec("release", (_ID, _PRI, _DELAY), "Put a job you reserved back into the ready (or delayed) queue.",
+                ("RELEASED", "BURIED", "NOT_FOUND"), match=b"release "),
+    CommandSpec("bury", (_ID, _PRI), "Bury a job you reserved.", ("BURIED", "NOT_FOUND"),
+                match=b"bury "),
+    CommandSpec("touch", (_ID,), "Ask for more time to work on a job you reserved.",
+                ("TOUCHED", "NOT_FOUND"), match=b"touch "),
+    CommandSpec("watch", (_TUBE,), "Add a tube to the watch list for reserve.",
+                ("WATCHING <count>",), match=b"watch "),
+    CommandSpec("ignore", (_TUBE,), "Remove a tube from the watch list.",
+                ("WATCHING <count>", "NOT_IGNORED"), match=b"ignore "),
+    CommandSpec("peek", (_ID,), "Show a job by id.", ("FOUND <id> <bytes>", "NOT_FOUND"),
+                match=b"peek "),
+    CommandSpec("peek-ready", (), "Show the next ready job in the tube in use.",
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-ready"),
+    CommandSpec("peek-delayed", (), "Show the delayed job with the shortest delay left in the tube in use.",
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-delayed"),
+    CommandSpec("peek-buried", (), "Show the next buried job in the tube in use.",
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-buried"),
+    CommandSpec("kick", (Arg("bound", "bound", "most jobs to kick"),),
+                "Move buried (or, if none, delayed) jobs of the tube in use to ready.",
+                ("KICKED <count>",), match=b"kick "),
+    CommandSpec("kick-job", (_ID,), "Move one buried or delayed job to ready.",
+                ("KICKED", "NOT_FOUND"), match=b"kick-job "),
+    CommandSpec("stats-job", (_ID,), "Statistics of a job (YAML).", ("OK <bytes>", "NOT_FOUND"),
+                match=b"stats-job "),
+    CommandSpec("stats-tube", (_TUBE,), "Statistics of a tube (YAML).", ("OK <bytes>", "NOT_FOUND"),
+                match=b"stats-tube "),
+    CommandSpec("stats", (), "Statistics of the server (YAML).", ("OK <bytes>",), match=b"stats"),
+    CommandSpec("list-tubes", (), "List all existing tubes (YAML).", ("OK <bytes>",),
+                match=b"list-tubes"),
+    CommandSpec("list-tube-used", (), "Show the tube in use.", ("USING <tube>",),
+                match=b"list-tube-used"),
+    CommandSpec("list-tubes-watched", (), "List the watched tubes (YAML).", ("OK <bytes>",),
+                match=b"list-tubes-watched"),
+    CommandSpec("pause-tube", (_TUBE, Arg("delay", "seconds", "seconds to pause reserves for")),
+                "Hold back reserves from a tube for some seconds.", ("PAUSED", "NOT_FOUND"),
+                match=b"pause-tube"),
+    CommandSpec("quit", (), "Close the connection.", (), match=b"quit"),
+)
+
+#: Command specs by name.
+BY_NAME: Dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
+
+# beanstalkd's which_cmd() order: the longer words sharing a prefix come first.
+_PREFIX_ORDER = (
+    "put", "peek", "peek-ready", "peek-delayed", "peek-buried",
+    "reserve-with-timeout", "reserve-job", "reserve", "delete", "release", "bury",
+    "kick", "kick-job", "touch", "stats-job", "stats-tube", "stats", "use", "watch",
+    "ignore", "list-tubes-watched", "list-tube-used", "list-tubes", "quit", "pause-tube",
+)
+_PREFIXES = tuple((BY_NAME[n].match, BY_NAME[n]) for n in _PREFIX_ORDER)
+# Words that must be followed by a space to be recognised.
+_EXACT: Dict[bytes, CommandSpec] = {c.name.encode(): c for c in COMMANDS}
+
+
+class CommandError(Exception):
+    """A command line the server answers with an error word (BAD_FORMAT ...)."""
+
+    def __init__(self, reply: bytes) -> None:
+        super().__init__(reply)
+        self.reply = reply
+
+
+def identify(line: bytes) -> Tuple[Optional[CommandSpec], bytes]:
+    """Find the command a line names, as beanstalkd does, and its argument text.
+
+    Returns ``(None, b"")`` for an unknown command.  The argument text is what
+    follows the matched word (for commands with arguments, after its space).
+    """
+    sp = line.find(b" ")
+    word = line if sp < 0 else line[:sp]
+    spec = _EXACT.get(word)
+    if spec is not None:
+        has_args = bool(spec.args) and spec.name != "pause-tube"
+        if has_args and sp >= 0:
+            return spec, line[sp + 1:]
+        if not has_args:
+            return spec, line[len(word):]
+    for prefix, spec in _PREFIXES:
+        if line.startswith(prefix):
+            return spec, line[len(prefix):]
+    return None, b""
+
+
+def _skip_spaces(text: bytes, pos: int) -> int:
+    n = len(text)
+    while pos < n and text[pos] == 0x20:
+        pos += 1
+    return pos
+
+
+def _read_uint(text: bytes, pos: int, limit: int, last: bool) -> Tuple[int, int]:
+    """beanstalkd's read_u32/read_u64: returns (value, end position)."""
+    pos = _skip_spaces(text, pos)
+    end = pos
+    n = len(text)
+    while end < n and 0x30 <= text[end] <= 0x39:
+        end += 1
+    if end == pos:
+        raise CommandError(BAD_FORMAT)
+    value = int(text[pos:end])
+    if value > limit or (last and end != n):
+        raise CommandError(BAD_FORMAT)
+    return value, end
+
+
+_C_SPACE = b" \t\n\v\f\r"
+
+
+def _read_c_integer(text: bytes, need_digits: bool) -> int:
+    """C's strtol/strtoul prefix parse: whitespace, sign, digits, rest ignored."""
+    pos = 0
+    n = len(text)
+    while pos < n and text[pos] in _C_SPACE:
+        pos += 1
+    negative = False
+    if pos < n and text[pos] in b"+-":
+        negative = text[pos] == 0x2D
+        pos += 1
+    end = pos
+    while end < n and 0x30 <= text[end] <= 0x39:
+        end += 1
+    if end == pos:
+        if need_digits:
+            raise CommandError(BAD_FORMAT)
+        return 0
+    value = int(text[pos:end])
+    return -value if negative else value
+
+
+def valid_tube_name(name: bytes) -> bool:
+    """True if ``name`` is a legal tube name (1..200 name characters, no leading -)."""
+    return (0 < len(name) <= MAX_TUBE_NAME and name[0] != 0x2D
+            and NAME_CHARS.issuperset(name))
+
+
+def _tube_arg(text: bytes) -> bytes:
+    if not valid_tube_name(text):
+        raise CommandError(BAD_FORMAT)
+    return text
+
+
+ArgValue = Union[int, bytes, None]
+
+
+def parse_args(spec: CommandSpec, text: bytes) -> Tuple[ArgValue, ...]:
+    """Parse the argument text of ``spec`` exactly as beanstalkd does.
+
+    Raises :class:`CommandError` with the reply to send.  ``put`` returns
+    ``(pri, delay, ttr, nbytes, trailing_ok)``: beanstalkd checks the body size
+    against the limit (JOB_TOO_BIG) before it rejects trailing bytes.
+    """
+    name = spec.name
+    if not spec.args:
+        if text and name != "quit":
+            raise CommandError(BAD_FORMAT)
+        return ()
+    kinds = [a.kind for a in spec.args]
+    if name == "put":
+        pri, pos = _read_uint(text, 0, U32_MAX, False)
+        delay, pos = _read_uint(text, pos, U32_MAX, False)
+        ttr, pos = _read_uint(text, pos, U32_MAX, False)
+        nbytes, pos = _read_uint(text, pos, U32_MAX, False)
+        return pri, delay, ttr, nbytes, pos == len(text)
+    if kinds == ["tube"]:
+        return (_tube_arg(text),)
+    if name == "pause-tube":
+        pos = _skip_spaces(text, 0)
+        end = pos
+        while end < len(text) and text[end] in NAME_CHARS:
+            end += 1
+        if end == pos:
+            raise CommandError(BAD_FORMAT)
+        delay, _ = _read_uint(text, end, U32_MAX, True)
+        return text[pos:end], delay
+    if name == "reserve-with-timeout":
+        value = _read_c_integer(text, need_digits=False)
+        if not -2**63 <= value < 2**63:
+            raise CommandError(BAD_FORMAT)
+        return (value,)
+    if name == "kick":
+        value = _read_c_integer(text, need_digits=True)
+        if abs(value) > U64_MAX:
+            raise CommandError(BAD_FORMAT)
+        return (value % 2**64 & U32_MAX,)
+    values: List[ArgValue] = []
+    pos = 0
+    last = len(kinds) - 1
+    for i, kind in enumerate(kinds):
+        limit = U64_MAX if kind == "u64" else U32_MAX
+        value, pos = _read_uint(text, pos, limit, i == last)
+        values.append(value)
+    return tuple(values)
+
+
+def parse_command(line: bytes) -> Tuple[CommandSpec, Tuple[ArgValue, ...]]:
+    """Parse one command line (without CRLF) into its spec and arguments.
+
+    Raises :class:`CommandError` carrying BAD_FORMAT or UNKNOWN_COMMAND.
+    """
+    if b"\0" in line:
+        raise CommandError(BAD_FORMAT)
+    spec, text = identify(line)
+    if spec is None:
+        raise CommandError(UNKNOWN_COMMAND)
+    return spec, parse_args(spec, text)
+
+
+def encode_command(name: str, *args: Union[int, str, bytes]) -> bytes:
+    """Build a command line (CRLF included) for ``name`` with ``args``.
+
+    Arguments are formatted as the protocol writes them; no validation here
+    (see :func:`validate_command_args`).
+    """
+    parts = [name.encode("ascii")]
+    for a in args:
+        if isinstance(a, bytes):
+            parts.append(a)
+        elif isinstance(a, str):
+            parts.append(a.encode("ascii"))
+        else:
+            parts.append(b"%d" % a)
+    return b" ".join(parts) + b"\r\n"
+
+
+def validate_command_args(name: str, args: List[str]) -> Optional[str]:
+    """Explain what is wrong with ``name args`` before it is sent, or None.
+
+    Used by the shell and the client so that a malformed command is caught
+    locally with a readable message.
+    """
+    spec = BY_NAME.get(name)
+    if spec is None:
+        return f"unknown command {name!r}"
+    expected = [a for a in spec.args]
+    if name == "put" and len(args) in (0, 3):
+        # The shell may count the body's bytes itself.
+        expected = expected[: len(args)]
+    if len(args) != len(expected):
+        return f"{name} takes {len(spec.args)} argument(s): {spec.usage}"
+    for arg, text in zip(expected, args):
+        if arg.kind == "tube":
+            if not valid_tube_name(text.encode("ascii", "replace")):
+                return f"<{arg.name}>: {arg.help}"
+            continue
+        if arg.kind == "timeout":
+            if not text.lstrip("-").isdigit():
+                return f"<{arg.name}> must be a whole number of seconds"
+            continue
+        if not (text.isascii() and text.isdigit()):
+            return f"<{arg.name}> must be a non-negative whole number ({arg.help})"
+        limit = U64_MAX if arg.kind == "u64" else U32_MAX
+        if int(text) > limit:
+            return f"<{arg.name}> must be at most {limit}"
+    return None

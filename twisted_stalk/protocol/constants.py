@@ -1,0 +1,44 @@
+"""Numbers and reply words fixed by the beanstalk protocol (beanstalkd 1.13)."""
+from __future__ import annotations
+
+#: Longest command line, CRLF included (beanstalkd's LINE_BUF_SIZE).
+MAX_LINE = 224
+#: Longest command line without its CRLF.
+MAX_LINE_CONTENT = MAX_LINE - 2
+#: Default largest job body in bytes (``-z``).
+DEFAULT_MAX_JOB_SIZE = 65535
+#: Largest job body a server may be configured for (beanstalkd's JOB_DATA_SIZE_LIMIT_MAX).
+MAX_JOB_SIZE_LIMIT = 1073741824
+#: Ready jobs with a priority below this count as urgent.
+URGENT_THRESHOLD = 1024
+#: Longest tube name.
+MAX_TUBE_NAME = 200
+#: The reserved job's last second: a reserve issued in it gets DEADLINE_SOON.
+SAFETY_MARGIN = 1.0
+#: Largest u32 / u64 argument values.
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+#: Characters allowed in tube names.
+NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()")
+DEFAULT_TUBE = b"default"
+DEFAULT_PORT = 11300
+DEFAULT_BINLOG_SIZE = 10485760
+
+# Reply lines that carry no argument, CRLF included.
+OUT_OF_MEMORY = b"OUT_OF_MEMORY\r\n"
+INTERNAL_ERROR = b"INTERNAL_ERROR\r\n"
+BAD_FORMAT = b"BAD_FORMAT\r\n"
+UNKNOWN_COMMAND = b"UNKNOWN_COMMAND\r\n"
+EXPECTED_CRLF = b"EXPECTED_CRLF\r\n"
+JOB_TOO_BIG = b"JOB_TOO_BIG\r\n"
+DRAINING = b"DRAINING\r\n"
+NOT_FOUND = b"NOT_FOUND\r\n"
+DELETED = b"DELETED\r\n"
+RELEASED = b"RELEASED\r\n"
+BURIED = b"BURIED\r\n"
+TOUCHED = b"TOUCHED\r\n"
+KICKED = b"KICKED\r\n"
+PAUSED = b"PAUSED\r\n"
+TIMED_OUT = b"TIMED_OUT\r\n"
+DEADLINE_SOON = b"DEADLINE_SOON\r\n"
+NOT_IGNORED = b"NOT_IGNORED\r\n"

@@ -1,0 +1,73 @@
+"""The YAML shapes of stats and list replies, written and read byte-exactly.
+
+beanstalkd prints these bodies with printf, not a YAML library: ``---`` then
+``key: value`` lines, strings that are names or free text in double quotes,
+numbers bare; lists as ``- item`` lines.  PyYAML's dumper would write single
+quotes, which several clients do not strip, so we write the shape by hand.
+The reader accepts both quoted (1.13) and bare (1.12) strings.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Tuple, Union
+
+StatValue = Union[int, float, str, bool]
+
+
+def quoted(value: Union[str, bytes]) -> bytes:
+    """A string value as beanstalkd 1.13 prints it: in double quotes."""
+    if isinstance(value, str):
+        value = value.encode("utf-8", "replace")
+    return b'"' + value + b'"'
+
+
+def mapping(items: Iterable[Tuple[bytes, bytes]]) -> bytes:
+    """``---\\nkey: value\\n...`` from already formatted values."""
+    return b"---\n" + b"".join([k + b": " + v + b"\n" for k, v in items])
+
+
+def sequence(names: Iterable[bytes]) -> bytes:
+    """``---\\n- a\\n- b\\n`` as list-tubes prints it."""
+    return b"---\n" + b"".join([b"- " + n + b"\n" for n in names])
+
+
+def ok_reply(body: bytes) -> bytes:
+    """``OK <n>\\r\\n<body>\\r\\n`` with n counting the YAML bytes only."""
+    return b"OK %d\r\n%s\r\n" % (len(body), body)
+
+
+def _scalar(text: str) -> StatValue:
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    if text.isdigit():
+        return int(text)
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        if "." in text:
+            return float(text)
+    except ValueError:
+        pass
+    return text
+
+
+def parse_mapping(body: bytes) -> Dict[str, StatValue]:
+    """Parse a stats body into a dict: ints for counts, floats for rusage.
+
+    ``id`` values stay as text when they are hex strings (the server id), and
+    job ids become ints.
+    """
+    result: Dict[str, StatValue] = {}
+    for raw in body.decode("utf-8", "replace").splitlines():
+        if not raw or raw == "---":
+            continue
+        key, sep, value = raw.partition(": ")
+        if not sep:
+            key, value = raw.rstrip(":"), ""
+        result[key] = _scalar(value)
+    return result
+
+
+def parse_sequence(body: bytes) -> List[str]:
+    """Parse a list-tubes body into tube names."""
+    return [line[2:] for line in body.decode("utf-8", "replace").splitlines()
+            if line.startswith("- ")]

@@ -1,0 +1,94 @@
+"""The server factory: owns the queue, its one timer, and the set of connections."""
+from __future__ import annotations
+
+from typing import List, Optional, Set
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger
+
+from .. import PROTOCOL_VERSION
+from ..core import ProcessFacts, WorkQueue
+from ..protocol.constants import DEFAULT_MAX_JOB_SIZE
+from .protocol import BeanstalkServerProtocol
+
+
+class BeanstalkServerFactory(Factory):
+    """Builds :class:`BeanstalkServerProtocol` connections sharing one :class:`WorkQueue`.
+
+    All deadlines (delays, TTRs, reserve timeouts, DEADLINE_SOON, pauses) live
+    in the queue's heaps; the factory keeps exactly one ``callLater`` armed at
+    the earliest of them and re-arms it after every batch of input.
+    """
+
+    protocol = BeanstalkServerProtocol
+    log = Logger()
+
+    def __init__(self, reactor: IReactorTime, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
+                 journal=None, queue: Optional[WorkQueue] = None,
+                 version: str = PROTOCOL_VERSION) -> None:
+        self.reactor = reactor
+        self.queue = queue or WorkQueue(
+            reactor, max_job_size=max_job_size, journal=journal,
+            facts=ProcessFacts(version, reactor.seconds()))
+        self.connections: Set[BeanstalkServerProtocol] = set()
+        self._timer: Optional[IDelayedCall] = None
+        self._timer_at: Optional[float] = None
+        self._to_resume: List[BeanstalkServerProtocol] = []
+        self._resuming = False
+
+    # Connections.
+
+    def connection_opened(self, proto: BeanstalkServerProtocol) -> None:
+        self.connections.add(proto)
+
+    def connection_closed(self, proto: BeanstalkServerProtocol) -> None:
+        self.connections.discard(proto)
+
+    def waiting_started(self, proto: BeanstalkServerProtocol) -> None:
+        """A reserve now waits; its timeout may be the next deadline."""
+
+    def resume_later(self, proto: BeanstalkServerProtocol) -> None:
+        """``proto`` was woken with input buffered: process it once the
+        current operation is over (never re-entering the queue)."""
+        self._to_resume.append(proto)
+
+    def after_input(self) -> None:
+        """Called after each batch of input: resume woken clients, re-arm the timer."""
+        self._drain_resumes()
+        self.rearm()
+
+    def _drain_resumes(self) -> None:
+        if self._resuming:
+            return
+        self._resuming = True
+        try:
+            while self._to_resume:
+                batch, self._to_resume = self._to_resume, []
+                for proto in batch:
+                    proto.resume()
+        finally:
+            self._resuming = False
+
+    # The one timer.
+
+    def rearm(self) -> None:
+        at = self.queue.next_deadline()
+        timer = self._timer
+        if at is None:
+            if timer is not None and timer.active():
+                timer.cancel()
+            self._timer = self._timer_at = None
+            return
+        if timer is not None and timer.active():
+            if self._timer_at == at:
+                return
+            timer.cancel()
+        self._timer_at = at
+        self._timer = self.reactor.callLater(max(0.0, at - self.reactor.seconds()), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = self._timer_at = None
+        self.queue.tick()
+        self._drain_resumes()
+        self.rearm()

@@ -1,0 +1,498 @@
+"""The Twisted side of the server: frame bytes, dispatch commands, write replies.
+
+All queue logic lives in :mod:`twisted_stalk.core`; this module only turns
+bytes into calls on the :class:`~twisted_stalk.core.WorkQueue` and results into
+bytes.  Framing follows beanstalkd exactly (see docs/compat.md):
+
+* a command line is at most 224 bytes with its CRLF; a longer one is answered
+  ``BAD_FORMAT`` and discarded up to its CRLF, and the connection stays;
+* ``put``'s body is read raw (any bytes, CRLF included) as ``<bytes>`` + 2;
+  a body over the size limit is discarded without being parsed as commands
+  and answered ``JOB_TOO_BIG``;
+* pipelined commands are answered in order; while a reserve waits, further
+  input is buffered (up to :data:`MAX_BUFFERED_WHILE_WAITING`, then reading
+  pauses) but a disconnect or half-close is still noticed.
+
+``LineReceiver`` supplies the interface (``delimiter``, ``MAX_LENGTH``,
+``lineReceived``/``rawDataReceived``-style modes); its ``dataReceived`` is
+replaced because it splits the buffer once per line, copying the rest each
+time, which is quadratic for pipelined input, and because it closes the
+connection on long lines where beanstalkd answers BAD_FORMAT.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+
+from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.protocols.basic import LineReceiver
+from zope.interface import implementer
+
+from ..core import DEADLINE_SOON as _DEADLINE_SOON_RESULT
+from ..core import TIMED_OUT as _TIMED_OUT_RESULT
+from ..core import Job, JournalError
+from ..protocol import yaml
+from ..protocol.commands import BY_NAME, CommandError, parse_command
+from ..protocol.constants import (
+    BAD_FORMAT,
+    BURIED,
+    DEADLINE_SOON,
+    DELETED,
+    DRAINING,
+    EXPECTED_CRLF,
+    INTERNAL_ERROR,
+    JOB_TOO_BIG,
+    KICKED,
+    MAX_LINE,
+    MAX_LINE_CONTENT,
+    NOT_FOUND,
+    NOT_IGNORED,
+    PAUSED,
+    RELEASED,
+    TIMED_OUT,
+    TOUCHED,
+    U32_MAX,
+    U64_MAX,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .factory import BeanstalkServerFactory
+
+#: Bytes a client may send ahead while its reserve waits before reading pauses.
+MAX_BUFFERED_WHILE_WAITING = 256 * 1024
+
+# Framer states.
+_LINE, _BODY, _DISCARD, _SKIP_LINE = range(4)
+
+
+def _job_reply(word: bytes, job: Job) -> bytes:
+    body = job.body
+    return b"%s %d %d\r\n%s" % (word, job.id, len(body) - 2, body)
+
+
+@implementer(IHalfCloseableProtocol)
+class BeanstalkServerProtocol(LineReceiver):
+    """One client connection of the beanstalk server."""
+
+    delimiter = b"\r\n"
+    MAX_LENGTH = MAX_LINE_CONTENT
+
+    factory: "BeanstalkServerFactory"
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._mode = _LINE
+        self._need = 0
+        self._put: Optional[Tuple[int, int, int, int]] = None
+        self._after_discard = b""
+        #: Replies gathered while processing one read, written together.
+        self._out: Optional[List[bytes]] = None
+        #: True while a reserve waits; input is buffered, not dispatched.
+        self._blocked = False
+        self._paused_reading = False
+        self._eof = False
+        self._closing = False
+        self.session = None
+
+    # ---------------------------------------------------------- connection
+
+    def connectionMade(self) -> None:
+        self.queue = self.factory.queue
+        self.session = self.queue.open_session(self)
+        self.factory.connection_opened(self)
+
+    def connectionLost(self, reason=None) -> None:
+        if self.session is not None:
+            self.queue.close_session(self.session)
+            self.factory.connection_closed(self)
+            self.factory.rearm()
+
+    def readConnectionLost(self) -> None:
+        """The client half-closed: a waiting reserve times out, then we close."""
+        self._eof = True
+        if self._blocked:
+            self.queue._stop_waiting(self.session)
+            self._write(TIMED_OUT)
+            self._unblock()
+        if not self._blocked:
+            self._close()
+
+    def writeConnectionLost(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        self._closing = True
+        self.transport.loseConnection()
+
+    def _write(self, data: bytes) -> None:
+        out = self._out
+        if out is not None:
+            out.append(data)
+        else:
+            self.transport.write(data)
+
+    # ------------------------------------------------------------- framing
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._blocked:
+            self._buf += data
+            if len(self._buf) > MAX_BUFFERED_WHILE_WAITING and not self._paused_reading:
+                self._paused_reading = True
+                self.transport.pauseProducing()
+            return
+        out = self._out = []
+        try:
+            self._process(self._buf + data if self._buf else data)
+        finally:
+            self._out = None
+            if out:
+                self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self.factory.after_input()
+
+    def _process(self, buf: bytes) -> None:
+        pos = 0
+        end = len(buf)
+        find = buf.find
+        while pos < end and not self._blocked and not self._closing:
+            mode = self._mode
+            if mode == _LINE:
+                i = find(b"\r\n", pos)
+                if i < 0:
+                    if end - pos >= MAX_LINE:
+                        self._write(BAD_FORMAT)
+                        self._mode = _SKIP_LINE
+                        continue
+                    break
+                if i - pos > MAX_LINE_CONTENT:
+                    self._write(BAD_FORMAT)
+                else:
+                    self.lineReceived(buf[pos:i])
+                pos = i + 2
+            elif mode == _BODY:
+                need = self._need
+                if end - pos < need:
+                    break
+                self._mode = _LINE
+                self._body(buf[pos:pos + need])
+                pos += need
+            elif mode == _DISCARD:
+                take = min(self._need, end - pos)
+                pos += take
+                self._need -= take
+                if self._need == 0:
+                    self._mode = _LINE
+                    self._write(self._after_discard)
+            else:  # _SKIP_LINE: drop the rest of an over-long line
+                i = find(b"\r\n", pos)
+                if i < 0:
+                    # Keep a trailing CR: its LF may come in the next read.
+                    pos = end - 1 if buf[end - 1:end] == b"\r" else end
+                    break
+                pos = i + 2
+                self._mode = _LINE
+        self._buf = buf[pos:] if pos < end else b""
+
+    def _unblock(self) -> None:
+        self._blocked = False
+        if self._paused_reading:
+            self._paused_reading = False
+            self.transport.resumeProducing()
+        if self._buf or self._eof:
+            self.factory.resume_later(self)
+
+    def resume(self) -> None:
+        """Process input that arrived while a reserve was waiting."""
+        if self._blocked or self._closing:
+            return
+        if self._buf:
+            buf, self._buf = self._buf, b""
+            self.dataReceived(buf)
+        if self._eof and not self._blocked:
+            self._close()
+
+    # ------------------------------------------------------------ dispatch
+
+    def lineReceived(self, line: bytes) -> None:
+        sp = line.find(b" ")
+        if sp < 0:
+            handler = _NO_ARGS.get(line)
+            if handler is not None:
+                handler(self)
+                return
+        else:
+            fast = _FAST.get(line[:sp])
+            if fast is not None:
+                args = fast[1](line[sp + 1:])
+                if args is not None:
+                    fast[0](self, *args)
+                    return
+        try:
+            spec, args = parse_command(line)
+        except CommandError as e:
+            self._write(e.reply)
+            return
+        _HANDLERS[spec.name](self, *args)
+
+    def lineLengthExceeded(self, line: bytes) -> None:  # pragma: no cover - not used
+        self._write(BAD_FORMAT)
+
+    def _count(self, name: str) -> None:
+        self.queue.cmd_counts[name] += 1
+
+    # ------------------------------------------------------------ commands
+
+    def do_put(self, pri: int, delay: int, ttr: int, nbytes: int, trailing_ok: bool = True) -> None:
+        q = self.queue
+        q.cmd_counts["put"] += 1
+        if nbytes > q.max_job_size:
+            self._mode = _DISCARD
+            self._need = nbytes + 2
+            self._after_discard = JOB_TOO_BIG
+            return
+        if not trailing_ok:
+            self._write(BAD_FORMAT)
+            return
+        if not self.session.is_producer:
+            q.set_producer(self.session)
+        self._put = (q.new_job_id(), pri, delay, ttr)
+        self._mode = _BODY
+        self._need = nbytes + 2
+
+    def _body(self, body: bytes) -> None:
+        job_id, pri, delay, ttr = self._put
+        self._put = None
+        q = self.queue
+        if not body.endswith(b"\r\n"):
+            self._write(EXPECTED_CRLF)
+        elif q.draining:
+            self._write(DRAINING)
+        else:
+            try:
+                q.put(self.session, job_id, pri, delay, ttr, body)
+            except JournalError:
+                self._write(INTERNAL_ERROR)
+                return
+            self._write(b"INSERTED %d\r\n" % job_id)
+
+    def do_use(self, name: bytes) -> None:
+        self._count("use")
+        self.queue.use(self.session, name)
+        self._write(b"USING %s\r\n" % name)
+
+    def do_reserve(self) -> None:
+        self._count("reserve")
+        self._reserve_result(self.queue.reserve(self.session, None))
+
+    def do_reserve_with_timeout(self, timeout: int) -> None:
+        self._count("reserve-with-timeout")
+        self._reserve_result(self.queue.reserve(self.session, None if timeout < 0 else timeout))
+
+    def _reserve_result(self, result) -> None:
+        if result is None:
+            if self._eof:
+                self.queue._stop_waiting(self.session)
+                self._write(TIMED_OUT)
+                return
+            self._blocked = True
+            self.factory.waiting_started(self)
+        elif result is _TIMED_OUT_RESULT:
+            self._write(TIMED_OUT)
+        elif result is _DEADLINE_SOON_RESULT:
+            self._write(DEADLINE_SOON)
+        else:
+            self._write(_job_reply(b"RESERVED", result))
+
+    def do_reserve_job(self, job_id: int) -> None:
+        job = self.queue.reserve_job(self.session, job_id)
+        self._write(NOT_FOUND if job is None else _job_reply(b"RESERVED", job))
+
+    def do_delete(self, job_id: int) -> None:
+        self._count("delete")
+        try:
+            ok = self.queue.delete(self.session, job_id)
+        except JournalError:
+            self._write(INTERNAL_ERROR)
+            return
+        self._write(DELETED if ok else NOT_FOUND)
+
+    def do_release(self, job_id: int, pri: int, delay: int) -> None:
+        self._count("release")
+        try:
+            ok = self.queue.release(self.session, job_id, pri, delay)
+        except JournalError:
+            self._write(INTERNAL_ERROR)
+            return
+        self._write(RELEASED if ok else NOT_FOUND)
+
+    def do_bury(self, job_id: int, pri: int) -> None:
+        self._count("bury")
+        try:
+            ok = self.queue.bury(self.session, job_id, pri)
+        except JournalError:
+            self._write(INTERNAL_ERROR)
+            return
+        self._write(BURIED if ok else NOT_FOUND)
+
+    def do_touch(self, job_id: int) -> None:
+        self._count("touch")
+        self._write(TOUCHED if self.queue.touch(self.session, job_id) else NOT_FOUND)
+
+    def do_watch(self, name: bytes) -> None:
+        self._count("watch")
+        self._write(b"WATCHING %d\r\n" % self.queue.watch(self.session, name))
+
+    def do_ignore(self, name: bytes) -> None:
+        self._count("ignore")
+        count = self.queue.ignore(self.session, name)
+        self._write(NOT_IGNORED if count is None else b"WATCHING %d\r\n" % count)
+
+    def _found(self, job: Optional[Job]) -> None:
+        self._write(NOT_FOUND if job is None else _job_reply(b"FOUND", job))
+
+    def do_peek(self, job_id: int) -> None:
+        self._count("peek")
+        self._found(self.queue.peek(job_id))
+
+    def do_peek_ready(self) -> None:
+        self._count("peek-ready")
+        self._found(self.queue.peek_ready(self.session))
+
+    def do_peek_delayed(self) -> None:
+        self._count("peek-delayed")
+        self._found(self.queue.peek_delayed(self.session))
+
+    def do_peek_buried(self) -> None:
+        self._count("peek-buried")
+        self._found(self.queue.peek_buried(self.session))
+
+    def do_kick(self, bound: int) -> None:
+        self._count("kick")
+        try:
+            n = self.queue.kick(self.session, bound)
+        except JournalError:
+            self._write(INTERNAL_ERROR)
+            return
+        self._write(b"KICKED %d\r\n" % n)
+
+    def do_kick_job(self, job_id: int) -> None:
+        self._count("kick")
+        try:
+            ok = self.queue.kick_job(job_id)
+        except JournalError:
+            self._write(INTERNAL_ERROR)
+            return
+        self._write(KICKED if ok else NOT_FOUND)
+
+    def do_stats_job(self, job_id: int) -> None:
+        self._count("stats-job")
+        body = self.queue.stats_job(job_id)
+        self._write(NOT_FOUND if body is None else yaml.ok_reply(body))
+
+    def do_stats_tube(self, name: bytes) -> None:
+        self._count("stats-tube")
+        body = self.queue.stats_tube(name)
+        self._write(NOT_FOUND if body is None else yaml.ok_reply(body))
+
+    def do_stats(self) -> None:
+        self._count("stats")
+        self._write(yaml.ok_reply(self.queue.stats()))
+
+    def do_list_tubes(self) -> None:
+        self._count("list-tubes")
+        self._write(yaml.ok_reply(self.queue.list_tubes()))
+
+    def do_list_tube_used(self) -> None:
+        self._count("list-tube-used")
+        self._write(b"USING %s\r\n" % self.session.use.name)
+
+    def do_list_tubes_watched(self) -> None:
+        self._count("list-tubes-watched")
+        self._write(yaml.ok_reply(self.queue.list_tubes_watched(self.session)))
+
+    def do_pause_tube(self, name: bytes, delay: int) -> None:
+        self._count("pause-tube")
+        self._write(PAUSED if self.queue.pause_tube(name, delay) else NOT_FOUND)
+
+    def do_quit(self) -> None:
+        self._close()
+
+    # ------------------------------------------- SessionListener (async replies)
+
+    def reserved(self, job: Job) -> None:
+        self._write(_job_reply(b"RESERVED", job))
+        self._unblock()
+
+    def timed_out(self) -> None:
+        self._write(TIMED_OUT)
+        self._unblock()
+
+    def deadline_soon(self) -> None:
+        self._write(DEADLINE_SOON)
+        self._unblock()
+
+
+# ---------------------------------------------------------------- dispatch tables
+
+def _handler_name(command: str) -> str:
+    return "do_" + command.replace("-", "_")
+
+
+_HANDLERS: Dict[str, Callable] = {
+    name: getattr(BeanstalkServerProtocol, _handler_name(name)) for name in BY_NAME
+}
+
+#: Commands without arguments, by their exact line.
+_NO_ARGS: Dict[bytes, Callable] = {
+    name.encode(): _HANDLERS[name] for name, spec in BY_NAME.items()
+    if not spec.args
+}
+
+
+def _fast_id(text: bytes) -> Optional[Tuple[int]]:
+    if text.isdigit():
+        value = int(text)
+        if value <= U64_MAX:
+            return (value,)
+    return None
+
+
+def _fast_put(text: bytes) -> Optional[Tuple[int, ...]]:
+    parts = text.split(b" ")
+    if len(parts) == 4:
+        pri, delay, ttr, nbytes = parts
+        if pri.isdigit() and delay.isdigit() and ttr.isdigit() and nbytes.isdigit():
+            values = (int(pri), int(delay), int(ttr), int(nbytes))
+            if max(values) <= U32_MAX:
+                return values
+    return None
+
+
+def _fast_release(text: bytes) -> Optional[Tuple[int, ...]]:
+    parts = text.split(b" ")
+    if len(parts) == 3 and all(p.isdigit() for p in parts):
+        job_id, pri, delay = int(parts[0]), int(parts[1]), int(parts[2])
+        if job_id <= U64_MAX and pri <= U32_MAX and delay <= U32_MAX:
+            return job_id, pri, delay
+    return None
+
+
+def _fast_timeout(text: bytes) -> Optional[Tuple[int]]:
+    if text.isdigit() and len(text) < 18:
+        return (int(text),)
+    return None
+
+
+_FAST: Dict[bytes, Tuple[Callable, Callable]] = {
+    b"put": (_HANDLERS["put"], _fast_put),
+    b"delete": (_HANDLERS["delete"], _fast_id),
+    b"release": (_HANDLERS["release"], _fast_release),
+    b"touch": (_HANDLERS["touch"], _fast_id),
+    b"peek": (_HANDLERS["peek"], _fast_id),
+    b"stats-job": (_HANDLERS["stats-job"], _fast_id),
+    b"reserve-job": (_HANDLERS["reserve-job"], _fast_id),
+    b"kick-job": (_HANDLERS["kick-job"], _fast_id),
+    b"reserve-with-timeout": (_HANDLERS["reserve-with-timeout"], _fast_timeout),
+}
+
+__all__ = ["BeanstalkServerProtocol", "MAX_BUFFERED_WHILE_WAITING"]
