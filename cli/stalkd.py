@@ -131,7 +131,14 @@ def become_user(name: str) -> None:
         raise fail(f"cannot become user {name}: {e.strerror}", 1)
 
 
+def _exit_on_early_sigterm(signum, frame) -> None:
+    # SIGTERM before the reactor runs: nothing has been acknowledged yet.
+    raise SystemExit(0)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    import signal
+    signal.signal(signal.SIGTERM, _exit_on_early_sigterm)
     argv = sys.argv[1:] if argv is None else argv
     try:
         opts = parse_argv(argv)

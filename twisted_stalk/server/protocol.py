@@ -137,9 +137,15 @@ class BeanstalkServerProtocol(LineReceiver):
             return
         if self._blocked:
             self._buf += data
-            if len(self._buf) > MAX_BUFFERED_WHILE_WAITING and not self._paused_reading:
-                self._paused_reading = True
-                self.transport.pauseProducing()
+            if len(self._buf) > MAX_BUFFERED_WHILE_WAITING:
+                if not self._paused_reading:
+                    self._paused_reading = True
+                    self.transport.pauseProducing()
+                elif len(self._buf) > 4 * MAX_BUFFERED_WHILE_WAITING:
+                    # A transport that ignores pauseProducing: give up on
+                    # this client rather than grow without bound.
+                    self._buf = b""
+                    self.transport.abortConnection()
             return
         out = self._out = []
         try:

@@ -1,0 +1,318 @@
+"""The I/O-free work queue, driven by a Clock: no sockets, no sleeps."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import List
+
+import pytest
+
+from twisted_stalk.core import (
+    BURIED,
+    DEADLINE_SOON,
+    DELAYED,
+    READY,
+    RESERVED,
+    TIMED_OUT,
+    WorkQueue,
+)
+from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
+
+
+class FakeClock:
+    """The smallest IReactorTime the core needs (no Twisted import)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def seconds(self) -> float:
+        return self.now
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.events: List[object] = []
+
+    def reserved(self, job) -> None:
+        self.events.append(("RESERVED", job.id))
+
+    def timed_out(self) -> None:
+        self.events.append("TIMED_OUT")
+
+    def deadline_soon(self) -> None:
+        self.events.append("DEADLINE_SOON")
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def q(clock):
+    return WorkQueue(clock)
+
+
+def advance(q: WorkQueue, clock: FakeClock, seconds: float) -> None:
+    """Move time on, firing every deadline on the way as the server's timer would."""
+    target = clock.now + seconds
+    while True:
+        at = q.next_deadline()
+        if at is None or at > target:
+            break
+        clock.now = max(clock.now, at)
+        q.tick()
+    clock.now = target
+
+
+def session(q: WorkQueue):
+    listener = Listener()
+    return q.open_session(listener), listener.events
+
+
+def put(q, s, pri=0, delay=0, ttr=10, body=b"x"):
+    return q.put(s, q.new_job_id(), pri, delay, ttr, body + b"\r\n")
+
+
+def test_core_does_not_import_twisted():
+    code = ("import sys, twisted_stalk.core, twisted_stalk.protocol;"
+            "sys.exit(1 if 'twisted' in sys.modules else 0)")
+    assert subprocess.call([sys.executable, "-c", code]) == 0
+
+
+def test_priority_then_fifo(q):
+    s, _ = session(q)
+    ids = [put(q, s, pri).id for pri in (5, 1, 5, 1, 0)]
+    got = [q.reserve(s, 0).id for _ in ids]
+    assert got == [ids[4], ids[1], ids[3], ids[0], ids[2]]
+    assert q.reserve(s, 0) is TIMED_OUT
+
+
+def test_ttr_zero_becomes_one(q):
+    s, _ = session(q)
+    assert put(q, s, ttr=0).ttr == 1
+
+
+def test_delay_then_ready(q, clock):
+    s, _ = session(q)
+    job = put(q, s, delay=5)
+    assert job.state == DELAYED and q.reserve(s, 0) is TIMED_OUT
+    assert q.next_deadline() == clock.now + 5
+    advance(q, clock, 4.9)
+    assert job.state == DELAYED
+    advance(q, clock, 0.1)
+    assert job.state == READY
+    assert q.reserve(s, 0) is job
+
+
+def test_ttr_expiry_returns_job_and_counts_timeout(q, clock):
+    s, _ = session(q)
+    job = put(q, s, ttr=3)
+    assert q.reserve(s, 0) is job
+    advance(q, clock, 2.99)
+    assert job.state == RESERVED
+    advance(q, clock, 0.02)
+    assert job.state == READY and q.job_timeouts == 1
+    stats = parse_mapping(q.stats_job(job.id))
+    assert stats["timeouts"] == 1 and stats["reserves"] == 1
+
+
+def test_touch_restarts_ttr(q, clock):
+    s, _ = session(q)
+    job = put(q, s, ttr=3)
+    q.reserve(s, 0)
+    advance(q, clock, 2)
+    assert q.touch(s, job.id)
+    advance(q, clock, 2)
+    assert job.state == RESERVED
+    advance(q, clock, 1.01)
+    assert job.state == READY
+
+
+def test_deadline_soon_for_reserve_issued_in_safety_margin(q, clock):
+    s, _ = session(q)
+    put(q, s, ttr=3)
+    q.reserve(s, 0)
+    advance(q, clock, 1.5)
+    assert q.reserve(s, 0) is TIMED_OUT  # not yet in the margin
+    advance(q, clock, 0.6)
+    assert q.reserve(s, 0) is DEADLINE_SOON
+
+
+def test_deadline_soon_to_waiting_reserve_when_margin_starts(q, clock):
+    s, events = session(q)
+    put(q, s, ttr=5)
+    q.reserve(s, 0)
+    assert q.reserve(s, None) is None  # waits
+    assert q.waiting_count == 1
+    advance(q, clock, 3.99)
+    assert events == []
+    advance(q, clock, 0.02)
+    assert events == ["DEADLINE_SOON"]
+    assert q.waiting_count == 0
+
+
+def test_reserve_with_timeout(q, clock):
+    s, events = session(q)
+    assert q.reserve(s, 0) is TIMED_OUT
+    assert q.reserve(s, 2) is None
+    advance(q, clock, 1.9)
+    assert events == []
+    advance(q, clock, 0.2)
+    assert events == ["TIMED_OUT"]
+
+
+def test_waiting_reserves_served_in_arrival_order(q):
+    producer, _ = session(q)
+    waiters = [session(q) for _ in range(3)]
+    for s, _ in waiters:
+        assert q.reserve(s, None) is None
+    jobs = [put(q, producer) for _ in range(3)]
+    assert [ev for _, events in waiters for ev in events] == [("RESERVED", j.id) for j in jobs]
+
+
+def test_waiter_on_several_tubes_gets_job_from_any(q):
+    producer, _ = session(q)
+    worker, events = session(q)
+    q.watch(worker, b"a")
+    q.watch(worker, b"b")
+    assert q.reserve(worker, None) is None
+    assert len(q.tubes[b"a"].waiting) == 1 and len(q.tubes[b"b"].waiting) == 1
+    q.use(producer, b"b")
+    job = put(q, producer)
+    assert events == [("RESERVED", job.id)]
+    assert not q.tubes[b"a"].waiting and not q.tubes[b"b"].waiting
+
+
+def test_best_job_across_watched_tubes(q):
+    producer, _ = session(q)
+    worker, _ = session(q)
+    q.watch(worker, b"a")
+    q.use(producer, b"a")
+    low = put(q, producer, pri=10)
+    q.use(producer, b"default")
+    high = put(q, producer, pri=1)
+    assert q.reserve(worker, 0) is high
+    assert q.reserve(worker, 0) is low
+
+
+def test_pause_tube_holds_reserves_until_pause_ends(q, clock):
+    s, events = session(q)
+    job = put(q, s)
+    assert q.pause_tube(b"default", 3)
+    assert q.reserve(s, 0) is TIMED_OUT
+    assert q.reserve(s, None) is None
+    advance(q, clock, 2.9)
+    assert events == []
+    advance(q, clock, 0.2)
+    assert events == [("RESERVED", job.id)]
+    assert parse_mapping(q.stats_tube(b"default"))["pause"] == 0
+
+
+def test_release_bury_kick(q, clock):
+    s, _ = session(q)
+    job = put(q, s, pri=5)
+    q.reserve(s, 0)
+    assert q.release(s, job.id, 7, 2)
+    assert job.state == DELAYED and job.pri == 7
+    assert q.kick(s, 10) == 1 and job.state == READY
+    q.reserve(s, 0)
+    assert q.bury(s, job.id, 9)
+    assert job.state == BURIED and q.peek_buried(s) is job
+    other = put(q, s, delay=100)
+    # kick prefers buried jobs
+    assert q.kick(s, 10) == 1 and job.state == READY and other.state == DELAYED
+    assert q.kick_job(other.id) and other.state == READY
+    assert not q.kick_job(other.id)
+    counts = parse_mapping(q.stats_job(job.id))
+    assert (counts["releases"], counts["buries"], counts["kicks"], counts["pri"]) == (1, 1, 2, 9)
+
+
+def test_delete_rules(q):
+    a, _ = session(q)
+    b, _ = session(q)
+    job = put(q, a)
+    q.reserve(a, 0)
+    assert not q.delete(b, job.id)  # reserved by another client
+    assert q.delete(a, job.id)
+    assert not q.delete(a, job.id)
+    assert q.peek(job.id) is None
+
+
+def test_close_session_returns_reserved_jobs(q):
+    a, _ = session(q)
+    job = put(q, a)
+    q.reserve(a, 0)
+    q.close_session(a)
+    assert job.state == READY and q.reserved_count == 0 and q.ready_count == 1
+
+
+def test_tubes_created_on_use_and_dropped_when_unused(q):
+    s, _ = session(q)
+    q.use(s, b"t1")
+    q.watch(s, b"t2")
+    assert parse_sequence(q.list_tubes()) == ["default", "t1", "t2"]
+    job = put(q, s)
+    q.use(s, b"default")
+    assert b"t1" in q.tubes  # holds a job
+    q.delete(s, job.id)
+    # beanstalkd removes by swapping the last tube into the hole
+    assert parse_sequence(q.list_tubes()) == ["default", "t2"]
+    assert q.ignore(s, b"t2") == 1
+    assert parse_sequence(q.list_tubes()) == ["default"]
+    assert q.ignore(s, b"default") is None  # NOT_IGNORED
+
+
+def test_reserve_job_from_every_state(q):
+    s, _ = session(q)
+    ready = put(q, s)
+    delayed = put(q, s, delay=50)
+    assert q.reserve_job(s, delayed.id) is delayed and delayed.state == RESERVED
+    assert q.reserve_job(s, delayed.id) is None
+    assert q.reserve_job(s, ready.id) is ready
+    assert q.reserve(s, 0) is TIMED_OUT
+
+
+def test_stale_heap_entries_are_compacted(q, clock):
+    """Reserve/release/delete churn leaves the lazy heaps bounded."""
+    s, _ = session(q)
+    keep = [put(q, s) for _ in range(10)]
+    for _ in range(5000):
+        job = put(q, s, pri=0)
+        q.reserve_job(s, job.id)
+        q.release(s, job.id, 1, 0)
+        q.delete(s, job.id)
+    t = q.default_tube
+    assert t.ready_count == 10
+    assert len(t.ready) <= 2 * t.ready_count + 33
+    assert len(q.ttr_heap) <= 2 * q.reserved_count + 33
+    assert [q.reserve(s, 0) for _ in keep] == keep
+
+
+def test_million_delayed_jobs_keep_put_reserve_cheap(q, clock):
+    """Delayed jobs sit in heaps: a reserve does not scan them."""
+    s, _ = session(q)
+    q.use(s, b"later")
+    for i in range(200_000):
+        q.put(s, q.new_job_id(), 0, 1000 + i % 7, 10, b"x\r\n")
+    q.use(s, b"default")
+    import time
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        job = put(q, s)
+        assert q.reserve(s, 0) is job
+        q.delete(s, job.id)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.0, elapsed
+
+
+def test_stats_shape(q):
+    s, _ = session(q)
+    put(q, s, pri=5)
+    body = q.stats()
+    assert body.startswith(b"---\ncurrent-jobs-urgent: 1\ncurrent-jobs-ready: 1\n")
+    keys = [line.split(b":")[0] for line in body.splitlines()[1:]]
+    assert keys[-5:] == [b"draining", b"id", b"hostname", b"os", b"platform"]
+    assert b'\nversion: "' in body and b'\nhostname: "' in body
+    tube = q.stats_tube(b"default")
+    assert tube.startswith(b'---\nname: "default"\ncurrent-jobs-urgent: 1\n')

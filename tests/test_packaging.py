@@ -1,0 +1,79 @@
+"""The twistd plugin is discoverable and the wheel ships it correctly."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_plugin_discoverable():
+    from twisted.application.service import IServiceMaker
+    from twisted.plugin import getPlugins
+
+    makers = {p.tapname: p for p in getPlugins(IServiceMaker)}
+    assert "beanstalk" in makers
+    assert makers["beanstalk"].module == "twisted_stalk.server.tap"
+
+
+def test_tap_options_and_service():
+    from twisted.internet.task import Clock
+
+    from twisted_stalk.server.tap import Options, makeService
+
+    config = Options()
+    config.parseOptions(["--listen", "tcp:0:interface=127.0.0.1", "--port", "0", "-z", "100"])
+    assert config["endpoints"] == ["tcp:0:interface=127.0.0.1", "tcp:0"]
+    default = Options()
+    default.parseOptions([])
+    assert default["endpoints"] == ["tcp:11300"]
+    service = makeService(config, reactor=Clock())
+    assert len(list(service)) == 2
+    assert service.factory.queue.max_job_size == 100
+
+
+@pytest.mark.skipif(os.environ.get("SKIP_WHEEL_TEST") == "1", reason="wheel build skipped")
+def test_wheel_ships_plugin_without_twisted_init(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path), ROOT], check=True, capture_output=True)
+    wheel = next(p for p in os.listdir(tmp_path) if p.endswith(".whl"))
+    names = zipfile.ZipFile(os.path.join(tmp_path, wheel)).namelist()
+    assert "twisted/plugins/twisted_stalk_plugin.py" in names
+    assert "twisted/__init__.py" not in names
+    assert "twisted/plugins/__init__.py" not in names
+    assert "twisted_stalk_cli/stalkd.py" in names
+    assert not any(n.startswith("cli/") for n in names)
+    assert "twisted_stalk/py.typed" in names
+
+
+def test_twistd_beanstalk_runs(tmp_path):
+    from servers import free_port
+    from wire import Wire
+    import socket
+    import time
+
+    port = free_port()
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([twistd, "-n", "--pidfile=", "beanstalk",
+                             "--port", f"tcp:{port}:interface=127.0.0.1"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(500):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None, "twistd exited"
+                time.sleep(0.02)
+        w = Wire(sock)
+        assert w.ask(b"put 0 0 1 2\r\nhi\r\n") == b"INSERTED 1\r\n"
+    finally:
+        proc.terminate()
+        # twistd re-raises the signal after a clean shutdown to report it.
+        assert proc.wait(20) in (0, -15)
