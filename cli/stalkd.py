@@ -172,9 +172,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
            max_job_size: int, fsync_ms: int, binlog_size: int) -> int:
     # Heavy imports only now that the socket is listening.
-    from twisted.internet import epollreactor
+    from twisted_stalk.server import reactor as lean
     try:
-        epollreactor.install()
+        lean.install()
     except Exception:  # pragma: no cover - another reactor already installed
         pass
     from twisted.internet import reactor

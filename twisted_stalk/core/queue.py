@@ -104,6 +104,11 @@ class WorkQueue:
         self.wait_heap: List[Tuple[float, int, Session]] = []
         self.pause_heap: List[Tuple[float, bytes]] = []
         self._wait_seq = 0
+        #: The earliest deadline the owner's timer is known to cover; a push
+        #: of an earlier deadline sets ``wake_changed`` so the owner re-arms.
+        #: Later deadlines need nothing: a timer firing early just re-arms.
+        self.wake_at = float("inf")
+        self.wake_changed = False
         # Counters.
         self.cmd_counts: Dict[str, int] = dict.fromkeys(COUNTED_COMMANDS, 0)
         self.ready_count = 0
@@ -282,6 +287,9 @@ class WorkQueue:
         entry = (deadline_at, job.id)
         heappush(t.delayed, entry)
         heappush(self.delay_heap, entry)
+        if deadline_at < self.wake_at:
+            self.wake_at = deadline_at
+            self.wake_changed = True
         t.delayed_count += 1
         self.delayed_count += 1
         if len(t.delayed) > 2 * t.delayed_count + 32:
@@ -304,6 +312,9 @@ class WorkQueue:
         entry = (deadline, job.id)
         heappush(self.ttr_heap, entry)
         heappush(s.ttr_heap, entry)
+        if deadline < self.wake_at:
+            self.wake_at = deadline
+            self.wake_changed = True
         job.tube.reserved_count += 1
         self.reserved_count += 1
         if len(self.ttr_heap) > 2 * self.reserved_count + 32:
@@ -465,6 +476,9 @@ class WorkQueue:
         s.wait_token = self._wait_seq
         if wake is not None:
             heappush(self.wait_heap, (wake, s.wait_token, s))
+            if wake < self.wake_at:
+                self.wake_at = wake
+                self.wake_changed = True
             if len(self.wait_heap) > 2 * self.waiting_count + 32:
                 self.wait_heap = [e for e in self.wait_heap
                                   if e[2].waiting and e[2].wait_token == e[1]]
@@ -561,7 +575,7 @@ class WorkQueue:
         entry = (deadline, job_id)
         heappush(self.ttr_heap, entry)
         heappush(s.ttr_heap, entry)
-        return True
+        return True  # a later deadline than before: the timer needs no change
 
     def _kick(self, job: Job) -> None:
         self._detach(job)
@@ -623,6 +637,9 @@ class WorkQueue:
         t.cmd_pause += 1
         if delay:
             heappush(self.pause_heap, (t.unpause_at, name))
+            if t.unpause_at < self.wake_at:
+                self.wake_at = t.unpause_at
+                self.wake_changed = True
         elif t.waiting:
             self._serve_waiters(t)
         return True
@@ -630,7 +647,17 @@ class WorkQueue:
     # ------------------------------------------------------------- deadlines
 
     def next_deadline(self) -> Optional[float]:
-        """When :meth:`tick` next has work to do, or None."""
+        """When :meth:`tick` next has work to do, or None.
+
+        Also resets :attr:`wake_at` to that time: call it when (re)arming the
+        timer, after a tick or when :attr:`wake_changed` is set.
+        """
+        self.wake_changed = False
+        at = self._next_deadline()
+        self.wake_at = float("inf") if at is None else at
+        return at
+
+    def _next_deadline(self) -> Optional[float]:
         best = None
         heap = self.delay_heap
         if heap:

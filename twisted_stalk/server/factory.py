@@ -54,9 +54,12 @@ class BeanstalkServerFactory(Factory):
         self._to_resume.append(proto)
 
     def after_input(self) -> None:
-        """Called after each batch of input: resume woken clients, re-arm the timer."""
-        self._drain_resumes()
-        self.rearm()
+        """Called after each batch of input: resume woken clients, re-arm the
+        timer if the queue gained an earlier deadline."""
+        if self._to_resume:
+            self._drain_resumes()
+        if self.queue.wake_changed:
+            self.rearm()
 
     def _drain_resumes(self) -> None:
         if self._resuming:
@@ -73,6 +76,7 @@ class BeanstalkServerFactory(Factory):
     # The one timer.
 
     def rearm(self) -> None:
+        """Point the one timer at the queue's next deadline."""
         at = self.queue.next_deadline()
         timer = self._timer
         if at is None:
@@ -80,12 +84,14 @@ class BeanstalkServerFactory(Factory):
                 timer.cancel()
             self._timer = self._timer_at = None
             return
+        delay = max(0.0, at - self.reactor.seconds())
         if timer is not None and timer.active():
-            if self._timer_at == at:
-                return
-            timer.cancel()
+            if self._timer_at != at:
+                self._timer_at = at
+                timer.reset(delay)
+            return
         self._timer_at = at
-        self._timer = self.reactor.callLater(max(0.0, at - self.reactor.seconds()), self._fire)
+        self._timer = self.reactor.callLater(delay, self._fire)
 
     def _fire(self) -> None:
         self._timer = self._timer_at = None
