@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .session import Session
     from .tube import Tube
 
 READY = 0
@@ -15,11 +14,6 @@ BURIED = 3
 INVALID = 4
 
 STATE_NAMES = (b"ready", b"reserved", b"delayed", b"buried", b"invalid")
-
-#: Ready-heap keys are ``pri << KEY_SHIFT | id``: one int orders by priority,
-#: then by id (FIFO within a priority), and costs no tuple per job.
-KEY_SHIFT = 64
-ID_MASK = (1 << KEY_SHIFT) - 1
 
 # Indexes into Job.counts.
 RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS = range(5)
@@ -32,9 +26,12 @@ class Job:
     on the wire, so replies need no concatenation with ``b"\\r\\n"``.
     """
 
+    # Twelve slots: with the GC header the object is 128 bytes, one
+    # allocator size class below what a thirteenth slot costs.  The session
+    # holding a reservation is kept in the TTR heap entry, not here.
     __slots__ = (
         "id", "pri", "delay", "ttr", "body", "tube", "state", "created_at",
-        "deadline_at", "reserver", "counts", "heap_key", "binlog_file",
+        "deadline_at", "counts", "heap_key", "binlog_file",
     )
 
     def __init__(self, id: int, pri: int, delay: int, ttr: int, body: bytes,
@@ -49,12 +46,11 @@ class Job:
         self.created_at = created_at
         #: When a delayed job becomes ready or a reserved job times out.
         self.deadline_at = 0.0
-        #: The session holding the reservation.
-        self.reserver: Optional["Session"] = None
         #: [reserves, timeouts, releases, buries, kicks], created on first use
         #: so a stored job that was never touched costs no list.
         self.counts: Optional[List[int]] = None
-        #: The ready-heap key still present in the tube's ready heap, if any.
+        #: The priority of the tube's ready bucket that still holds an entry
+        #: for this job (None: no entry), so the job is never pushed twice.
         self.heap_key: Optional[int] = None
         #: Binlog file sequence number holding this job's put record (0: none).
         self.binlog_file = 0

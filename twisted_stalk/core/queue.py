@@ -29,9 +29,7 @@ from .job import (
     BURIED,
     BURIES,
     DELAYED,
-    ID_MASK,
     INVALID,
-    KEY_SHIFT,
     KICKS,
     READY,
     RELEASES,
@@ -100,10 +98,13 @@ class WorkQueue:
         self.default_tube = self.tube(DEFAULT_TUBE)
         # Global lazy heaps of deadlines.
         self.delay_heap: List[Tuple[float, int]] = []
-        self.ttr_heap: List[Tuple[float, int]] = []
+        #: (deadline_at, job id, reserving session) of reserved jobs.
+        self.ttr_heap: List[Tuple[float, int, Session]] = []
         self.wait_heap: List[Tuple[float, int, Session]] = []
         self.pause_heap: List[Tuple[float, bytes]] = []
         self._wait_seq = 0
+        # Jobs put in the same millisecond share one creation-time float.
+        self._created = 0.0
         #: The earliest deadline the owner's timer is known to cover; a push
         #: of an earlier deadline sets ``wake_changed`` so the owner re-arms.
         #: Later deadlines need nothing: a timer firing early just re-arms.
@@ -234,8 +235,11 @@ class WorkQueue:
             body: bytes) -> Job:
         """Insert a job; ``body`` includes its trailing CRLF."""
         now = self.clock.seconds()
+        created = self._created
+        if not 0.0 <= now - created < 0.001:
+            created = self._created = now
         t = s.use
-        job = Job(job_id, pri, delay, ttr or 1, body, t, now)
+        job = Job(job_id, pri, delay, ttr or 1, body, t, created)
         self.journal.job_put(job)
         self.jobs[job_id] = job
         self.total_jobs += 1
@@ -262,14 +266,17 @@ class WorkQueue:
 
     def _make_ready(self, job: Job) -> None:
         job.state = READY
-        job.reserver = None
         t = job.tube
-        key = job.pri << KEY_SHIFT | job.id
-        if job.heap_key != key:
-            heap = t.ready
-            heappush(heap, key)
-            job.heap_key = key
-            if len(heap) > 2 * t.ready_count + 32:
+        pri = job.pri
+        if job.heap_key != pri:
+            bucket = t.ready.get(pri)
+            if bucket is None:
+                bucket = t.ready[pri] = []
+                heappush(t.ready_pris, pri)
+            heappush(bucket, job.id)
+            job.heap_key = pri
+            t.ready_entries += 1
+            if t.ready_entries > 2 * t.ready_count + 64:
                 self._compact_ready(t)
         t.ready_count += 1
         self.ready_count += 1
@@ -281,7 +288,6 @@ class WorkQueue:
 
     def _make_delayed(self, job: Job, deadline_at: float) -> None:
         job.state = DELAYED
-        job.reserver = None
         job.deadline_at = deadline_at
         t = job.tube
         entry = (deadline_at, job.id)
@@ -299,19 +305,16 @@ class WorkQueue:
 
     def _make_buried(self, job: Job) -> None:
         job.state = BURIED
-        job.reserver = None
         job.tube.buried[job.id] = job
         self.buried_count += 1
 
     def _make_reserved(self, s: Session, job: Job, now: float) -> None:
         job.state = RESERVED
-        job.reserver = s
         deadline = job.deadline_at = now + job.ttr
         job.count(RESERVES)
         s.reserved[job.id] = job
-        entry = (deadline, job.id)
-        heappush(self.ttr_heap, entry)
-        heappush(s.ttr_heap, entry)
+        heappush(self.ttr_heap, (deadline, job.id, s))
+        heappush(s.ttr_heap, (deadline, job.id))
         if deadline < self.wake_at:
             self.wake_at = deadline
             self.wake_changed = True
@@ -322,9 +325,15 @@ class WorkQueue:
         if len(s.ttr_heap) > 2 * len(s.reserved) + 32:
             s.ttr_heap = self._live_deadlines(s.ttr_heap, RESERVED)
 
+    def _touch_deadline(self, s: Session, job: Job, deadline: float) -> None:
+        job.deadline_at = deadline
+        heappush(self.ttr_heap, (deadline, job.id, s))
+        heappush(s.ttr_heap, (deadline, job.id))
+
     # State exit.  _detach takes a job out of whatever state it is in.
 
-    def _detach(self, job: Job) -> None:
+    def _detach(self, job: Job, s: Optional[Session] = None) -> None:
+        """Take ``job`` out of its state; ``s`` holds it if it is reserved."""
         state = job.state
         t = job.tube
         if state == READY:
@@ -334,7 +343,6 @@ class WorkQueue:
                 t.urgent_count -= 1
                 self.urgent_count -= 1
         elif state == RESERVED:
-            s = job.reserver
             if s is not None:
                 s.reserved.pop(job.id, None)
             self._unreserve_counts(job)
@@ -349,39 +357,56 @@ class WorkQueue:
     def _unreserve_counts(self, job: Job) -> None:
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
-        job.reserver = None
 
     # Lazy heap maintenance.
 
-    def _ready_top(self, t: Tube) -> Optional[int]:
-        """The live key at the top of ``t``'s ready heap, dropping stale ones."""
-        heap = t.ready
+    def _ready_top(self, t: Tube) -> Optional[Job]:
+        """The best ready job of ``t`` (lowest pri, then id), dropping stale entries.
+
+        A bucket entry is live when its job is ready and still marks that
+        bucket as holding its entry (``heap_key``); anything else is stale.
+        """
+        pris = t.ready_pris
+        buckets = t.ready
         jobs = self.jobs
-        while heap:
-            key = heap[0]
-            job = jobs.get(key & ID_MASK)
-            if job is not None and job.heap_key == key:
-                if job.state == READY:
-                    return key
-                job.heap_key = None
-            heappop(heap)
+        while pris:
+            pri = pris[0]
+            bucket = buckets.get(pri)
+            while bucket:
+                job = jobs.get(bucket[0])
+                if job is not None and job.heap_key == pri:
+                    if job.state == READY:
+                        return job
+                    job.heap_key = None
+                heappop(bucket)
+                t.ready_entries -= 1
+            buckets.pop(pri, None)
+            heappop(pris)
         return None
 
     def _compact_ready(self, t: Tube) -> None:
         jobs = self.jobs
-        live = []
-        for key in t.ready:
-            job = jobs.get(key & ID_MASK)
-            if job is None or job.heap_key != key:
-                continue
-            if job.state == READY:
-                live.append(key)
+        entries = 0
+        for pri, bucket in list(t.ready.items()):
+            live = []
+            for job_id in bucket:
+                job = jobs.get(job_id)
+                if job is None or job.heap_key != pri:
+                    continue
+                if job.state == READY:
+                    live.append(job_id)
+                else:
+                    job.heap_key = None
+            if live:
+                heapq.heapify(live)
+                t.ready[pri] = live
+                entries += len(live)
             else:
-                job.heap_key = None
-        heapq.heapify(live)
-        t.ready = live
+                del t.ready[pri]
+        t.ready_pris = sorted(t.ready)
+        t.ready_entries = entries
 
-    def _live_deadlines(self, heap: List[Tuple[float, int]], state: int) -> List[Tuple[float, int]]:
+    def _live_deadlines(self, heap: list, state: int) -> list:
         jobs = self.jobs
         live = []
         for entry in heap:
@@ -406,23 +431,21 @@ class WorkQueue:
     def _is_paused(self, t: Tube, now: float) -> bool:
         return bool(t.pause) and t.unpause_at > now
 
-    def _best_ready(self, s: Session, now: float) -> Optional[Tuple[Tube, int]]:
+    def _best_ready(self, s: Session, now: float) -> Optional[Job]:
         best = None
-        best_tube = None
         for t in s.watch:
             if t.ready_count and not (t.pause and t.unpause_at > now):
-                key = self._ready_top(t)
-                if key is not None and (best is None or key < best):
-                    best = key
-                    best_tube = t
-        if best_tube is None:
-            return None
-        return best_tube, best
+                job = self._ready_top(t)
+                if job is not None and (best is None or job.pri < best.pri
+                                        or (job.pri == best.pri and job.id < best.id)):
+                    best = job
+        return best
 
-    def _take_ready(self, t: Tube, key: int) -> Job:
-        """Pop the top of ``t``'s ready heap (which is ``key``) and detach its job."""
-        heappop(t.ready)
-        job = self.jobs[key & ID_MASK]
+    def _take_ready(self, job: Job) -> Job:
+        """Pop ``job``, the top of its tube's best ready bucket, and detach it."""
+        t = job.tube
+        heappop(t.ready[job.pri])
+        t.ready_entries -= 1
         job.heap_key = None
         t.ready_count -= 1
         self.ready_count -= 1
@@ -446,9 +469,9 @@ class WorkQueue:
             if (soonest is not None and now >= soonest - SAFETY_MARGIN
                     and not any(t.ready_count for t in s.watch)):
                 return DEADLINE_SOON
-        found = self._best_ready(s, now)
-        if found is not None:
-            job = self._take_ready(*found)
+        job = self._best_ready(s, now)
+        if job is not None:
+            self._take_ready(job)
             self._make_reserved(s, job, now)
             return job
         if timeout == 0:
@@ -500,11 +523,11 @@ class WorkQueue:
         waiting = t.waiting
         while waiting and t.ready_count:
             s = next(iter(waiting))
-            found = self._best_ready(s, now)
-            if found is None:  # pragma: no cover - t has a ready job
+            job = self._best_ready(s, now)
+            if job is None:  # pragma: no cover - t has a ready job
                 return
             self._stop_waiting(s)
-            job = self._take_ready(*found)
+            self._take_ready(job)
             self._make_reserved(s, job, now)
             s.listener.reserved(job)
 
@@ -522,10 +545,10 @@ class WorkQueue:
 
     def delete(self, s: Session, job_id: int) -> bool:
         job = self.jobs.get(job_id)
-        if job is None or (job.state == RESERVED and job.reserver is not s):
+        if job is None or (job.state == RESERVED and s.reserved.get(job_id) is not job):
             return False
         self.journal.job_deleted(job)
-        self._detach(job)
+        self._detach(job, s)
         del self.jobs[job_id]
         t = job.tube
         t.cmd_delete += 1
@@ -543,7 +566,7 @@ class WorkQueue:
         except Exception:
             job.pri, job.delay = old
             raise
-        self._detach(job)
+        self._detach(job, s)
         job.count(RELEASES)
         if delay:
             self._make_delayed(job, self.clock.seconds() + delay)
@@ -562,7 +585,7 @@ class WorkQueue:
         except Exception:
             job.pri = old
             raise
-        self._detach(job)
+        self._detach(job, s)
         job.count(BURIES)
         self._make_buried(job)
         return True
@@ -571,11 +594,9 @@ class WorkQueue:
         job = s.reserved.get(job_id)
         if job is None:
             return False
-        deadline = job.deadline_at = self.clock.seconds() + job.ttr
-        entry = (deadline, job_id)
-        heappush(self.ttr_heap, entry)
-        heappush(s.ttr_heap, entry)
-        return True  # a later deadline than before: the timer needs no change
+        # A later deadline than before: the timer needs no change.
+        self._touch_deadline(s, job, self.clock.seconds() + job.ttr)
+        return True
 
     def _kick(self, job: Job) -> None:
         self._detach(job)
@@ -617,8 +638,7 @@ class WorkQueue:
         return self.jobs.get(job_id)
 
     def peek_ready(self, s: Session) -> Optional[Job]:
-        key = self._ready_top(s.use)
-        return None if key is None else self.jobs[key & ID_MASK]
+        return self._ready_top(s.use)
 
     def peek_delayed(self, s: Session) -> Optional[Job]:
         return self._delayed_top(s.use.delayed)
@@ -667,7 +687,7 @@ class WorkQueue:
         heap = self.ttr_heap
         jobs = self.jobs
         while heap:
-            deadline, job_id = heap[0]
+            deadline, job_id, _ = heap[0]
             job = jobs.get(job_id)
             if job is not None and job.state == RESERVED and job.deadline_at == deadline:
                 if best is None or deadline < best:
@@ -707,11 +727,11 @@ class WorkQueue:
             self._make_ready(job)
         heap = self.ttr_heap
         while heap and heap[0][0] <= now:
-            deadline, job_id = heappop(heap)
+            deadline, job_id, s = heappop(heap)
             job = jobs.get(job_id)
             if job is None or job.state != RESERVED or job.deadline_at != deadline:
                 continue
-            self._time_out(job)
+            self._time_out(job, s)
             heap = self.ttr_heap  # _make_ready may have compacted it
         heap = self.wait_heap
         while heap and heap[0][0] <= now:
@@ -738,14 +758,12 @@ class WorkQueue:
             if t.waiting:
                 self._serve_waiters(t)
 
-    def _time_out(self, job: Job) -> None:
+    def _time_out(self, job: Job, s: Session) -> None:
         try:
             self.journal.job_updated(job)
         except Exception:
             pass  # the job comes back as ready after a restart anyway
-        s = job.reserver
-        if s is not None:
-            s.reserved.pop(job.id, None)
+        s.reserved.pop(job.id, None)
         self._unreserve_counts(job)
         job.count(TIMEOUTS)
         self.job_timeouts += 1

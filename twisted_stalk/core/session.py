@@ -55,6 +55,10 @@ class Session:
         self.is_worker = False
         self.closed = False
 
+    def __lt__(self, other: "Session") -> bool:
+        # Only to break ties between identical (deadline, id) heap entries.
+        return id(self) < id(other)
+
     def soonest_deadline(self) -> Optional[float]:
         """The earliest TTR deadline among this session's reservations."""
         heap = self.ttr_heap

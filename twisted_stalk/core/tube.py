@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import Job
@@ -15,7 +15,8 @@ class Tube:
     """
 
     __slots__ = (
-        "name", "index", "ready", "ready_count", "urgent_count", "delayed",
+        "name", "index", "ready", "ready_pris", "ready_entries", "ready_count",
+        "urgent_count", "delayed",
         "delayed_count", "buried", "reserved_count", "total_jobs", "using_count",
         "watching_count", "waiting", "cmd_delete", "cmd_pause", "pause",
         "unpause_at",
@@ -25,8 +26,13 @@ class Tube:
         self.name = name
         #: Position in the server's tube list (for O(1) swap-removal).
         self.index = -1
-        #: Heap of ``pri << 64 | id`` keys (see job.KEY_SHIFT).
-        self.ready: List[int] = []
+        #: Ready jobs by priority: each bucket is a heap of job ids (the id
+        #: objects the jobs already hold, so an entry costs one pointer).
+        self.ready: Dict[int, List[int]] = {}
+        #: Heap of the priorities that have a bucket.
+        self.ready_pris: List[int] = []
+        #: Entries in all buckets, live and stale (for compaction).
+        self.ready_entries = 0
         self.ready_count = 0
         self.urgent_count = 0
         #: Heap of ``(deadline_at, id)`` for delayed jobs.
