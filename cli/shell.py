@@ -1,0 +1,349 @@
+"""``stalk``: an interactive shell and command-line toolkit for beanstalk servers.
+
+::
+
+    stalk [-a HOST:PORT | --url tcp:...|unix:...|tls:...]      interactive shell
+    stalk [options] COMMAND [ARGS...]                           one protocol command
+    stalk [options] -            (or a pipe on stdin)           commands from stdin
+    stalk [options] top|tail|put|flush|move|kick|stats ...      tools
+
+Exit status: 0 success, 1 an error reply (NOT_FOUND, TIMED_OUT ...),
+2 bad usage or a malformed command, 3 the server could not be reached or the
+connection broke, 130 interrupted.  See docs/shell.md.
+"""
+from __future__ import annotations
+
+import argparse
+import configparser
+import os
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+__version__ = "0.1.0"
+
+EXIT_OK, EXIT_REPLY, EXIT_USAGE, EXIT_CONNECTION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+TOOL_NAMES = ("top", "tail", "put", "flush", "move", "kick", "stats")
+
+EPILOG = """\
+commands: any beanstalk command as on the wire (stalk peek-ready, stalk stats-tube emails),
+          help [COMMAND], or a tool:
+  top [TUBE...]            live per-tube table (counts, waiting workers, put/delete rates)
+  tail TUBE                show jobs as they arrive, without reserving them
+  put [BODY...]            put a job (--tube --pri --delay --ttr; -f FILE; --lines; stdin)
+  flush TUBE               delete ready/delayed/buried jobs (--state, --yes, --dry-run)
+  move FROM TO             move jobs safely (--state, --yes, --dry-run, --max; resumable)
+  kick TUBE [N]            kick buried (or delayed) jobs back to ready
+  stats [TUBE]             server or tube statistics
+run "stalk TOOL --help" for a tool's options.
+
+exit status: 0 ok, 1 error reply, 2 bad usage/command, 3 connection failure, 130 interrupted.
+config: $XDG_CONFIG_HOME/stalk/config (see docs/shell.md); history: $XDG_DATA_HOME/stalk/history.
+"""
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="stalk", description="An interactive shell and command-line toolkit "
+                "for beanstalkd-compatible work-queue servers.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-a", "--address", help="server as HOST:PORT (default 127.0.0.1:11300, "
+                   "or $STALK_ADDRESS, or the config file)")
+    p.add_argument("--url", help="server as tcp:HOST:PORT, unix:PATH or tls:HOST:PORT")
+    p.add_argument("--insecure", action="store_true", help="tls: do not verify the certificate")
+    p.add_argument("--cafile", help="tls: CA bundle to verify the server with")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", dest="fmt", action="store_const", const="json",
+                     help="print replies as JSON (one object per line)")
+    fmt.add_argument("--yaml", dest="fmt", action="store_const", const="yaml", help="print replies as YAML")
+    fmt.add_argument("--raw", dest="fmt", action="store_const", const="raw",
+                     help="print replies as sent (the default when stdout is not a terminal)")
+    fmt.add_argument("--pretty", dest="fmt", action="store_const", const="pretty",
+                     help="print replies for people (the default on a terminal)")
+    p.add_argument("-b", "--body", action="store_true", help="print only job bodies, byte for byte")
+    p.add_argument("-t", "--tube", help="use and watch TUBE (only it) before the command")
+    p.add_argument("-r", "--repeat", type=int, default=1, metavar="N",
+                   help="run the command N times (0: until Ctrl-C)")
+    p.add_argument("-i", "--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between repeats (default 1)")
+    p.add_argument("-k", "--keep-going", action="store_true",
+                   help="with commands from stdin: do not stop at the first error")
+    p.add_argument("--wire", action="store_true", help="show the bytes sent and received (on stderr "
+                   "in command-line mode)")
+    p.add_argument("--vi", action="store_true", help="vi key bindings in the shell")
+    p.add_argument("--history", metavar="FILE", help="history file (default $XDG_DATA_HOME/stalk/history; "
+                   "'off' for none)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="connect and reply timeout (default 5 and 30)")
+    p.add_argument("--no-color", action="store_true", help="no colours")
+    p.add_argument("-V", "--version", action="store_true", help="show the version")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="a protocol command, help, - or a tool")
+    return p
+
+
+# --------------------------------------------------------------------------
+# Configuration
+
+def load_config(path: Optional[str] = None) -> Dict[str, str]:
+    """``[stalk]`` options from the config file (missing file: no options)."""
+    from .shell_conn import config_home
+    path = path or os.environ.get("STALK_CONFIG") or os.path.join(config_home(), "config")
+    cp = configparser.ConfigParser()
+    try:
+        cp.read(path, encoding="utf-8")
+    except (configparser.Error, OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read config {path}: {e}")
+    return dict(cp["stalk"]) if cp.has_section("stalk") else {}
+
+
+def _bool(text: str) -> bool:
+    return text.strip().lower() in ("1", "yes", "true", "on")
+
+
+def put_defaults(config: Dict[str, str]) -> Tuple[int, int, int]:
+    from .shell_input import DEFAULT_PUT
+    out = []
+    for key, default in zip(("put_pri", "put_delay", "put_ttr"), DEFAULT_PUT):
+        value = config.get(key, str(default)).strip()
+        if not value.isdigit():
+            raise UsageError(f"config {key} must be a whole number, got {value!r}")
+        out.append(int(value))
+    return out[0], out[1], out[2]
+
+
+def resolve_target(args, config: Dict[str, str]):
+    from .shell_conn import Target, parse_target
+    text = args.url or args.address or os.environ.get("STALK_ADDRESS") or config.get("address") or ""
+    try:
+        target = parse_target(text) if text else Target()
+    except ValueError as e:
+        raise UsageError(str(e))
+    if target.scheme == "tls":
+        cafile = args.cafile or config.get("cafile", "")
+        insecure = args.insecure or _bool(config.get("insecure", "no"))
+        target = Target("tls", target.host, target.port, insecure=insecure, cafile=cafile)
+    return target
+
+
+# --------------------------------------------------------------------------
+# Entry point
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _main(argv)
+    except UsageError as e:
+        sys.stderr.write(f"stalk: {e}\n(stalk --help for usage)\n")
+        status = EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("stalk: interrupted\n")
+        status = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        status = EXIT_OK
+    except Exception as e:  # nothing ever shows a traceback
+        if os.environ.get("STALK_DEBUG"):
+            raise
+        sys.stderr.write(f"stalk: internal error: {e.__class__.__name__}: {e}\n"
+                         "(set STALK_DEBUG=1 for details)\n")
+        status = 70
+    return status
+
+
+def _main(argv: List[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(f"stalk {__version__}")
+        return EXIT_OK
+    config = load_config()
+    target = resolve_target(args, config)
+    timeout = args.timeout
+    connect_timeout = timeout or float(config.get("connect_timeout", 5))
+    reply_timeout = timeout or float(config.get("reply_timeout", 30))
+    command = args.command
+    if command and command[0] == "--":
+        command = command[1:]
+    fmt = args.fmt or ("pretty" if sys.stdout.isatty() else "raw")
+    color = not (args.no_color or os.environ.get("NO_COLOR") or _bool(config.get("no_color", "no")))
+    defaults = put_defaults(config)
+
+    from .shell_conn import Connection, ConnectionFailed, StalkError
+    from .shell_tools import Output, ToolError
+
+    out = Output(fmt, body_only=args.body, color=color)
+    if not command:
+        if sys.stdin.isatty():
+            return interactive(args, config, target, connect_timeout, reply_timeout, defaults)
+        command = ["-"]
+    if command[0] in ("help", "?"):
+        from .shell_repl import help_text
+        out.fragments(help_text(" ".join(command[1:])))
+        return EXIT_OK
+    if command[0] != "-" and command[0] not in TOOL_NAMES:
+        # Validate before connecting: a malformed command is explained locally.
+        from .shell_input import InputError, build_request
+        try:
+            build_request(" ".join(command), put_defaults=defaults, check_only=True)
+        except InputError as e:
+            raise UsageError(e.message)
+    conn = Connection(target, connect_timeout=connect_timeout, reply_timeout=reply_timeout)
+    if args.wire:
+        conn.wire = _stderr_wire
+    try:
+        conn.connect()
+    except ConnectionFailed as e:
+        sys.stderr.write(f"stalk: {e}\n")
+        return EXIT_CONNECTION
+    try:
+        if args.tube:
+            _select_tube(conn, args.tube)
+        if command[0] == "-":
+            if command[1:]:
+                raise UsageError("- takes no arguments: it reads commands from stdin")
+            return run_script(conn, out, args.keep_going, defaults)
+        if command[0] in TOOL_NAMES:
+            from .shell_tools import TOOLS
+            return TOOLS[command[0]](conn, command[1:], out)
+        return run_one(conn, out, command, args.repeat, args.interval, defaults)
+    except ToolError as e:
+        sys.stderr.write(f"stalk: {e}\n")
+        return e.status
+    except StalkError as e:
+        sys.stderr.write(f"stalk: {e}\n")
+        return EXIT_CONNECTION
+    finally:
+        conn.close()
+
+
+def _stderr_wire(direction: str, data: bytes) -> None:
+    from .shell_render import plain, render_wire
+    sys.stderr.write(plain(render_wire(direction, data)))
+    sys.stderr.flush()
+
+
+def _select_tube(conn, tube: str) -> None:
+    from twisted_stalk.protocol import valid_tube_name
+    from .shell_tools import call, expect
+    if not valid_tube_name(tube.encode("ascii", "replace")):
+        raise UsageError(f"bad tube name {tube!r}")
+    expect(call(conn, f"use {tube}"), "use")
+    expect(call(conn, f"watch {tube}"), "watch")
+    if tube != "default":
+        expect(call(conn, "ignore default"), "ignore")
+
+
+def _execute(conn, out, req) -> bool:
+    """Send one request and print its reply (and any extra replies after raw
+    bytes); True when it succeeded."""
+    from .shell_conn import reply_ok
+    reply = conn.call(req.wire(), blocking=req.blocks)
+    out.reply(req.name or None, reply)
+    ok = reply_ok(req.name or None, reply)
+    if req.raw:
+        for extra in conn.drain():
+            out.reply(None, extra)
+            ok = ok and reply_ok(None, extra)
+    return ok
+
+
+def run_one(conn, out, command: List[str], repeat: int, interval: float,
+            defaults: Tuple[int, int, int]) -> int:
+    from .shell_input import InputError, build_request
+    text = " ".join(command)
+    try:
+        req = build_request(text, put_defaults=defaults)
+    except InputError as e:
+        raise UsageError(e.message)
+    if req is None:
+        return EXIT_OK
+    if req.meta:
+        raise UsageError(f"{req.name} only works in the interactive shell")
+    if req.name == "put" and not req.raw:
+        raise UsageError("use the put tool: stalk put [--tube T --pri P --delay D --ttr T] BODY")
+    status = EXIT_OK
+    n = 0
+    while True:
+        n += 1
+        if not _execute(conn, out, req):
+            status = EXIT_REPLY
+        if repeat and n >= repeat:
+            return status
+        time.sleep(max(0.0, interval))
+
+
+def run_script(conn, out, keep_going: bool, defaults: Tuple[int, int, int]) -> int:
+    """Commands from stdin, one per line (put bodies as in the shell)."""
+    from .shell_input import InputError, ScriptReader, build_request
+    status = EXIT_OK
+    for lineno, line, body in ScriptReader(sys.stdin.buffer):
+        try:
+            req = build_request(line, body=body, put_defaults=defaults)
+        except InputError as e:
+            sys.stderr.write(f"stalk: stdin line {lineno}: {e.message}\n")
+            if not keep_going:
+                return EXIT_USAGE
+            status = EXIT_USAGE
+            continue
+        if req is None:
+            continue
+        if req.meta:
+            if req.name == "exit":
+                break
+            if req.name == "help":
+                from .shell_repl import help_text
+                out.fragments(help_text(req.text))
+            elif req.name == "\\wire":
+                conn.wire = None if (req.text == "off" or (not req.text and conn.wire)) else _stderr_wire
+            continue
+        if req.name == "quit" and not req.raw:
+            conn.send(req.wire())
+            break
+        if not _execute(conn, out, req):
+            if not keep_going:
+                return EXIT_REPLY
+            status = status or EXIT_REPLY
+    return status
+
+
+def interactive(args, config: Dict[str, str], target, connect_timeout: float,
+                reply_timeout: float, defaults: Tuple[int, int, int]) -> int:
+    from .shell_conn import Session
+    from .shell_repl import Shell, history_path, open_history
+    hist_setting = args.history or config.get("history", "")
+    if hist_setting == "off":
+        path = None
+    else:
+        path = os.path.expanduser(hist_setting) if hist_setting else history_path()
+    history, warning = open_history(path)
+    session = Session(target, connect_timeout=connect_timeout, reply_timeout=reply_timeout)
+    vi = args.vi or config.get("editing_mode", "emacs").strip().lower() == "vi"
+    try:
+        body_limit = int(config.get("body_limit", 16384))
+    except ValueError:
+        raise UsageError("config body_limit must be a whole number")
+    shell = Shell(session, history=history, vi=vi, put_defaults=defaults,
+                  pretty_json=_bool(config.get("pretty_json", "yes")),
+                  body_limit=body_limit, wire=args.wire or _bool(config.get("wire", "no")))
+    if args.tube:
+        shell.session.use = args.tube
+        shell.session.watch = [args.tube]
+    if warning:
+        shell.warn(warning)
+    return shell.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,460 @@
+"""What the user typed, turned into requests: one place for every input rule.
+
+The interactive shell, ``stalk CMD ARGS`` and ``stalk -`` all go through
+:func:`build_request`, and the shared command table
+(:mod:`twisted_stalk.protocol.commands`) decides what is valid, so completion,
+hints, validation and help never disagree.
+
+Rules for ``put``:
+
+* ``put`` or ``put <pri> <delay> <ttr>``: the body is on the following
+  line(s), ended by an empty line; the shell counts the bytes (UTF-8).
+  Omitted ``pri delay ttr`` take the configured defaults.
+* ``put [<pri> <delay> <ttr>] @FILE``: the body is the file's bytes, exactly.
+* ``put [<pri> <delay> <ttr>] $EDITOR``: the body is written in ``$VISUAL`` /
+  ``$EDITOR`` (one trailing newline dropped).
+* ``put <pri> <delay> <ttr> <bytes>``: sends exactly what you typed, even if
+  the count is wrong, so you can test how a server copes.
+
+A line starting with ``!`` is sent as raw bytes without any check (C-style
+escapes ``\\r \\n \\t \\0 \\\\ \\xNN`` are decoded), for testing servers.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from twisted_stalk.protocol import BY_NAME, COMMANDS, CommandSpec, validate_command_args
+from twisted_stalk.protocol.constants import MAX_LINE_CONTENT
+
+#: Default priority, delay and TTR for ``put`` without them.
+DEFAULT_PUT = (1024, 0, 60)
+
+
+class InputError(Exception):
+    """What is wrong with a line, in words; ``position`` is a cursor hint."""
+
+    def __init__(self, message: str, position: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.position = position
+
+
+@dataclass(frozen=True)
+class MetaCommand:
+    name: str
+    usage: str
+    summary: str
+    aliases: Tuple[str, ...] = ()
+
+
+META_COMMANDS: Tuple[MetaCommand, ...] = (
+    MetaCommand("help", "help [command]", "List commands, or explain one command.", ("?", "\\h", "\\help")),
+    MetaCommand("\\wire", "\\wire [on|off]", "Toggle showing the exact bytes sent and received."),
+    MetaCommand("\\jobs", "\\jobs", "Show the jobs this connection has reserved and their TTR left."),
+    MetaCommand("\\reconnect", "\\reconnect", "Drop the connection and connect again (reserved jobs go back to ready)."),
+    MetaCommand("\\connect", "\\connect <address>", "Connect to another server (host:port, unix:PATH, tls:host:port)."),
+    MetaCommand("\\json", "\\json [on|off]", "Toggle pretty-printing of JSON job bodies."),
+    MetaCommand("\\vi", "\\vi", "Use vi key bindings."),
+    MetaCommand("\\emacs", "\\emacs", "Use emacs key bindings (the default)."),
+    MetaCommand("\\raw", "\\raw <text>  (or !<text>)", "Send text as raw bytes without checking it (escapes: \\r \\n \\t \\0 \\\\ \\xNN)."),
+    MetaCommand("exit", "exit", "Leave the shell (also \\q, Ctrl-D).", ("\\q", "\\quit")),
+)
+
+META_BY_NAME: Dict[str, MetaCommand] = {}
+for _m in META_COMMANDS:
+    META_BY_NAME[_m.name] = _m
+    for _a in _m.aliases:
+        META_BY_NAME[_a] = _m
+
+
+@dataclass
+class Request:
+    """Something to do: a protocol command, a raw send or a meta command."""
+
+    name: str
+    args: List[str] = field(default_factory=list)
+    line: bytes = b""
+    body: Optional[bytes] = None
+    #: Sent without checking; further replies are drained and shown.
+    raw: bool = False
+    #: A shell command (help, \\wire ...), not sent to the server.
+    meta: bool = False
+    #: The raw text for ``\\raw`` / the argument text for meta commands.
+    text: str = ""
+    #: False for a raw line ending in ``\\c``: no CRLF after it.
+    crlf: bool = True
+
+    @property
+    def spec(self) -> Optional[CommandSpec]:
+        return BY_NAME.get(self.name)
+
+    @property
+    def blocks(self) -> bool:
+        spec = self.spec
+        return bool(spec and spec.blocks)
+
+    def wire(self) -> bytes:
+        data = self.line + (b"\r\n" if self.crlf else b"")
+        if self.body is not None:
+            data += self.body + b"\r\n"
+        return data
+
+
+# --------------------------------------------------------------------------
+# Usage strings and hints, from the table
+
+def arg_label(spec: CommandSpec, index: int) -> str:
+    arg = spec.args[index]
+    if spec.name == "put" and arg.kind == "bytes":
+        return "[bytes]"
+    return f"<{arg.name}>"
+
+
+def usage(spec: CommandSpec) -> str:
+    """``put <pri> <delay> <ttr> [bytes]``: the table's usage, the shell's view."""
+    return " ".join([spec.name] + [arg_label(spec, i) for i in range(len(spec.args))])
+
+
+def hint_for(text: str) -> str:
+    """The grey argument hint to show after ``text`` (the line typed so far)."""
+    if "\n" in text or not text.strip():
+        return ""
+    tokens = text.split()
+    spec = BY_NAME.get(tokens[0])
+    if spec is None:
+        return ""
+    if len(tokens) == 1 and not text[-1:].isspace():
+        done = 0
+        prefix = " "
+    else:
+        done = len(tokens) - 1 if text[-1:].isspace() else len(tokens)
+        prefix = "" if text[-1:].isspace() else " "
+    if spec.name == "put" and tokens[-1:] and tokens[-1].startswith(("@", "$")) and len(tokens) > 1:
+        return ""
+    labels = [arg_label(spec, i) for i in range(done, len(spec.args))]
+    if not labels:
+        return ""
+    return prefix + " ".join(labels)
+
+
+def current_arg(text: str) -> Tuple[Optional[CommandSpec], Optional[int]]:
+    """The command being typed and the index of the argument under the cursor."""
+    first = text.split("\n", 1)[0]
+    tokens = first.split()
+    if not tokens:
+        return None, None
+    spec = BY_NAME.get(tokens[0])
+    if spec is None:
+        return None, None
+    if len(tokens) == 1 and not first[-1:].isspace():
+        return spec, None
+    index = len(tokens) - 1 if first[-1:].isspace() else len(tokens) - 2
+    if index >= len(spec.args):
+        return spec, None
+    return spec, index
+
+
+def suggest_command(word: str) -> str:
+    names = [c.name for c in COMMANDS] + [m.name for m in META_COMMANDS]
+    close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
+    starts = [n for n in names if n.startswith(word)] if word else []
+    options = list(dict.fromkeys(starts[:3] + close))
+    return f" (did you mean {', '.join(options)}?)" if options else ""
+
+
+# --------------------------------------------------------------------------
+# Raw escapes
+
+def decode_escapes(text: str) -> bytes:
+    """``\\r \\n \\t \\0 \\\\ \\xNN`` to bytes; other characters as UTF-8."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\" or i + 1 >= len(text):
+            out += ch.encode("utf-8")
+            i += 1
+            continue
+        nxt = text[i + 1]
+        simple = {"r": b"\r", "n": b"\n", "t": b"\t", "0": b"\0", "\\": b"\\"}
+        if nxt in simple:
+            out += simple[nxt]
+            i += 2
+        elif nxt == "x" and i + 3 < len(text) + 0 and _is_hex(text[i + 2:i + 4]):
+            out.append(int(text[i + 2:i + 4], 16))
+            i += 4
+        else:
+            out += b"\\"
+            i += 1
+    return bytes(out)
+
+
+def _is_hex(s: str) -> bool:
+    return len(s) == 2 and all(c in "0123456789abcdefABCDEF" for c in s)
+
+
+# --------------------------------------------------------------------------
+# Put bodies
+
+@dataclass
+class PutForm:
+    """How a put line says where its body comes from."""
+
+    numbers: List[str]
+    source: str  # "lines", "exact", "file", "editor"
+    path: str = ""
+
+
+def put_form(first_line: str) -> Optional[PutForm]:
+    """Classify a ``put`` line (or ``!put``), None if it is not a put."""
+    line = first_line[1:] if first_line.startswith("!") else first_line
+    tokens = line.split()
+    if not tokens or tokens[0] != "put":
+        return None
+    args = tokens[1:]
+    if args and args[-1].startswith("@"):
+        return PutForm(args[:-1], "file", args[-1][1:])
+    if args and args[-1] in ("$EDITOR", "$VISUAL"):
+        return PutForm(args[:-1], "editor")
+    if len(args) == 4:
+        return PutForm(args, "exact")
+    return PutForm(args, "lines")
+
+
+def needs_more_input(text: str) -> bool:
+    """Whether Enter should start/continue a put body instead of submitting.
+
+    * ``put`` / ``put <pri> <delay> <ttr>``: until an empty line ends the body.
+    * ``put <pri> <delay> <ttr> <bytes>``: until the body has that many bytes
+      (Alt-Enter submits a shorter one anyway).
+    """
+    first, nl, rest = text.partition("\n")
+    form = put_form(first)
+    if form is None or form.source in ("file", "editor"):
+        return False
+    if form.source == "exact":
+        try:
+            size = int(form.numbers[3])
+        except ValueError:
+            return False
+        if not nl:
+            return True
+        return len(rest.encode("utf-8")) < size
+    if len(form.numbers) not in (0, 3) or first.startswith("!"):
+        return False
+    if not nl:
+        return True
+    return not text.endswith("\n")
+
+
+def default_editor(initial: bytes = b"") -> bytes:
+    """Edit a body in ``$VISUAL``/``$EDITOR`` (``vi``); returns the bytes."""
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    fd, path = tempfile.mkstemp(prefix="stalk-body-", suffix=".txt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(initial)
+        try:
+            status = subprocess.call(shlex.split(editor) + [path])
+        except OSError as e:
+            raise InputError(f"cannot run editor {editor!r}: {e.strerror or e}")
+        if status != 0:
+            raise InputError(f"editor {editor!r} exited with status {status}; nothing sent")
+        with open(path, "rb") as f:
+            data = f.read()
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return data[:-1] if data.endswith(b"\n") else data
+
+
+Editor = Callable[[bytes], bytes]
+
+
+# --------------------------------------------------------------------------
+# Building requests
+
+def build_request(text: str, *, body: Optional[bytes] = None,
+                  put_defaults: Tuple[int, int, int] = DEFAULT_PUT,
+                  editor: Optional[Editor] = None, check_only: bool = False) -> Optional[Request]:
+    """Turn one entry into a :class:`Request` (None for blank lines/comments).
+
+    ``text`` is what was typed: the command line, and for a put the body on
+    the following lines.  Script mode passes the body it read separately as
+    ``body`` (already exact).  ``check_only`` validates without reading files
+    or running the editor.  Raises :class:`InputError`.
+    """
+    first, nl, rest = text.partition("\n")
+    stripped = first.strip()
+    if not stripped or stripped.startswith("#"):
+        if nl and rest.strip():
+            raise InputError("a body needs a put command before it")
+        return None
+    if stripped.startswith("!") or stripped.split()[0] == "\\raw":
+        lead = first.lstrip()
+        raw = lead[1:] if lead.startswith("!") else lead[len("\\raw") + 1:]
+        if not raw and not nl:
+            raise InputError("nothing to send: give the raw text after ! (escapes: \\r \\n \\xNN)")
+        crlf = True
+        if raw.endswith("\\c") and not raw.endswith("\\\\c"):
+            raw, crlf = raw[:-2], False
+        data = decode_escapes(raw)
+        req = Request(raw.split(" ", 1)[0] if raw else "", raw=True, text=raw, crlf=crlf)
+        req.line = data
+        if body is not None:
+            req.body = body
+        elif nl:
+            req.body = rest.encode("utf-8")
+        words = raw.split()
+        req.args = words[1:]
+        if req.name not in BY_NAME:
+            req.name = ""
+        return req
+    tokens = stripped.split()
+    word = tokens[0]
+    if word in META_BY_NAME:
+        if nl and rest.strip():
+            raise InputError(f"{word} does not take a body")
+        meta = META_BY_NAME[word]
+        return Request(meta.name, tokens[1:], meta=True, text=stripped[len(word):].strip())
+    spec = BY_NAME.get(word)
+    if spec is None:
+        raise InputError(f"unknown command {word!r}{suggest_command(word)}; "
+                         "type help for the list, or prefix the line with ! to send it anyway")
+    args = tokens[1:]
+    if spec.name == "put":
+        return _build_put(first, rest if nl else None, body, put_defaults, editor, check_only)
+    if nl and rest.strip():
+        raise InputError(f"{spec.name} does not take a body (only put does)")
+    problem = validate_command_args(spec.name, args)
+    if problem:
+        raise InputError(f"{problem}; usage: {usage(spec)}", len(first))
+    line = " ".join([spec.name] + args).encode("ascii")
+    if len(line) > MAX_LINE_CONTENT:
+        raise InputError(f"the command line is {len(line)} bytes; the server takes at most {MAX_LINE_CONTENT}")
+    return Request(spec.name, args, line=line)
+
+
+def _build_put(first: str, rest: Optional[str], body: Optional[bytes],
+               defaults: Tuple[int, int, int], editor: Optional[Editor],
+               check_only: bool) -> Request:
+    spec = BY_NAME["put"]
+    form = put_form(first)
+    assert form is not None
+    nums = form.numbers
+    if form.source in ("file", "editor") and len(nums) not in (0, 3):
+        raise InputError(f"put {'@file' if form.source == 'file' else '$EDITOR'} takes "
+                         "either no numbers or <pri> <delay> <ttr> before it", len(first))
+    if len(nums) not in (0, 3, 4):
+        raise InputError(f"put takes <pri> <delay> <ttr> and optionally <bytes>, "
+                         f"or nothing for the defaults ({' '.join(map(str, defaults))}); "
+                         f"usage: {usage(spec)} or put [<pri> <delay> <ttr>] @FILE|$EDITOR", len(first))
+    problem = validate_command_args("put", nums)
+    if problem:
+        raise InputError(f"{problem}; usage: {usage(spec)}", len(first))
+    if not nums:
+        nums = [str(n) for n in defaults]
+    if form.source == "file":
+        path = os.path.expanduser(form.path)
+        if not form.path:
+            raise InputError("put @FILE: give a file name after @")
+        if check_only:
+            if not os.path.isfile(path):
+                raise InputError(f"no such file: {form.path}")
+            data = b""
+        else:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                raise InputError(f"cannot read {form.path}: {e.strerror or e}")
+    elif form.source == "editor":
+        data = b"" if check_only else (editor or default_editor)(b"")
+    elif body is not None:
+        data = body
+    elif form.source == "exact":
+        data = (rest or "").encode("utf-8")
+    else:
+        text = rest or ""
+        if text.endswith("\n"):
+            text = text[:-1]
+        data = text.encode("utf-8")
+    if form.source == "exact":
+        line = ("put " + " ".join(nums)).encode("ascii")
+        req = Request("put", nums, line=line, body=data)
+        req.raw = len(data) != int(nums[3])
+        return req
+    line = ("put " + " ".join(nums) + f" {len(data)}").encode("ascii")
+    return Request("put", nums + [str(len(data))], line=line, body=data)
+
+
+# --------------------------------------------------------------------------
+# Script mode: entries from a byte stream
+
+class ScriptReader:
+    """Reads entries (command line plus put body) from a binary stream.
+
+    A put with ``<bytes>`` reads exactly that many bytes and then the line end;
+    a put without reads the following lines up to an empty line (or EOF).
+    """
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.lineno = 0
+
+    def _readline(self) -> Optional[bytes]:
+        line = self.stream.readline()
+        if not line:
+            return None
+        self.lineno += 1
+        return line
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Tuple[int, str, Optional[bytes]]:
+        while True:
+            raw = self._readline()
+            if raw is None:
+                raise StopIteration
+            lineno = self.lineno
+            line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            form = put_form(line.strip())
+            if form is None or form.source in ("file", "editor"):
+                return lineno, line, None
+            if form.source == "exact":
+                try:
+                    size = int(form.numbers[3])
+                except ValueError:
+                    return lineno, line, None
+                data = self.stream.read(size)
+                ending = self.stream.read(1)
+                if ending == b"\r":
+                    ending += self.stream.read(1)
+                self.lineno += data.count(b"\n") + (1 if ending.endswith(b"\n") else 0)
+                if ending not in (b"\n", b"\r\n", b""):
+                    data += ending  # not at a line end: keep what was written
+                    rest = self.stream.readline()
+                    data += rest.rstrip(b"\r\n")
+                    self.lineno += 1
+                return lineno, line, data
+            lines: List[bytes] = []
+            while True:
+                more = self._readline()
+                if more is None:
+                    break
+                more = more.rstrip(b"\r\n") if more.endswith(b"\r\n") else more.rstrip(b"\n")
+                if not more:
+                    break
+                lines.append(more)
+            return lineno, line, b"\n".join(lines)

@@ -1,0 +1,330 @@
+"""Showing replies: binary-safe bodies, JSON pretty-printing, stats tables.
+
+Renderers return prompt_toolkit formatted text (a list of ``(style, text)``
+fragments) so the same output is coloured in a terminal and plain in tests
+(:func:`plain`).  Nothing from the server reaches the terminal unescaped:
+control characters in lines and bodies are shown as ``\\xNN`` escapes.
+
+Machine formats for command-line mode (:func:`reply_data`, :func:`raw_bytes`)
+live here too.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
+
+from .shell_conn import MEANINGS, Reply, reply_ok
+
+Fragments = List[Tuple[str, str]]
+
+#: Commands whose OK body is a YAML mapping / sequence.
+MAPPING_COMMANDS = ("stats", "stats-job", "stats-tube")
+SEQUENCE_COMMANDS = ("list-tubes", "list-tubes-watched")
+
+
+def plain(fragments: Iterable[Tuple[str, ...]]) -> str:
+    return "".join(f[1] for f in fragments)
+
+
+# --------------------------------------------------------------------------
+# Escaping
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_text(text: str) -> str:
+    """Escape characters that would act on the terminal (keeps \\n and \\t)."""
+    return _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group()) if ord(m.group()) < 256
+                        else "\\u%04x" % ord(m.group()), text)
+
+
+def escape_bytes(data: bytes) -> str:
+    """Bytes as printable ASCII with ``\\n \\r \\t \\\\ \\xNN`` escapes;
+    a line break follows each ``\\n`` so multi-line data stays readable."""
+    out: List[str] = []
+    for b in data:
+        if b == 0x5C:
+            out.append("\\\\")
+        elif b == 0x0A:
+            out.append("\\n\n")
+        elif b == 0x0D:
+            out.append("\\r")
+        elif b == 0x09:
+            out.append("\\t")
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append("\\x%02x" % b)
+    return "".join(out)
+
+
+def safe_line(line: bytes) -> str:
+    return escape_text(line.decode("utf-8", "replace"))
+
+
+# --------------------------------------------------------------------------
+# Bodies
+
+def classify_body(body: bytes) -> Tuple[str, Any]:
+    """("empty"|"json"|"text"|"binary", value) for a job body."""
+    if not body:
+        return "empty", ""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary", body
+    controls = len(_CONTROL.findall(text.replace("\r\n", "\n")))
+    if "\x00" in text or controls > max(1, len(text) // 20):
+        return "binary", body
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[") or (stripped[:1] == '"' and stripped[-1:] == '"'):
+        try:
+            return "json", json.loads(text)
+        except ValueError:
+            pass
+    return "text", text
+
+
+_JSON_TOKEN = re.compile(r'("(?:[^"\\]|\\.)*")(\s*:)?|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(true|false|null)')
+
+
+def _json_fragments(text: str) -> Fragments:
+    out: Fragments = []
+    pos = 0
+    for m in _JSON_TOKEN.finditer(text):
+        if m.start() > pos:
+            out.append(("class:json.punct", text[pos:m.start()]))
+        if m.group(1):
+            style = "class:json.key" if m.group(2) else "class:json.string"
+            out.append((style, escape_text(m.group(1))))
+            if m.group(2):
+                out.append(("class:json.punct", m.group(2)))
+        elif m.group(3):
+            out.append(("class:json.number", m.group(3)))
+        else:
+            out.append(("class:json.literal", m.group(4)))
+        pos = m.end()
+    if pos < len(text):
+        out.append(("class:json.punct", text[pos:]))
+    return out
+
+
+def render_body(body: bytes, *, pretty_json: bool = True, limit: int = 0) -> Fragments:
+    """A job body with a one-line header saying its size and kind."""
+    kind, value = classify_body(body)
+    size = f"{len(body)} byte{'s' if len(body) != 1 else ''}"
+    shown = body
+    cut = 0
+    if limit and len(body) > limit and kind != "json":
+        shown, cut = body[:limit], len(body) - limit
+        kind, value = classify_body(shown) if kind != "binary" else ("binary", shown)
+        if kind == "json":
+            kind, value = "text", shown.decode("utf-8", "replace")
+    frags: Fragments = []
+    if kind == "empty":
+        return [("class:body.header", "(empty body)\n")]
+    if kind == "json" and pretty_json:
+        frags.append(("class:body.header", f"({size}, JSON)\n"))
+        frags += _json_fragments(json.dumps(value, indent=2, ensure_ascii=False))
+        frags.append(("", "\n"))
+    elif kind in ("json", "text"):
+        label = "JSON" if kind == "json" else "text"
+        text = body.decode("utf-8") if kind == "json" else value
+        frags.append(("class:body.header", f"({size}, {label})\n"))
+        frags.append(("class:body", escape_text(text)))
+        if not text.endswith("\n"):
+            frags.append(("", "\n"))
+    else:
+        frags.append(("class:body.header", f"({size}, binary, escaped)\n"))
+        text = escape_bytes(shown)
+        frags.append(("class:body.binary", text))
+        if not text.endswith("\n"):
+            frags.append(("", "\n"))
+    if cut:
+        frags.append(("class:body.header", f"... {cut} more bytes not shown\n"))
+    return frags
+
+
+# --------------------------------------------------------------------------
+# Tables and lists
+
+def render_table(stats: Dict[str, Any], *, title: str = "") -> Fragments:
+    """``key   value`` rows with the keys padded to one width."""
+    frags: Fragments = []
+    if title:
+        frags.append(("class:table.title", title + "\n"))
+    if not stats:
+        return frags + [("class:body.header", "(empty)\n")]
+    width = max(len(k) for k in stats)
+    nums = [len(_fmt(v)) for v in stats.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    numw = max(nums) if nums else 0
+    for key, value in stats.items():
+        text = _fmt(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            text = text.rjust(numw)
+        frags.append(("class:table.key", escape_text(key.ljust(width))))
+        frags.append(("", "  "))
+        frags.append(("class:table.value", escape_text(text) + "\n"))
+    return frags
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def render_list(names: Sequence[str], *, use: str = "", watch: Sequence[str] = ()) -> Fragments:
+    frags: Fragments = []
+    if not names:
+        return [("class:body.header", "(none)\n")]
+    for name in names:
+        marks = []
+        if name == use:
+            marks.append("using")
+        if name in watch:
+            marks.append("watching")
+        frags.append(("class:table.value", "- " + escape_text(name)))
+        if marks:
+            frags.append(("class:reply.meaning", "  (" + ", ".join(marks) + ")"))
+        frags.append(("", "\n"))
+    return frags
+
+
+def render_columns(headers: Sequence[str], rows: Sequence[Sequence[Any]], *,
+                   align_left: int = 1) -> List[str]:
+    """A plain aligned table (for stalk top); the first ``align_left`` columns
+    are left-aligned, the rest right-aligned."""
+    cells = [list(map(str, headers))] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [escape_text(c.ljust(widths[i]) if i < align_left else c.rjust(widths[i]))
+                 for i, c in enumerate(row)]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+# --------------------------------------------------------------------------
+# Whole replies
+
+def render_reply(command: Optional[str], reply: Reply, *, pretty_json: bool = True,
+                 body_limit: int = 0, use: str = "", watch: Sequence[str] = ()) -> Fragments:
+    """How the interactive shell shows a reply."""
+    ok = reply_ok(command, reply)
+    frags: Fragments = [("class:reply.ok" if ok else "class:reply.error", safe_line(reply.line))]
+    word = reply.word
+    if not ok:
+        meaning = MEANINGS.get(word)
+        if command == "put" and word == "BURIED":
+            meaning = "the server ran out of memory and buried the new job"
+        elif command == "release" and word == "BURIED":
+            meaning = "the server ran out of memory and buried the job"
+        elif command == "ignore" and word == "WATCHING":
+            meaning = None
+        if meaning:
+            frags.append(("class:reply.meaning", f"  ({meaning})"))
+    frags.append(("", "\n"))
+    if reply.body is None:
+        return frags
+    if word == "OK":
+        if command in MAPPING_COMMANDS or (command not in SEQUENCE_COMMANDS and _looks_mapping(reply.body)):
+            frags += render_table(parse_mapping(reply.body))
+        elif command in SEQUENCE_COMMANDS or _looks_sequence(reply.body):
+            frags += render_list(parse_sequence(reply.body), use=use, watch=watch)
+        else:
+            frags += render_body(reply.body, pretty_json=pretty_json, limit=body_limit)
+        return frags
+    return frags + render_body(reply.body, pretty_json=pretty_json, limit=body_limit)
+
+
+def _looks_mapping(body: bytes) -> bool:
+    lines = [ln for ln in body.splitlines() if ln and ln != b"---"]
+    return bool(lines) and all(b": " in ln or ln.endswith(b":") for ln in lines)
+
+
+def _looks_sequence(body: bytes) -> bool:
+    lines = [ln for ln in body.splitlines() if ln and ln != b"---"]
+    return all(ln.startswith(b"- ") for ln in lines)
+
+
+def render_wire(direction: str, data: bytes) -> Fragments:
+    arrow = ">> " if direction == "send" else "<< "
+    style = "class:wire.send" if direction == "send" else "class:wire.recv"
+    out: Fragments = []
+    text = escape_bytes(data).rstrip("\n")
+    for i, piece in enumerate(text.split("\n")):
+        out.append((style, (arrow if i == 0 else "   ") + piece + "\n"))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Machine-readable output
+
+def reply_data(command: Optional[str], reply: Reply) -> Dict[str, Any]:
+    """A reply as a dict for --json / --yaml."""
+    data: Dict[str, Any] = {"reply": reply.word, "line": reply.line.decode("utf-8", "replace"),
+                            "ok": reply_ok(command, reply)}
+    if command:
+        data["command"] = command
+    jid = reply.job_id
+    if jid is not None:
+        data["id"] = jid
+    if reply.count is not None:
+        data["count"] = reply.count
+    if reply.word == "USING" and reply.args:
+        data["tube"] = reply.args[0].decode("utf-8", "replace")
+    if reply.body is not None:
+        data["bytes"] = len(reply.body)
+        if reply.word == "OK" and (command in MAPPING_COMMANDS or
+                                   (command not in SEQUENCE_COMMANDS and _looks_mapping(reply.body))):
+            data["stats"] = parse_mapping(reply.body)
+        elif reply.word == "OK" and (command in SEQUENCE_COMMANDS or _looks_sequence(reply.body)):
+            data["tubes"] = parse_sequence(reply.body)
+        else:
+            data.update(body_data(reply.body))
+    return data
+
+
+def body_data(body: bytes) -> Dict[str, Any]:
+    """``{"body": text}`` when the body is UTF-8, else ``{"body_base64": ...}``."""
+    try:
+        return {"body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"body_base64": base64.b64encode(body).decode("ascii")}
+
+
+def raw_bytes(command: Optional[str], reply: Reply, *, body_only: bool = False) -> bytes:
+    """The reply for a pipe: the line; for OK the YAML as sent; for jobs the
+    line then the body verbatim.  ``body_only`` prints just the body bytes."""
+    if reply.body is None:
+        return b"" if body_only else reply.line + b"\n"
+    if body_only:
+        return reply.body
+    if reply.word == "OK":
+        return reply.body if reply.body.endswith(b"\n") else reply.body + b"\n"
+    return reply.line + b"\n" + reply.body + b"\n"
+
+
+def dump_yaml(data: Any) -> str:
+    import yaml
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+def dump_json(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+def first_line_error(message: str) -> Fragments:
+    return [("class:error", message + "\n")]
+
+
+__all__ = [
+    "Fragments", "body_data", "classify_body", "dump_json", "dump_yaml", "escape_bytes",
+    "escape_text", "plain", "raw_bytes", "render_body", "render_columns", "render_list",
+    "render_reply", "render_table", "render_wire", "reply_data", "safe_line",
+]

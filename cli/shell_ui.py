@@ -1,0 +1,358 @@
+"""prompt_toolkit pieces of the shell: completion, hints, validation, colours.
+
+All of them read the shared command table (through :mod:`.shell_input`), so
+a command's completion, grey hint, toolbar text, validation and help come
+from one place.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
+from prompt_toolkit.document import Document
+from prompt_toolkit.layout.processors import Processor, Transformation, TransformationInput
+from prompt_toolkit.lexers import Lexer
+from prompt_toolkit.styles import Style
+from prompt_toolkit.validation import ValidationError, Validator
+
+from twisted_stalk.protocol import BY_NAME, COMMANDS
+from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
+
+from .shell_conn import Reply, reply_ok
+from .shell_input import (
+    META_BY_NAME,
+    META_COMMANDS,
+    InputError,
+    build_request,
+    current_arg,
+    hint_for,
+    needs_more_input,
+    usage,
+)
+
+STYLE = Style.from_dict({
+    "prompt.name": "ansicyan bold",
+    "prompt.server": "ansicyan",
+    "prompt.state": "ansigreen",
+    "prompt.down": "ansired bold",
+    "arg-hint": "#888888",
+    "auto-suggestion": "#888888",
+    "command": "ansicyan bold",
+    "meta-command": "ansimagenta bold",
+    "unknown": "ansired",
+    "number": "ansiyellow",
+    "tube": "ansigreen",
+    "body": "",
+    "raw": "ansimagenta",
+    "reply.ok": "ansigreen bold",
+    "reply.error": "ansired bold",
+    "reply.meaning": "#888888",
+    "body.header": "#888888 italic",
+    "body.binary": "ansiyellow",
+    "json.key": "ansiblue bold",
+    "json.string": "ansigreen",
+    "json.number": "ansiyellow",
+    "json.literal": "ansimagenta",
+    "table.key": "ansicyan",
+    "table.title": "bold",
+    "wire.send": "#888888",
+    "wire.recv": "#888888",
+    "info": "#888888",
+    "warning": "ansiyellow bold",
+    "error": "ansired bold",
+    "bottom-toolbar": "noreverse bg:#303030 #d0d0d0",
+    "toolbar.syntax": "bold #ffffff",
+    "toolbar.help": "#b0b0b0",
+    "toolbar.job": "#87d787",
+    "toolbar.soon": "bg:ansired #ffffff bold",
+    "toolbar.wire": "bg:ansiyellow #000000",
+})
+
+
+class Known:
+    """Tube names and job ids the shell has seen, most recent first."""
+
+    def __init__(self, limit: int = 200) -> None:
+        self.limit = limit
+        self.tubes: "OrderedDict[str, None]" = OrderedDict({"default": None})
+        self.jobs: "OrderedDict[int, str]" = OrderedDict()
+        self.tubes_fetched = 0.0
+
+    def add_tube(self, name: str) -> None:
+        self.tubes[name] = None
+        self.tubes.move_to_end(name, last=False)
+
+    def add_job(self, job_id: int, note: str) -> None:
+        self.jobs[job_id] = note
+        self.jobs.move_to_end(job_id, last=False)
+        while len(self.jobs) > self.limit:
+            self.jobs.popitem(last=True)
+
+    def forget_job(self, job_id: int) -> None:
+        self.jobs.pop(job_id, None)
+
+    def learn(self, command: Optional[str], args: Sequence[str], reply: Reply) -> None:
+        word = reply.word
+        jid = reply.job_id
+        if word == "INSERTED" and jid is not None:
+            self.add_job(jid, "inserted")
+        elif word == "BURIED" and jid is not None:
+            self.add_job(jid, "buried")
+        elif word == "RESERVED" and jid is not None:
+            self.add_job(jid, "reserved")
+        elif word == "FOUND" and jid is not None:
+            self.add_job(jid, command or "found")
+        elif word == "USING" and reply.args:
+            self.add_tube(reply.args[0].decode("ascii", "replace"))
+        elif word == "WATCHING" and command == "watch" and args:
+            self.add_tube(args[0])
+        elif command == "delete" and args and reply_ok(command, reply):
+            try:
+                self.forget_job(int(args[0]))
+            except ValueError:
+                pass
+        elif word == "OK" and reply.body is not None:
+            if command in ("list-tubes", "list-tubes-watched"):
+                names = parse_sequence(reply.body)
+                for name in reversed(names):
+                    if name not in self.tubes:
+                        self.add_tube(name)
+                if command == "list-tubes":
+                    for name in list(self.tubes):
+                        if name not in names:
+                            del self.tubes[name]
+                    self.tubes_fetched = time.monotonic()
+            elif command in ("stats-tube", "stats-job"):
+                stats = parse_mapping(reply.body)
+                name = stats.get("name") or stats.get("tube")
+                if isinstance(name, str):
+                    self.add_tube(name)
+                if command == "stats-job" and isinstance(stats.get("id"), int):
+                    self.add_job(stats["id"], str(stats.get("state", "job")))
+        if word == "NOT_FOUND" and command in ("stats-job", "peek", "delete", "kick-job", "touch",
+                                               "reserve-job") and args:
+            try:
+                self.forget_job(int(args[0]))
+            except ValueError:
+                pass
+
+
+class StalkCompleter(Completer):
+    """Commands, meta commands, tube names, job ids and @file paths."""
+
+    def __init__(self, known: Known, refresh_tubes: Optional[Callable[[], None]] = None) -> None:
+        self.known = known
+        self.refresh_tubes = refresh_tubes
+        self.paths = PathCompleter(expanduser=True)
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
+        text = document.text_before_cursor
+        if "\n" in text:
+            return
+        word = document.get_word_before_cursor(WORD=True)
+        tokens = text.split()
+        at_first = not tokens or (len(tokens) == 1 and not text[-1:].isspace())
+        if at_first:
+            lead = text.lstrip()
+            for spec in COMMANDS:
+                if spec.name.startswith(lead):
+                    yield Completion(spec.name, -len(lead), display_meta=spec.summary)
+            for meta in META_COMMANDS:
+                names = (meta.name,) + (meta.aliases if lead else ())
+                for name in names:
+                    if name.startswith(lead):
+                        yield Completion(name, -len(lead), display_meta=meta.summary)
+            return
+        first = tokens[0]
+        if first in META_BY_NAME:
+            meta = META_BY_NAME[first]
+            if meta.name == "help" and len(tokens) <= 2:
+                for spec in COMMANDS:
+                    if spec.name.startswith(word):
+                        yield Completion(spec.name, -len(word), display_meta=spec.summary)
+                for m in META_COMMANDS:
+                    if m.name.startswith(word) and m.name != "help":
+                        yield Completion(m.name, -len(word), display_meta=m.summary)
+            elif meta.name in ("\\wire", "\\json") and len(tokens) <= 2:
+                for opt in ("on", "off"):
+                    if opt.startswith(word):
+                        yield Completion(opt, -len(word))
+            return
+        spec, index = current_arg(text)
+        if spec is None or index is None:
+            return
+        arg = spec.args[index]
+        if spec.name == "put" and word.startswith("@"):
+            sub = Document(word[1:], len(word) - 1)
+            for c in self.paths.get_completions(sub, complete_event):
+                yield Completion(c.text, c.start_position, display=c.display)
+            return
+        if spec.name == "put" and index in (0, 3) and word.startswith("$"):
+            for opt in ("$EDITOR",):
+                if opt.startswith(word):
+                    yield Completion(opt, -len(word), display_meta="write the body in your editor")
+            return
+        if arg.kind == "tube":
+            if self.refresh_tubes is not None and time.monotonic() - self.known.tubes_fetched > 5:
+                try:
+                    self.refresh_tubes()
+                except Exception:  # completion must never break the prompt
+                    pass
+            for name in self.known.tubes:
+                if name.startswith(word):
+                    yield Completion(name, -len(word), display_meta="tube")
+        elif arg.kind == "u64" and arg.name == "id":
+            for jid, note in self.known.jobs.items():
+                s = str(jid)
+                if s.startswith(word):
+                    yield Completion(s, -len(word), display_meta=note)
+
+
+class StalkValidator(Validator):
+    """Explains a malformed command before it is sent (the same rules as
+    :func:`build_request`)."""
+
+    def validate(self, document: Document) -> None:
+        text = document.text
+        if needs_more_input(text):
+            return
+        try:
+            build_request(text, check_only=True)
+        except InputError as e:
+            pos = e.position if e.position is not None else len(text.split("\n", 1)[0])
+            raise ValidationError(cursor_position=min(pos, len(text)), message=e.message)
+
+
+class StalkLexer(Lexer):
+    """Colours the command word (known, meta, raw or unknown) and arguments."""
+
+    def lex_document(self, document: Document):
+        lines = document.lines
+
+        def get_line(lineno: int):
+            line = lines[lineno]
+            if lineno > 0:
+                return [("class:body", line)]
+            stripped = line.lstrip()
+            if stripped.startswith("!"):
+                return [("class:raw", line)]
+            frags = []
+            pos = 0
+            first = True
+            spec = None
+            for part in _split_keep(line):
+                if part.isspace():
+                    frags.append(("", part))
+                    continue
+                if first:
+                    first = False
+                    spec = BY_NAME.get(part)
+                    if spec is not None:
+                        style = "class:command"
+                    elif part in META_BY_NAME:
+                        style = "class:meta-command"
+                    else:
+                        style = "class:unknown"
+                elif part.isdigit():
+                    style = "class:number"
+                elif spec is not None and any(a.kind == "tube" for a in spec.args):
+                    style = "class:tube"
+                else:
+                    style = ""
+                frags.append((style, part))
+                pos += len(part)
+            return frags
+
+        return get_line
+
+
+def _split_keep(line: str) -> List[str]:
+    out: List[str] = []
+    cur = ""
+    for ch in line:
+        if cur and (ch.isspace() != cur[-1].isspace()):
+            out.append(cur)
+            cur = ""
+        cur += ch
+    if cur:
+        out.append(cur)
+    return out
+
+
+class ArgHintProcessor(Processor):
+    """Grey ``<delay> <ttr> [bytes]`` after what has been typed (unless a
+    history suggestion is showing)."""
+
+    def apply_transformation(self, ti: TransformationInput) -> Transformation:
+        document = ti.document
+        if ti.lineno != 0 or document.line_count != 1 or not document.is_cursor_at_the_end:
+            return Transformation(ti.fragments)
+        buffer = ti.buffer_control.buffer
+        if buffer.suggestion and buffer.suggestion.text:
+            return Transformation(ti.fragments)
+        hint = hint_for(document.text)
+        if not hint:
+            return Transformation(ti.fragments)
+        return Transformation(list(ti.fragments) + [("class:arg-hint", hint)])
+
+
+def syntax_help(text: str) -> List[tuple]:
+    """The toolbar's first line: the syntax and meaning of what is being typed."""
+    first = text.split("\n", 1)[0]
+    tokens = first.split()
+    if not tokens:
+        return [("class:toolbar.help",
+                 " Tab: complete   Up/Ctrl-R: history   help [cmd]   \\wire   !raw   Ctrl-C: cancel   Ctrl-D: quit")]
+    if tokens[0].startswith("!"):
+        return [("class:toolbar.syntax", " !<text>"),
+                ("class:toolbar.help", "  sent as raw bytes, unchecked (escapes \\r \\n \\t \\0 \\xNN; end with \\c for no CRLF)")]
+    if tokens[0] in META_BY_NAME:
+        meta = META_BY_NAME[tokens[0]]
+        return [("class:toolbar.syntax", " " + meta.usage), ("class:toolbar.help", "  " + meta.summary)]
+    spec = BY_NAME.get(tokens[0])
+    if spec is None:
+        matches = [c.name for c in COMMANDS if c.name.startswith(tokens[0])]
+        if matches and len(tokens) == 1:
+            return [("class:toolbar.help", " " + "  ".join(matches))]
+        return [("class:toolbar.help", f" unknown command {tokens[0]!r}: type help for the list")]
+    out = [("class:toolbar.syntax", " " + usage(spec)), ("class:toolbar.help", "  " + spec.summary)]
+    if "\n" in text:
+        if spec.name == "put":
+            out.append(("class:toolbar.help", "  | body: end with an empty line (Alt-Enter sends now)"))
+        return out
+    _, index = current_arg(text)
+    if index is not None:
+        arg = spec.args[index]
+        out = [("class:toolbar.syntax", " " + usage(spec)),
+               ("class:toolbar.help", f"  <{arg.name}>: {arg.help}")]
+    elif spec.name == "put":
+        out.append(("class:toolbar.help", "  (or put [pri delay ttr] @FILE / $EDITOR)"))
+    return out
+
+
+def jobs_toolbar(reserved: Dict[int, object], now: float) -> List[tuple]:
+    """The toolbar's reserved-jobs part: ``#5 12s``, red inside the last second."""
+    if not reserved:
+        return []
+    out: List[tuple] = [("class:toolbar.help", " reserved:")]
+    for jid, job in sorted(reserved.items()):
+        deadline = getattr(job, "deadline", None)
+        if deadline is None:
+            out.append(("class:toolbar.job", f" #{jid}"))
+            continue
+        left = deadline - now
+        if left <= 0:
+            out.append(("class:toolbar.soon", f" #{jid} TTR expired: back to ready "))
+        elif left <= 1.0:
+            out.append(("class:toolbar.soon", f" #{jid} {left:.1f}s DEADLINE_SOON "))
+        else:
+            out.append(("class:toolbar.job", f" #{jid} {int(left)}s"))
+    return out
+
+
+__all__ = [
+    "ArgHintProcessor", "Known", "STYLE", "StalkCompleter", "StalkLexer", "StalkValidator",
+    "jobs_toolbar", "syntax_help",
+]
