@@ -1,0 +1,97 @@
+"""Exceptions of the client library.
+
+Error replies from the server (one class per reply word) come from
+:mod:`twisted_stalk.protocol.replies`, shared with the shell; this module adds
+the errors that are about the connection rather than a reply.
+
+Hierarchy::
+
+    BeanstalkError
+    ├── ReplyError                 the server answered with an error word
+    │   ├── NotFound, Buried (job_id), DeadlineSoon, TimedOut, Draining,
+    │   ├── JobTooBig, ExpectedCRLF, BadFormat, UnknownCommand,
+    │   └── OutOfMemory, InternalError, NotIgnored
+    ├── InvalidArgument (also a ValueError)   rejected before sending
+    ├── JobLost                    the connection that reserved the job is gone
+    └── BeanstalkConnectionError   the call did not get its reply
+        ├── ConnectionLost         the connection closed (or was dropped)
+        ├── ResponseTimeout        no reply in time; the connection was dropped
+        ├── UnexpectedReply        the reply made no sense; the connection was dropped
+        ├── ConnectTimeout         no connection could be made in time
+        └── ClientClosed           the client was closed
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..protocol.replies import (
+    ERRORS,
+    BadFormat,
+    BeanstalkError,
+    Buried,
+    DeadlineSoon,
+    Draining,
+    ExpectedCRLF,
+    InternalError,
+    JobTooBig,
+    NotFound,
+    NotIgnored,
+    OutOfMemory,
+    ReplyError,
+    TimedOut,
+    UnknownCommand,
+)
+from ..protocol.replies import UnexpectedReply as _UnexpectedReply
+
+
+class InvalidArgument(BeanstalkError, ValueError):
+    """An argument the protocol cannot carry (bad tube name, out-of-range integer,
+    body too big...).  Raised before anything is sent."""
+
+
+class JobLost(BeanstalkError):
+    """The job's reservation is gone: the connection that reserved it closed, so
+    the server put the job back (it may already be reserved by someone else)."""
+
+    def __init__(self, job_id: int, reason: str = "") -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} was lost: {reason or 'its connection closed'}")
+
+
+class BeanstalkConnectionError(BeanstalkError):
+    """The call did not get a reply because of the connection."""
+
+
+class ConnectionLost(BeanstalkConnectionError):
+    """The connection closed while the call was pending (or before it was sent)."""
+
+
+class ResponseTimeout(BeanstalkConnectionError):
+    """No reply within the response timeout.  The connection was dropped, since a
+    late reply would otherwise be matched to the wrong command."""
+
+
+class UnexpectedReply(_UnexpectedReply, BeanstalkConnectionError):
+    """A reply that does not answer the command at the head of the queue.  Shows the
+    bytes.  The connection was dropped rather than mismatching later replies."""
+
+
+class ConnectTimeout(BeanstalkConnectionError):
+    """No connection to the server within the connect timeout."""
+
+
+class ClientClosed(BeanstalkConnectionError):
+    """The client (or the connection) was closed by its owner."""
+
+
+def connection_lost(reason: Optional[str] = None) -> ConnectionLost:
+    return ConnectionLost(reason or "connection lost")
+
+
+__all__ = [
+    "BeanstalkError", "ReplyError", "NotFound", "Buried", "DeadlineSoon", "TimedOut",
+    "Draining", "JobTooBig", "ExpectedCRLF", "BadFormat", "UnknownCommand", "OutOfMemory",
+    "InternalError", "NotIgnored", "InvalidArgument", "JobLost", "BeanstalkConnectionError",
+    "ConnectionLost", "ResponseTimeout", "UnexpectedReply", "ConnectTimeout", "ClientClosed",
+    "ERRORS",
+]

@@ -1,0 +1,791 @@
+"""One beanstalk connection: a Deferred per command, replies matched in FIFO order.
+
+Modelled on Twisted's ``twisted.protocols.memcache``: a queue of pending
+commands, each with a :class:`~twisted.internet.defer.Deferred`; replies are
+matched strictly in order; a data block (job body, YAML) is read raw by the
+length its reply line announced; one timer enforces the response timeout;
+losing the connection fails every pending Deferred.  Beanstalk needs more:
+
+* replies are decoded against the command at the head of the queue
+  (:func:`twisted_stalk.protocol.replies.decode_reply`), because reply words
+  are ambiguous on their own (``BURIED <id>`` after ``put`` is an error,
+  ``BURIED`` after ``bury`` is success);
+* a reply that fits no reply of the head command drops the connection
+  (:class:`~twisted_stalk.client.errors.UnexpectedReply`) instead of
+  mismatching every later reply;
+* ``reserve`` may wait forever, so it has no response timeout, and
+  ``reserve-with-timeout N`` gets ``N + reserve_grace`` seconds;
+* commands issued while a reserve is in flight are *held* (not written) until
+  it is answered, since the server would not read them earlier anyway.
+  Cancelling a held command removes it; cancelling a command already written
+  drops the connection (the protocol has no way to take a command back) and
+  fails the other pending commands with a :class:`ConnectionLost` that says so;
+* per-call tube targeting: ``put(..., tube=b"x")`` and ``reserve(...,
+  watching=(b"a", b"b"))`` send only the ``use``/``watch``/``ignore`` needed to
+  get the connection into that state (tracked as the state the pipelined
+  commands will leave it in), so callers sharing a connection never race.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+from twisted.internet.defer import Deferred, fail
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, DEFAULT_TUBE, U32_MAX
+from ..protocol.replies import MAX_REPLY_LINE, Reply, decode_body, decode_reply
+from ..protocol.replies import UnexpectedReply as _DecodeError
+from ..protocol.yaml import StatValue
+from . import _validate as v
+from .errors import (
+    ClientClosed,
+    ConnectionLost,
+    InvalidArgument,
+    ResponseTimeout,
+    UnexpectedReply,
+)
+from .job import DEFAULT_PRIORITY, DEFAULT_TTR, Codec, Job
+
+TubeName = Union[str, bytes]
+Stats = Dict[str, StatValue]
+
+#: Default response timeout, in seconds.
+DEFAULT_TIMEOUT = 30.0
+#: Largest ``reserve-with-timeout`` the server takes as such (a C int).
+MAX_RESERVE_TIMEOUT = 2**31 - 1
+#: Extra seconds a ``reserve-with-timeout N`` may take beyond N.
+DEFAULT_RESERVE_GRACE = 5.0
+
+
+class _Call:
+    """A command waiting for its reply."""
+
+    __slots__ = ("name", "data", "deferred", "timeout", "convert", "blocking")
+
+    def __init__(self, name: str, data: bytes, deferred: Optional[Deferred],
+                 timeout: Optional[float], convert: Optional[Callable[..., Any]],
+                 blocking: bool = False) -> None:
+        self.name = name
+        self.data = data
+        self.deferred = deferred
+        self.timeout = timeout
+        self.convert = convert
+        self.blocking = blocking
+
+
+def _job_id(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Optional[int]:
+    return reply.job_id
+
+
+def _count(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Optional[int]:
+    return reply.count
+
+
+def _none(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> None:
+    return None
+
+
+def _reserved(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Job:
+    assert reply.job_id is not None and body is not None
+    job = Job(reply.job_id, body, reserved=True, proto=proto, client=proto.client,
+              codec=proto.codec)
+    proto._jobs[reply.job_id] = job
+    return job
+
+
+def _found(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Job:
+    assert reply.job_id is not None and body is not None
+    return Job(reply.job_id, body, reserved=False, proto=proto, client=proto.client,
+               codec=proto.codec)
+
+
+def _decoded(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Any:
+    return decode_body(reply.command, reply, body)
+
+
+class BeanstalkProtocol(Protocol):
+    """A beanstalk client connection.
+
+    Every method sends one command (plus any ``use``/``watch``/``ignore`` its
+    tube arguments need) and returns a Deferred of its typed result, or fails
+    it with the :mod:`~twisted_stalk.client.errors` class of the error reply.
+    Any number of calls may be outstanding; they are answered in order.
+
+    :param clock: the reactor (or a ``Clock``) for the response timer.
+    :param timeout: seconds the command at the head of the pipeline may wait
+        for its reply (None: forever); ``reserve`` never times out and
+        ``reserve-with-timeout N`` gets ``N + reserve_grace``.
+    :param max_job_size: largest body ``put`` sends (None: no check).
+    :param codec: encodes non-bytes bodies and decodes ``Job.value``.
+    """
+
+    log = Logger()
+
+    #: The client this connection belongs to, if any (jobs use it for commands
+    #: that need no particular connection).
+    client: Any = None
+    #: Called with no argument when the last job reserved on this connection
+    #: is disposed of (the reserve pool uses it).
+    on_jobs_done: Optional[Callable[[], None]] = None
+
+    def __init__(self, clock: Optional[IReactorTime] = None, *,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT,
+                 reserve_grace: float = DEFAULT_RESERVE_GRACE,
+                 max_job_size: Optional[int] = DEFAULT_MAX_JOB_SIZE,
+                 codec: Optional[Codec] = None) -> None:
+        if clock is None:
+            from twisted.internet import reactor as clock  # type: ignore[no-redef]
+        self.clock: IReactorTime = clock  # type: ignore[assignment]
+        self.timeout = timeout
+        self.reserve_grace = reserve_grace
+        self.max_job_size = max_job_size
+        self.codec = codec
+        self.connected = False
+        self._inflight: Deque[_Call] = deque()
+        self._held: Deque[_Call] = deque()
+        self._blocked = False
+        self._buf: Union[bytes, bytearray] = b""
+        self._need = 0
+        self._reply: Optional[Reply] = None
+        self._timer: Optional[IDelayedCall] = None
+        self._timer_at = 0.0
+        self._head_since = 0.0
+        self._closed_reason: Optional[str] = None
+        self._quit: Optional[Deferred] = None
+        self._did_quit = False
+        self._conn_lost = False
+        self._lost_waiters: List[Deferred] = []
+        #: The tube the connection uses / watches once every sent command is served.
+        self._using: bytes = DEFAULT_TUBE
+        self._watching: List[bytes] = [DEFAULT_TUBE]
+        #: Jobs reserved on this connection and not yet deleted/released/buried.
+        self._jobs: Dict[int, Job] = {}
+        self._cancel_cb = self._cancel
+
+    # ---------------------------------------------------------------- overridable
+
+    def callLater(self, delay: float, f: Callable[..., Any], *args: Any) -> IDelayedCall:
+        """Schedule the response timer (override in tests, as memcache allows)."""
+        return self.clock.callLater(delay, f, *args)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def using(self) -> str:
+        """The tube this connection will be using once its sent commands are served."""
+        return self._using.decode("ascii")
+
+    @property
+    def watching(self) -> Tuple[str, ...]:
+        """The watch list the connection will have once its sent commands are served."""
+        return tuple(t.decode("ascii") for t in self._watching)
+
+    @property
+    def pending(self) -> int:
+        """Calls sent (or held) and not yet answered."""
+        return len(self._inflight) + len(self._held)
+
+    @property
+    def blocked(self) -> bool:
+        """True while a reserve is in flight (later commands are held)."""
+        return self._blocked
+
+    @property
+    def reserved_jobs(self) -> Tuple[Job, ...]:
+        """Jobs reserved on this connection and not yet disposed of."""
+        return tuple(self._jobs.values())
+
+    def when_lost(self) -> "Deferred[None]":
+        """A Deferred that fires (with None) once the connection has closed."""
+        d: Deferred = Deferred()
+        if self._conn_lost:
+            d.callback(None)
+        else:
+            self._lost_waiters.append(d)
+        return d
+
+    # ------------------------------------------------------------- connection
+
+    def connectionMade(self) -> None:
+        self.connected = True
+
+    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
+        self.connected = False
+        self._conn_lost = True
+        why = reason.getErrorMessage() if reason is not None else "connection closed"
+        if self._closed_reason is None:
+            self._closed_reason = f"connection lost: {why}"
+        self._fail_all(self._closed_reason)
+        if self._quit is not None:
+            d, self._quit = self._quit, None
+            d.callback(None)
+        waiters, self._lost_waiters = self._lost_waiters, []
+        for d in waiters:
+            d.callback(None)
+
+    def _fail_all(self, reason: str, head_error: Optional[Exception] = None,
+                  exclude: Optional[Deferred] = None,
+                  error: Callable[[str], Exception] = ConnectionLost) -> None:
+        timer = self._timer
+        if timer is not None:
+            self._timer = None
+            if timer.active():
+                timer.cancel()
+        calls = list(self._inflight)
+        calls.extend(self._held)
+        self._inflight.clear()
+        self._held.clear()
+        self._blocked = False
+        self._need = 0
+        self._reply = None
+        self._buf = b""
+        jobs = list(self._jobs.values())
+        self._jobs.clear()
+        for job in jobs:
+            job._mark_lost(reason)
+        first = True
+        for call in calls:
+            d = call.deferred
+            if d is not None and d is not exclude and not d.called:
+                if first and head_error is not None:
+                    d.errback(head_error)
+                else:
+                    d.errback(error(reason))
+            first = False
+
+    def drop(self, reason: str, head_error: Optional[Exception] = None,
+             exclude: Optional[Deferred] = None) -> None:
+        """Close the connection now, failing every pending call.
+
+        The head call gets ``head_error`` if given; all others get
+        :class:`ConnectionLost` with ``reason``.
+        """
+        if self._closed_reason is not None and not self.connected:
+            return
+        self.connected = False
+        self._closed_reason = reason
+        self._fail_all(reason, head_error, exclude)
+        transport = self.transport
+        if transport is not None:
+            abort = getattr(transport, "abortConnection", None)
+            (abort or transport.loseConnection)()
+
+    def close(self, reason: str = "the client was closed") -> "Deferred[None]":
+        """Close the connection: pending calls fail with :class:`ClientClosed`,
+        data already written is still sent; fires once the connection is closed."""
+        d = self.when_lost()
+        if self.connected:
+            self.connected = False
+            self._did_quit = True
+            self._closed_reason = reason
+            self._fail_all(reason, error=ClientClosed)
+            if self.transport is not None:
+                self.transport.loseConnection()
+        return d
+
+    # ---------------------------------------------------------------- sending
+
+    def _closed(self) -> Deferred:
+        if self._did_quit:
+            return fail(ClientClosed("the connection was closed with quit"))
+        return fail(ConnectionLost(self._closed_reason or "not connected"))
+
+    def _send(self, name: str, data: bytes, convert: Optional[Callable[..., Any]],
+              timeout: Optional[float], blocking: bool = False,
+              internal: bool = False) -> Deferred:
+        d: Optional[Deferred] = None if internal else Deferred(self._cancel_cb)
+        call = _Call(name, data, d, timeout, convert, blocking)
+        if self._blocked or self._held:
+            self._held.append(call)
+        else:
+            self._write_call(call)
+        return d  # type: ignore[return-value]
+
+    def _write_call(self, call: _Call) -> None:
+        if call.name == "quit":  # no reply: the server closes the connection
+            self.transport.write(call.data)
+            return
+        inflight = self._inflight
+        if not inflight:
+            self._head_changed(call.timeout)
+        inflight.append(call)
+        if call.blocking:
+            self._blocked = True
+        self.transport.write(call.data)
+
+    def _cancel(self, d: Deferred) -> None:
+        for call in self._held:
+            if call.deferred is d:
+                self._held.remove(call)
+                return
+        for call in self._inflight:
+            if call.deferred is d:
+                self.drop(f"connection dropped: {call.name!r} was cancelled while in flight "
+                          "(a sent command cannot be taken back)", exclude=d)
+                return
+
+    # ------------------------------------------------------------------ timer
+
+    def _head_changed(self, timeout: Optional[float]) -> None:
+        """A call just became the head of the pipeline: its timeout starts now.
+
+        The timer is only moved earlier, never later: when it fires it
+        re-arms itself for the head's deadline (so a stream of replies costs
+        no timer operations)."""
+        now = self._head_since = self.clock.seconds()
+        if timeout is not None:
+            timer = self._timer
+            if timer is None:
+                self._arm(now + timeout)
+            elif self._timer_at > now + timeout:
+                timer.cancel()
+                self._arm(now + timeout)
+
+    def _arm(self, at: float) -> None:
+        self._timer_at = at
+        self._timer = self.callLater(max(0.0, at - self.clock.seconds()), self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        if not self._inflight:
+            return
+        head = self._inflight[0]
+        if head.timeout is None:
+            return
+        deadline = self._head_since + head.timeout
+        if self.clock.seconds() >= deadline:
+            reason = (f"no reply to {head.name!r} within {head.timeout:g} s; "
+                      "connection dropped")
+            self.drop(f"connection dropped: {reason}", ResponseTimeout(reason))
+        else:
+            self._arm(deadline)
+
+    # --------------------------------------------------------------- receiving
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._buf:
+            self._buf += data  # type: ignore[operator]
+            buf: Union[bytes, bytearray] = self._buf
+        else:
+            buf = data
+        pos = 0
+        end = len(buf)
+        while pos < end:
+            need = self._need
+            if need:
+                if end - pos < need:
+                    break
+                stop = pos + need
+                if buf[stop - 2:stop] != b"\r\n":
+                    self._unexpected(bytes(buf[pos:stop]), "data block not followed by CRLF")
+                    return
+                body = bytes(buf[pos:stop - 2])
+                pos = stop
+                self._need = 0
+                reply = self._reply
+                self._reply = None
+                self._complete(reply, body)  # type: ignore[arg-type]
+            else:
+                i = buf.find(b"\r\n", pos)
+                if i < 0:
+                    if end - pos > MAX_REPLY_LINE:
+                        self._unexpected(bytes(buf[pos:pos + MAX_REPLY_LINE]),
+                                         "reply line too long")
+                        return
+                    break
+                line = bytes(buf[pos:i])
+                pos = i + 2
+                self._line(line)
+            if self._closed_reason is not None:
+                return
+        if pos >= end:
+            self._buf = b""
+        elif buf is self._buf:
+            del buf[:pos]  # type: ignore[union-attr]
+        else:
+            self._buf = bytearray(buf[pos:])
+
+    def _line(self, line: bytes) -> None:
+        if not self._inflight:
+            self._unexpected(line, "no command is waiting for a reply")
+            return
+        call = self._inflight[0]
+        try:
+            reply = decode_reply(call.name, line)
+        except _DecodeError as e:
+            self._unexpected(line, e.why)
+            return
+        if reply.body_length is not None:
+            self._reply = reply
+            self._need = reply.body_length + 2
+        else:
+            self._complete(reply, None)
+
+    def _unexpected(self, line: bytes, why: str) -> None:
+        name = self._inflight[0].name if self._inflight else None
+        error = UnexpectedReply(name, line, why)
+        self.drop(f"connection dropped after an unexpected reply: {error}", error)
+
+    def _complete(self, reply: Reply, body: Optional[bytes]) -> None:
+        inflight = self._inflight
+        call = inflight.popleft()
+        if inflight:
+            self._head_changed(inflight[0].timeout)
+        if call.blocking:
+            self._blocked = False
+            held = self._held
+            while held and not self._blocked:
+                self._write_call(held.popleft())
+        d = call.deferred
+        if d is None:  # an internal use/watch/ignore
+            if not reply.ok:
+                self.drop(f"connection dropped: the {call.name!r} sent to target a tube "
+                          f"failed: {reply.line!r}")
+            return
+        if reply.ok:
+            d.callback(call.convert(self, reply, body) if call.convert else None)
+        else:
+            d.errback(reply.error())
+
+    # ------------------------------------------------------------- targeting
+
+    def _ensure_use(self, tube: TubeName) -> None:
+        raw = tube if type(tube) is bytes else v.tube_name(tube)
+        if raw != self._using:
+            if type(tube) is bytes:
+                v.tube_name(raw)
+            self._using = raw
+            self._send("use", b"use %s\r\n" % raw, None, self.timeout, internal=True)
+
+    def _ensure_watching(self, tubes: Iterable[TubeName]) -> None:
+        wanted: List[bytes] = []
+        for t in tubes:
+            raw = v.tube_name(t)
+            if raw not in wanted:
+                wanted.append(raw)
+        if not wanted:
+            raise InvalidArgument("a reserve must watch at least one tube")
+        current = self._watching
+        if len(wanted) == len(current) and set(wanted) == set(current):
+            return
+        for raw in wanted:
+            if raw not in current:
+                self._send("watch", b"watch %s\r\n" % raw, None, self.timeout, internal=True)
+        for raw in current:
+            if raw not in wanted:
+                self._send("ignore", b"ignore %s\r\n" % raw, None, self.timeout, internal=True)
+        self._watching = wanted
+
+    # --------------------------------------------------------------- commands
+
+    def _ready(self) -> bool:
+        return self.connected and self._quit is None
+
+    def _job_done(self, job_id: Any) -> None:
+        jobs = self._jobs
+        job = jobs.pop(job_id.id if isinstance(job_id, Job) else job_id, None)
+        if job is not None and not jobs and self.on_jobs_done is not None:
+            self.on_jobs_done()
+
+    def put(self, body: Union[bytes, str, Any], priority: int = DEFAULT_PRIORITY,
+            delay: int = 0, ttr: int = DEFAULT_TTR,
+            tube: Optional[TubeName] = None) -> "Deferred[int]":
+        """Insert a job; fires with its id.
+
+        ``body`` is bytes, or a str (UTF-8) or any value the codec encodes.
+        ``tube`` (default: the tube in use) is selected with ``use`` first if needed.
+        Errors: :class:`Buried` (with ``job_id``), :class:`JobTooBig`,
+        :class:`Draining`, :class:`ExpectedCRLF`, :class:`InvalidArgument`.
+        """
+        if not self._ready():
+            return self._closed()
+        try:
+            if type(body) is not bytes or (self.max_job_size is not None
+                                            and len(body) > self.max_job_size):
+                body = v.body(body, self.codec, self.max_job_size)
+            if not (type(priority) is int and 0 <= priority <= U32_MAX):
+                priority = v.uint(priority, "priority")
+            if not (type(delay) is int and 0 <= delay <= U32_MAX):
+                delay = v.uint(delay, "delay")
+            if not (type(ttr) is int and 0 <= ttr <= U32_MAX):
+                ttr = v.uint(ttr, "ttr")
+            if tube is not None:
+                self._ensure_use(tube)
+        except InvalidArgument as e:
+            return fail(e)
+        return self._send("put", b"put %d %d %d %d\r\n%s\r\n" % (priority, delay, ttr,
+                                                                   len(body), body),
+                          _job_id, self.timeout)
+
+    def use(self, tube: TubeName) -> "Deferred[str]":
+        """Use ``tube`` for later puts, peeks and kicks; fires with its name."""
+        if not self._ready():
+            return self._closed()
+        try:
+            raw = v.tube_name(tube)
+        except InvalidArgument as e:
+            return fail(e)
+        self._using = raw
+        return self._send("use", b"use %s\r\n" % raw, _decoded, self.timeout)
+
+    def _reserve_target(self, watching: Optional[Sequence[TubeName]]) -> None:
+        if watching is not None:
+            if isinstance(watching, (str, bytes)):
+                watching = (watching,)
+            self._ensure_watching(watching)
+
+    def reserve(self, timeout: Optional[int] = None,
+                watching: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
+        """Reserve a job from the watched tubes (or from ``watching``, which
+        becomes the connection's watch list).
+
+        ``timeout`` None sends ``reserve`` (waits forever, no response
+        timeout); a number sends ``reserve-with-timeout`` (0 answers at once).
+        Errors: :class:`TimedOut`, :class:`DeadlineSoon`.
+        """
+        if not self._ready():
+            return self._closed()
+        try:
+            if timeout is not None:
+                # beanstalkd keeps the timeout in a C int: 2**31 and up would wrap.
+                timeout = v.uint(timeout, "reserve timeout", MAX_RESERVE_TIMEOUT)
+            self._reserve_target(watching)
+        except InvalidArgument as e:
+            return fail(e)
+        if timeout is None:
+            return self._send("reserve", b"reserve\r\n", _reserved, None, blocking=True)
+        return self._send("reserve-with-timeout", b"reserve-with-timeout %d\r\n" % timeout,
+                          _reserved, timeout + self.reserve_grace, blocking=True)
+
+    def reserve_with_timeout(self, timeout: int,
+                             watching: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
+        """``reserve-with-timeout``: like :meth:`reserve` with a timeout."""
+        return self.reserve(timeout if timeout is not None else 0, watching)
+
+    def reserve_job(self, job_id: int) -> "Deferred[Job]":
+        """Reserve the job with this id (ready, delayed or buried). Errors: :class:`NotFound`."""
+        return self._id_command("reserve-job", job_id, _reserved)
+
+    def _id_command(self, name: str, job_id: Any, convert: Callable[..., Any],
+                    extra: bytes = b"") -> Deferred:
+        if not self._ready():
+            return self._closed()
+        if not (type(job_id) is int and 0 <= job_id < 2**64):
+            try:
+                job_id = v.job_id(job_id.id if isinstance(job_id, Job) else job_id)
+            except InvalidArgument as e:
+                return fail(e)
+        return self._send(name, b"%s %d%s\r\n" % (name.encode(), job_id, extra), convert,
+                          self.timeout)
+
+    def delete(self, job_id: int) -> "Deferred[None]":
+        """Delete a job. Errors: :class:`NotFound`."""
+        d = self._id_command("delete", job_id, _none)
+        self._job_done(job_id)
+        return d
+
+    def release(self, job_id: int, priority: int = DEFAULT_PRIORITY,
+                delay: int = 0) -> "Deferred[None]":
+        """Release a job reserved on this connection.
+
+        Errors: :class:`NotFound`, :class:`Buried` (server out of memory).
+        """
+        try:
+            extra = b" %d %d" % (v.uint(priority, "priority"), v.uint(delay, "delay"))
+        except InvalidArgument as e:
+            return fail(e)
+        d = self._id_command("release", job_id, _none, extra)
+        self._job_done(job_id)
+        return d
+
+    def bury(self, job_id: int, priority: int = DEFAULT_PRIORITY) -> "Deferred[None]":
+        """Bury a job reserved on this connection. Errors: :class:`NotFound`."""
+        try:
+            extra = b" %d" % v.uint(priority, "priority")
+        except InvalidArgument as e:
+            return fail(e)
+        d = self._id_command("bury", job_id, _none, extra)
+        self._job_done(job_id)
+        return d
+
+    def touch(self, job_id: int) -> "Deferred[None]":
+        """Restart the TTR of a job reserved on this connection. Errors: :class:`NotFound`."""
+        return self._id_command("touch", job_id, _none)
+
+    def watch(self, tube: TubeName) -> "Deferred[int]":
+        """Add ``tube`` to the watch list; fires with the list's length."""
+        if not self._ready():
+            return self._closed()
+        try:
+            raw = v.tube_name(tube)
+        except InvalidArgument as e:
+            return fail(e)
+        if raw not in self._watching:
+            self._watching = self._watching + [raw]
+        return self._send("watch", b"watch %s\r\n" % raw, _count, self.timeout)
+
+    def ignore(self, tube: TubeName) -> "Deferred[int]":
+        """Remove ``tube`` from the watch list; fires with the list's length.
+
+        Errors: :class:`NotIgnored` (it is the only tube watched).
+        """
+        if not self._ready():
+            return self._closed()
+        try:
+            raw = v.tube_name(tube)
+        except InvalidArgument as e:
+            return fail(e)
+        if raw in self._watching and len(self._watching) > 1:
+            self._watching = [t for t in self._watching if t != raw]
+        return self._send("ignore", b"ignore %s\r\n" % raw, _count, self.timeout)
+
+    def peek(self, job_id: int) -> "Deferred[Job]":
+        """The job with this id. Errors: :class:`NotFound`."""
+        return self._id_command("peek", job_id, _found)
+
+    def _tube_command(self, name: str, tube: Optional[TubeName],
+                      convert: Callable[..., Any], extra: bytes = b"") -> Deferred:
+        if not self._ready():
+            return self._closed()
+        if tube is not None:
+            try:
+                self._ensure_use(tube)
+            except InvalidArgument as e:
+                return fail(e)
+        return self._send(name, name.encode() + extra + b"\r\n", convert, self.timeout)
+
+    def peek_ready(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
+        """The next ready job of the tube in use (or ``tube``). Errors: :class:`NotFound`."""
+        return self._tube_command("peek-ready", tube, _found)
+
+    def peek_delayed(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
+        """The delayed job with the shortest delay left. Errors: :class:`NotFound`."""
+        return self._tube_command("peek-delayed", tube, _found)
+
+    def peek_buried(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
+        """The next buried job. Errors: :class:`NotFound`."""
+        return self._tube_command("peek-buried", tube, _found)
+
+    def kick(self, bound: int, tube: Optional[TubeName] = None) -> "Deferred[int]":
+        """Kick up to ``bound`` buried (or else delayed) jobs; fires with the number kicked."""
+        try:
+            extra = b" %d" % v.uint(bound, "kick bound")
+        except InvalidArgument as e:
+            return fail(e)
+        return self._tube_command("kick", tube, _count, extra)
+
+    def kick_job(self, job_id: int) -> "Deferred[None]":
+        """Kick one buried or delayed job. Errors: :class:`NotFound`."""
+        return self._id_command("kick-job", job_id, _none)
+
+    def stats_job(self, job_id: int) -> "Deferred[Stats]":
+        """The job's statistics. Errors: :class:`NotFound`."""
+        return self._id_command("stats-job", job_id, _decoded)
+
+    def stats_tube(self, tube: TubeName) -> "Deferred[Stats]":
+        """The tube's statistics. Errors: :class:`NotFound`."""
+        if not self._ready():
+            return self._closed()
+        try:
+            raw = v.tube_name(tube)
+        except InvalidArgument as e:
+            return fail(e)
+        return self._send("stats-tube", b"stats-tube %s\r\n" % raw, _decoded, self.timeout)
+
+    def stats(self) -> "Deferred[Stats]":
+        """The server's statistics."""
+        return self._tube_command("stats", None, _decoded)
+
+    def list_tubes(self) -> "Deferred[List[str]]":
+        """All existing tubes."""
+        return self._tube_command("list-tubes", None, _decoded)
+
+    def list_tube_used(self, tube: Optional[TubeName] = None) -> "Deferred[str]":
+        """The tube in use (after switching to ``tube`` if given)."""
+        return self._tube_command("list-tube-used", tube, _decoded)
+
+    def list_tubes_watched(self, watching: Optional[Sequence[TubeName]] = None
+                           ) -> "Deferred[List[str]]":
+        """The watch list (after switching to ``watching`` if given)."""
+        if not self._ready():
+            return self._closed()
+        try:
+            self._reserve_target(watching)
+        except InvalidArgument as e:
+            return fail(e)
+        return self._send("list-tubes-watched", b"list-tubes-watched\r\n", _decoded,
+                          self.timeout)
+
+    def pause_tube(self, tube: TubeName, delay: int) -> "Deferred[None]":
+        """Hold back reserves from ``tube`` for ``delay`` seconds. Errors: :class:`NotFound`."""
+        if not self._ready():
+            return self._closed()
+        try:
+            raw = v.tube_name(tube)
+            delay = v.uint(delay, "delay")
+        except InvalidArgument as e:
+            return fail(e)
+        return self._send("pause-tube", b"pause-tube %s %d\r\n" % (raw, delay), _none,
+                          self.timeout)
+
+    def quit(self) -> "Deferred[None]":
+        """Send ``quit``: pending calls are still answered, then the server closes
+        the connection; fires when it has.  Later calls fail with :class:`ClientClosed`."""
+        if not self.connected:
+            return self.when_lost()
+        if self._quit is None:
+            self._quit = Deferred()
+            self._did_quit = True
+            if self._blocked or self._held:
+                # The server would read quit only after the reserve: hold it too.
+                self._held.append(_Call("quit", b"quit\r\n", None, None, None))
+            else:
+                self.transport.write(b"quit\r\n")
+        return self.when_lost()
+
+
+class BeanstalkClientFactory(Factory):
+    """Builds :class:`BeanstalkProtocol` connections with shared settings."""
+
+    protocol = BeanstalkProtocol  # type: ignore[assignment]
+
+    def __init__(self, clock: Optional[IReactorTime] = None, *,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT,
+                 reserve_grace: float = DEFAULT_RESERVE_GRACE,
+                 max_job_size: Optional[int] = DEFAULT_MAX_JOB_SIZE,
+                 codec: Optional[Codec] = None, client: Any = None,
+                 on_connection: Optional[Callable[[BeanstalkProtocol], None]] = None) -> None:
+        if clock is None:
+            from twisted.internet import reactor as clock  # type: ignore[no-redef]
+        self.clock = clock
+        self.timeout = timeout
+        self.reserve_grace = reserve_grace
+        self.max_job_size = max_job_size
+        self.codec = codec
+        self.client = client
+        self.on_connection = on_connection
+
+    def buildProtocol(self, addr: Any) -> BeanstalkProtocol:
+        proto = self.protocol(self.clock, timeout=self.timeout,  # type: ignore[call-arg]
+                              reserve_grace=self.reserve_grace,
+                              max_job_size=self.max_job_size, codec=self.codec)
+        proto.factory = self
+        proto.client = self.client
+        if self.on_connection is not None:
+            self.on_connection(proto)
+        return proto

@@ -1,0 +1,345 @@
+"""Reply decoding: what the server answered to the command at the head of the queue.
+
+Beanstalk reply words are ambiguous on their own (``BURIED <id>`` after ``put``
+means the server ran out of memory and the job is buried, ``BURIED`` after
+``bury`` means success; ``KICKED <n>`` after ``kick`` vs ``KICKED`` after
+``kick-job``), so a reply is always decoded against the command that asked for
+it.  The command table (:data:`twisted_stalk.protocol.commands.COMMANDS`) lists
+each command's replies; the first one listed is its success, the others are
+errors.  Any command may also be answered ``OUT_OF_MEMORY``,
+``INTERNAL_ERROR``, ``BAD_FORMAT`` or ``UNKNOWN_COMMAND``.
+
+This module is shared by the client library and the shell.  Like the rest of
+:mod:`twisted_stalk.protocol` it does no I/O and does not import Twisted::
+
+    reply = decode_reply("put", b"INSERTED 7")      # Reply(word="INSERTED", ok=True, job_id=7)
+    reply = decode_reply("reserve", b"RESERVED 3 5")
+    reply.body_length                               # 5: read 5 bytes + CRLF next
+    value = decode_body("reserve", reply, b"hello")  # (3, b"hello")
+    decode_reply("bury", b"NOT_FOUND").error()       # NotFound(...)
+
+A line that is not one of the command's replies raises :class:`UnexpectedReply`:
+a client must then drop the connection, because every later reply would be
+matched to the wrong command.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional, Tuple, Type, Union
+
+from .commands import BY_NAME, CommandSpec, valid_tube_name
+from .constants import MAX_JOB_SIZE_LIMIT, MAX_TUBE_NAME
+from .yaml import StatValue, parse_mapping, parse_sequence
+
+#: Longest reply line a server may send (``USING`` + a 200-byte tube name is
+#: the longest legal one); a client that buffers more without a CRLF is
+#: talking to something that is not a beanstalk server.
+MAX_REPLY_LINE = 64 + MAX_TUBE_NAME
+
+#: Largest data block a reply may announce (job bodies are at most
+#: :data:`MAX_JOB_SIZE_LIMIT`; stats bodies are a few KiB).
+MAX_REPLY_BODY = MAX_JOB_SIZE_LIMIT
+
+#: Replies any command may get.
+GENERIC_ERRORS: Tuple[str, ...] = ("OUT_OF_MEMORY", "INTERNAL_ERROR", "BAD_FORMAT",
+                                   "UNKNOWN_COMMAND")
+
+
+# ----------------------------------------------------------------- errors
+
+class BeanstalkError(Exception):
+    """Base class of every error raised by the client library and the shell."""
+
+
+class ReplyError(BeanstalkError):
+    """The server answered a command with an error reply.
+
+    :ivar command: the command's name (``"put"``, ``"reserve"`` ...).
+    :ivar reply: the reply line as received, without CRLF.
+    :ivar word: the reply word (``"NOT_FOUND"`` ...).
+    """
+
+    word: str = ""
+
+    def __init__(self, command: str = "", reply: bytes = b"") -> None:
+        self.command = command
+        self.reply = reply or self.word.encode("ascii")
+        super().__init__(f"{command}: {self.reply.decode('ascii', 'replace')}"
+                         if command else self.reply.decode("ascii", "replace"))
+
+    def __reduce__(self):  # keep pickling (and copying) working with our __init__
+        return (self.__class__, (self.command, self.reply))
+
+
+class NotFound(ReplyError):
+    """``NOT_FOUND``: no such job (or not reserved by this connection), or no such tube."""
+
+    word = "NOT_FOUND"
+
+
+class Buried(ReplyError):
+    """``BURIED``: the server ran out of memory and buried the job.
+
+    After ``put`` the reply carries the new job's id (:attr:`job_id`); after
+    ``release`` it does not (the job is the one being released).
+    """
+
+    word = "BURIED"
+
+    @property
+    def job_id(self) -> Optional[int]:
+        """The buried job's id when the server sent one (after ``put``)."""
+        parts = self.reply.split(b" ")
+        if len(parts) == 2 and parts[1].isdigit():
+            return int(parts[1])
+        return None
+
+
+class DeadlineSoon(ReplyError):
+    """``DEADLINE_SOON``: a job reserved by this connection is in its last second of TTR."""
+
+    word = "DEADLINE_SOON"
+
+
+class TimedOut(ReplyError):
+    """``TIMED_OUT``: ``reserve-with-timeout`` found no job in time."""
+
+    word = "TIMED_OUT"
+
+
+class Draining(ReplyError):
+    """``DRAINING``: the server is in drain mode and accepts no new jobs."""
+
+    word = "DRAINING"
+
+
+class JobTooBig(ReplyError):
+    """``JOB_TOO_BIG``: the body is larger than the server's ``max-job-size``."""
+
+    word = "JOB_TOO_BIG"
+
+
+class ExpectedCRLF(ReplyError):
+    """``EXPECTED_CRLF``: the job body was not followed by CRLF."""
+
+    word = "EXPECTED_CRLF"
+
+
+class BadFormat(ReplyError):
+    """``BAD_FORMAT``: the server could not parse the command line."""
+
+    word = "BAD_FORMAT"
+
+
+class UnknownCommand(ReplyError):
+    """``UNKNOWN_COMMAND``: the server does not know the command."""
+
+    word = "UNKNOWN_COMMAND"
+
+
+class OutOfMemory(ReplyError):
+    """``OUT_OF_MEMORY``: the server could not allocate memory for the job."""
+
+    word = "OUT_OF_MEMORY"
+
+
+class InternalError(ReplyError):
+    """``INTERNAL_ERROR``: a server bug (or, for ours, a binlog write failure)."""
+
+    word = "INTERNAL_ERROR"
+
+
+class NotIgnored(ReplyError):
+    """``NOT_IGNORED``: the tube is the only one in the watch list."""
+
+    word = "NOT_IGNORED"
+
+
+class UnexpectedReply(BeanstalkError):
+    """A reply that is not one of the replies of the command it answers.
+
+    :ivar command: the command at the head of the queue (None if there was none).
+    :ivar line: the offending bytes.
+    """
+
+    def __init__(self, command: Optional[str], line: bytes, why: str = "") -> None:
+        self.command = command
+        self.line = bytes(line)
+        self.why = why
+        what = f"to {command!r}" if command else "with no command pending"
+        msg = f"unexpected reply {what}: {self.line[:300]!r}"
+        if why:
+            msg += f" ({why})"
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (self.__class__, (self.command, self.line, self.why))
+
+
+#: The exception class of each error reply word.
+ERRORS: Dict[str, Type[ReplyError]] = {
+    cls.word: cls for cls in (
+        NotFound, Buried, DeadlineSoon, TimedOut, Draining, JobTooBig, ExpectedCRLF,
+        BadFormat, UnknownCommand, OutOfMemory, InternalError, NotIgnored,
+    )
+}
+
+
+# ----------------------------------------------------------------- replies
+
+class Reply(NamedTuple):
+    """One decoded reply line.
+
+    Exactly the fields its pattern names are set: ``job_id`` for ``<id>``,
+    ``count`` for ``<count>``, ``tube`` for ``<tube>``, ``body_length`` for
+    ``<bytes>`` (a data block of that many bytes plus CRLF follows).
+    """
+
+    command: str
+    word: str
+    ok: bool
+    line: bytes
+    job_id: Optional[int] = None
+    count: Optional[int] = None
+    tube: Optional[str] = None
+    body_length: Optional[int] = None
+
+    @property
+    def has_body(self) -> bool:
+        """True when a data block of :attr:`body_length` bytes + CRLF follows."""
+        return self.body_length is not None
+
+    def error(self) -> ReplyError:
+        """The exception for an error reply (``ok`` is False)."""
+        if self.ok:
+            raise ValueError(f"{self.word} is the success reply of {self.command}")
+        return ERRORS[self.word](self.command, self.line)
+
+
+# One entry per reply word a command accepts: (word, ok, argument kinds).
+_Entry = Tuple[str, bool, Tuple[str, ...]]
+
+
+def _table(spec: CommandSpec) -> Dict[bytes, _Entry]:
+    table: Dict[bytes, _Entry] = {}
+    for i, pattern in enumerate(spec.replies):
+        word, *args = pattern.split(" ")
+        kinds = tuple(a.strip("<>") for a in args)
+        table[word.encode("ascii")] = (word, i == 0, kinds)
+    for word in GENERIC_ERRORS:
+        table.setdefault(word.encode("ascii"), (word, False, ()))
+    return table
+
+
+_TABLES: Dict[str, Dict[bytes, _Entry]] = {name: _table(spec) for name, spec in BY_NAME.items()}
+
+
+def success_reply(command: Union[str, CommandSpec]) -> Optional[str]:
+    """The success reply pattern of ``command`` (``"INSERTED <id>"``), None for quit."""
+    spec = BY_NAME[command] if isinstance(command, str) else command
+    return spec.replies[0] if spec.replies else None
+
+
+def _uint(text: bytes) -> Optional[int]:
+    if text.isdigit() and text.isascii() and len(text) <= 20:
+        return int(text)
+    return None
+
+
+def decode_reply(command: Union[str, CommandSpec], line: bytes) -> Reply:
+    """Classify ``line`` (without CRLF) as a reply to ``command``.
+
+    Returns a :class:`Reply`; raises :class:`UnexpectedReply` when the line is
+    not one of the command's replies (unknown word, wrong argument count,
+    non-numeric id/count/length, bad tube name, absurd body length).
+    """
+    name = command if isinstance(command, str) else command.name
+    table = _TABLES.get(name)
+    if table is None:
+        raise UnexpectedReply(name, line, "unknown command")
+    line = bytes(line)
+    parts = line.split(b" ")
+    entry = table.get(parts[0])
+    if entry is None:
+        raise UnexpectedReply(name, line)
+    word, ok, kinds = entry
+    if len(parts) - 1 != len(kinds):
+        raise UnexpectedReply(name, line, "wrong number of fields")
+    if not kinds:
+        return Reply(name, word, ok, line)
+    job_id = count = body_length = None
+    tube = None
+    for kind, text in zip(kinds, parts[1:]):
+        if kind == "tube":
+            if not valid_tube_name(text):
+                raise UnexpectedReply(name, line, "bad tube name")
+            tube = text.decode("ascii")
+            continue
+        value = _uint(text)
+        if value is None:
+            raise UnexpectedReply(name, line, f"<{kind}> is not a number")
+        if kind == "id":
+            job_id = value
+        elif kind == "count":
+            count = value
+        else:
+            if value > MAX_REPLY_BODY:
+                raise UnexpectedReply(name, line, "data block too large")
+            body_length = value
+    return Reply(name, word, ok, line, job_id, count, tube, body_length)
+
+
+JobValue = Tuple[int, bytes]
+Value = Union[None, int, str, JobValue, Dict[str, StatValue], List[str]]
+
+
+def _stats_id(body: bytes) -> Optional[str]:
+    # The server's instance id is a hex string; parse_mapping would turn an
+    # all-digit one into an int (dropping leading zeros), so read it raw.
+    for raw in body.split(b"\n"):
+        if raw.startswith(b"id: "):
+            return raw[4:].decode("ascii", "replace").strip('"')
+    return None
+
+
+def decode_body(command: Union[str, CommandSpec], reply: Reply,
+                body: Optional[bytes] = None) -> Value:
+    """The typed value of a success reply (``reply.ok``) and its data block.
+
+    * ``put`` -> job id; ``watch``/``ignore`` -> watch-list size; ``kick`` -> count;
+    * ``use``/``list-tube-used`` -> tube name (str);
+    * ``reserve*``/``peek*`` -> ``(job id, body bytes)``;
+    * ``stats``/``stats-job``/``stats-tube`` -> dict (ints for numbers, floats
+      for rusage, bools for ``draining``, str otherwise);
+    * ``list-tubes``/``list-tubes-watched`` -> list of tube names;
+    * everything else -> None.
+    """
+    name = command if isinstance(command, str) else command.name
+    word = reply.word
+    if word in ("INSERTED",):
+        return reply.job_id
+    if word in ("WATCHING",) or (word == "KICKED" and reply.count is not None):
+        return reply.count
+    if word == "USING":
+        return reply.tube
+    if word in ("RESERVED", "FOUND"):
+        assert reply.job_id is not None
+        return (reply.job_id, body if body is not None else b"")
+    if word == "OK":
+        data = body or b""
+        if name in ("list-tubes", "list-tubes-watched"):
+            return parse_sequence(data)
+        stats = parse_mapping(data)
+        if name == "stats" and "id" in stats:
+            raw = _stats_id(data)
+            if raw is not None:
+                stats["id"] = raw
+        return stats
+    return None
+
+
+__all__ = [
+    "BeanstalkError", "ReplyError", "NotFound", "Buried", "DeadlineSoon", "TimedOut",
+    "Draining", "JobTooBig", "ExpectedCRLF", "BadFormat", "UnknownCommand", "OutOfMemory",
+    "InternalError", "NotIgnored", "UnexpectedReply", "ERRORS", "GENERIC_ERRORS", "Reply",
+    "decode_reply", "decode_body", "success_reply", "MAX_REPLY_LINE", "MAX_REPLY_BODY",
+]
