@@ -16,6 +16,20 @@ class JournalError(Exception):
     """A change could not be made durable; the command must not be acknowledged."""
 
 
+# What a ``job_updated(job, op)`` call records.  The queue calls it before the
+# job changes, so the journal derives the new state from ``op``:
+#: release: ready, or delayed when ``job.delay`` (pri and delay already set).
+UPDATE_RELEASE = 1
+#: bury: buried (``job.pri`` already set).
+UPDATE_BURY = 2
+#: kick or kick-job: ready.
+UPDATE_KICK = 3
+#: the TTR ran out: ready.
+UPDATE_TIMEOUT = 4
+#: reserve-job took a delayed or buried job (ready again after a restart).
+UPDATE_RESERVE = 5
+
+
 class Journal(Protocol):
     """Receives every change that must survive a restart, before it is acknowledged.
 
@@ -26,8 +40,9 @@ class Journal(Protocol):
     def job_put(self, job: "Job") -> None:
         """A new job exists (any state)."""
 
-    def job_updated(self, job: "Job") -> None:
-        """A job changed state, priority or delay (release, bury, kick, timeout)."""
+    def job_updated(self, job: "Job", op: int) -> None:
+        """A job is about to change state, priority or delay; ``op`` is one of
+        the ``UPDATE_*`` constants (release, bury, kick, timeout, reserve-job)."""
 
     def job_deleted(self, job: "Job") -> None:
         """A job is gone for good."""
@@ -35,14 +50,23 @@ class Journal(Protocol):
     def stats(self) -> Dict[str, int]:
         """binlog-* figures for the stats command."""
 
+    #: True while recorded changes are not yet safe to acknowledge; the server
+    #: then holds replies until :meth:`when_settled` calls back.
+    pending: bool
+
+    def when_settled(self, callback) -> None:
+        """Call ``callback`` once everything recorded so far is durable."""
+
 
 class NullJournal:
     """No persistence: every change is in memory only."""
 
+    pending = False
+
     def job_put(self, job: "Job") -> None:
         pass
 
-    def job_updated(self, job: "Job") -> None:
+    def job_updated(self, job: "Job", op: int = 0) -> None:
         pass
 
     def job_deleted(self, job: "Job") -> None:
@@ -50,3 +74,6 @@ class NullJournal:
 
     def stats(self) -> Dict[str, int]:
         return {"oldest": 0, "current": 0, "migrated": 0, "written": 0, "max_size": 10485760}
+
+    def when_settled(self, callback) -> None:
+        callback()

@@ -39,7 +39,15 @@ from .job import (
     TIMEOUTS,
     Job,
 )
-from .journal import NullJournal
+from .journal import (
+    UPDATE_BURY,
+    UPDATE_KICK,
+    UPDATE_RELEASE,
+    UPDATE_RESERVE,
+    UPDATE_TIMEOUT,
+    JournalError,
+    NullJournal,
+)
 from .session import Session, SessionListener
 from .tube import Tube
 
@@ -536,6 +544,10 @@ class WorkQueue:
         job = self.jobs.get(job_id)
         if job is None or job.state == RESERVED:
             return None
+        if job.state != READY:
+            # Journaled so that after a restart it comes back ready, as
+            # reserved jobs do, not delayed or buried.
+            self.journal.job_updated(job, UPDATE_RESERVE)
         self.set_worker(s)
         self._detach(job)
         self._make_reserved(s, job, self.clock.seconds())
@@ -562,7 +574,7 @@ class WorkQueue:
         old = job.pri, job.delay
         job.pri, job.delay = pri, delay
         try:
-            self.journal.job_updated(job)
+            self.journal.job_updated(job, UPDATE_RELEASE)
         except Exception:
             job.pri, job.delay = old
             raise
@@ -581,7 +593,7 @@ class WorkQueue:
         old = job.pri
         job.pri = pri
         try:
-            self.journal.job_updated(job)
+            self.journal.job_updated(job, UPDATE_BURY)
         except Exception:
             job.pri = old
             raise
@@ -607,28 +619,32 @@ class WorkQueue:
         """Kick up to ``bound`` buried jobs of the used tube, or delayed ones if none are buried."""
         t = s.use
         kicked = 0
-        if t.buried:
-            while kicked < bound and t.buried:
-                job = next(iter(t.buried.values()))
-                self.journal.job_updated(job)
-                self._kick(job)
-                kicked += 1
-        else:
-            while kicked < bound:
-                job = self._delayed_top(t.delayed)
-                if job is None:
-                    break
-                self.journal.job_updated(job)
-                heappop(t.delayed)
-                self._kick(job)
-                kicked += 1
+        try:
+            if t.buried:
+                while kicked < bound and t.buried:
+                    job = next(iter(t.buried.values()))
+                    self.journal.job_updated(job, UPDATE_KICK)
+                    self._kick(job)
+                    kicked += 1
+            else:
+                while kicked < bound:
+                    job = self._delayed_top(t.delayed)
+                    if job is None:
+                        break
+                    self.journal.job_updated(job, UPDATE_KICK)
+                    heappop(t.delayed)
+                    self._kick(job)
+                    kicked += 1
+        except JournalError:
+            if not kicked:
+                raise  # nothing kicked: the error reply
         return kicked
 
     def kick_job(self, job_id: int) -> bool:
         job = self.jobs.get(job_id)
         if job is None or job.state not in (BURIED, DELAYED):
             return False
-        self.journal.job_updated(job)
+        self.journal.job_updated(job, UPDATE_KICK)
         self._kick(job)
         return True
 
@@ -760,7 +776,7 @@ class WorkQueue:
 
     def _time_out(self, job: Job, s: Session) -> None:
         try:
-            self.journal.job_updated(job)
+            self.journal.job_updated(job, UPDATE_TIMEOUT)
         except Exception:
             pass  # the job comes back as ready after a restart anyway
         s.reserved.pop(job.id, None)
