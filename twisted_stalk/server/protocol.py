@@ -96,12 +96,16 @@ class BeanstalkServerProtocol(LineReceiver):
         self._eof = False
         self._closing = False
         self._direct = False
+        #: Replies held until the journal has written what they acknowledge.
+        self._held: Optional[List[bytes]] = None
+        self._close_when_sent = False
         self.session = None
 
     # ---------------------------------------------------------- connection
 
     def connectionMade(self) -> None:
         self.queue = self.factory.queue
+        self._journal = self.queue.journal
         self.session = self.queue.open_session(self)
         self.factory.connection_opened(self)
         transport = self.transport
@@ -133,6 +137,9 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def _close(self) -> None:
         self._closing = True
+        if self._held is not None:
+            self._close_when_sent = True  # after the held replies
+            return
         self.transport.loseConnection()
 
     def _write(self, data: bytes) -> None:
@@ -148,7 +155,20 @@ class BeanstalkServerProtocol(LineReceiver):
         ``FileDescriptor.write`` always buffers and asks the reactor for a
         writable event, costing two epoll_ctl calls and a loop turn per reply;
         like beanstalkd, we first try the write directly.
+
+        While the journal (binlog) has records not yet written (or, with
+        ``-f 0``, not yet synced), replies are held and sent, in order, when
+        it settles: no reply can acknowledge a change that is not durable,
+        and the records of a whole reactor turn share one write and one fsync.
         """
+        held = self._held
+        if held is not None:
+            held.append(data)
+            return
+        if self._journal.pending:
+            self._held = [data]
+            self._journal.when_settled(self._send_held)
+            return
         t = self.transport
         if self._direct and not t._tempDataLen and not t.dataBuffer and t.connected \
                 and not t.disconnecting:
@@ -158,6 +178,15 @@ class BeanstalkServerProtocol(LineReceiver):
                     return
                 data = data[sent:]
         t.write(data)
+
+    def _send_held(self) -> None:
+        """The journal settled: send the replies held meanwhile."""
+        held, self._held = self._held, None
+        if held:
+            self._send(held[0] if len(held) == 1 else b"".join(held))
+        if self._close_when_sent:
+            self._close_when_sent = False
+            self.transport.loseConnection()
 
     # ------------------------------------------------------------- framing
 
@@ -339,7 +368,11 @@ class BeanstalkServerProtocol(LineReceiver):
             self._write(_job_reply(b"RESERVED", result))
 
     def do_reserve_job(self, job_id: int) -> None:
-        job = self.queue.reserve_job(self.session, job_id)
+        try:
+            job = self.queue.reserve_job(self.session, job_id)
+        except JournalError:
+            self._write(INTERNAL_ERROR)
+            return
         self._write(NOT_FOUND if job is None else _job_reply(b"RESERVED", job))
 
     def do_delete(self, job_id: int) -> None:

@@ -92,8 +92,14 @@ def make_factory(config, reactor) -> BeanstalkServerFactory:
         except ImportError:
             raise RuntimeError("-b/--binlog-dir: binlog persistence is not available in this build")
         journal = open_journal(config, reactor)
-    return BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
-                                  journal=journal)
+    factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
+                                     journal=journal)
+    if journal is not None:
+        # Replay the binlog into the queue, then arm the timer for the
+        # restored delayed jobs.
+        journal.attach(factory.queue)
+        factory.rearm()
+    return factory
 
 
 def makeService(config, reactor=None) -> MultiService:
