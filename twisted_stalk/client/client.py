@@ -43,6 +43,7 @@ from twisted.internet.defer import (
     succeed,
 )
 from twisted.internet.endpoints import clientFromString
+from twisted.internet.task import deferLater
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -131,12 +132,22 @@ class _Link:
             return fn(proto)
         return self.later(fn)
 
+    def _when_connected(self) -> "Deferred[BeanstalkProtocol]":
+        def check(proto: BeanstalkProtocol) -> Any:
+            if proto.connected:
+                return proto
+            # The connection just closed and the service has not noticed yet
+            # (we are inside the protocol's connectionLost): ask again later.
+            later = deferLater(self.client.clock, 0, lambda: None)
+            return later.addCallback(lambda _: self._when_connected())
+        return self.service.whenConnected().addCallback(check)
+
     def later(self, fn: Callable[[BeanstalkProtocol], "Deferred[T]"]) -> "Deferred[T]":
         client = self.client
         if client._closed:
             return fail(ClientClosed("the client is closed"))
         self.start()
-        d = self.service.whenConnected()
+        d = self._when_connected()
         if client.connect_timeout is not None:
             d.addTimeout(client.connect_timeout, client.clock)
 
