@@ -206,6 +206,7 @@ def _replay_file(data: bytes, info: FileInfo, rec: Recovery, names: Dict[bytes, 
     max_id = st.max_id
     suspects = st.suspects
     records = 0
+    last_created = -1.0
     p = HEADER_SIZE
     try:
         while p + MIN_RECORD <= end:
@@ -230,6 +231,10 @@ def _replay_file(data: bytes, info: FileInfo, rec: Recovery, names: Dict[bytes, 
                     continue
                 tube = data[a:a + tlen]
                 tube = names.setdefault(tube, tube)
+                if created == last_created:
+                    created = last_created  # share one float, as the queue does
+                else:
+                    last_created = created
                 job = Job(jid, pri, delay, ttr, data[a + tlen:q], tube, created)
                 job.state = state if state in (DELAYED, BURIED) else READY
                 job.deadline_at = deadline

@@ -688,10 +688,10 @@ class BinlogJournal:
                 if not self.no_fsync:
                     os.fsync(self.fd)
             except OSError as e:
+                # Held replies are never sent: their changes are not on disk.
+                self._settled = []
                 self.log.error("binlog: final write of {file} failed: {why}",
                                file=file_name(self.seq), why=e.strerror or e)
-            else:
-                self.broken = None
             os.close(self.fd)
             self.fd = -1
             self._settle()
