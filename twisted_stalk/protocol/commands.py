@@ -11,9 +11,12 @@ Argument parsing reproduces beanstalkd byte for byte:
 * ``tube`` (``use``/``watch``/``ignore``/``stats-tube``): the rest of the line
   after the single space, 1..200 name characters, no leading ``-``.
 * ``pause-tube``: leading spaces skipped, then the longest run of name
-  characters (``read_tube_name``), then a ``u32`` delay.
+  characters (``read_tube_name``), then a ``u32`` delay.  beanstalkd counts
+  ``cmd-pause-tube`` and only then rejects an invalid name (leading ``-``,
+  over 200 bytes) with BAD_FORMAT.
 * ``reserve-with-timeout`` (``strtol``): whitespace, optional sign, digits;
-  trailing bytes ignored; no digits means 0; a negative timeout waits forever.
+  trailing bytes ignored; no digits means 0; the value is then truncated to a
+  C int as beanstalkd does (4294967296 is 0); a negative timeout waits forever.
 * ``kick`` (``strtoul``): like ``strtol`` but at least one digit is required;
   a negative bound wraps as in C and the result is truncated to 32 bits.
 """
@@ -258,15 +261,16 @@ def parse_args(spec: CommandSpec, text: bytes) -> Tuple[ArgValue, ...]:
         end = pos
         while end < len(text) and text[end] in NAME_CHARS:
             end += 1
-        if end == pos:
-            raise CommandError(BAD_FORMAT)
         delay, _ = _read_uint(text, end, U32_MAX, True)
+        # The name's validity is checked by the command itself, after it is
+        # counted in cmd-pause-tube, as beanstalkd does.
         return text[pos:end], delay
     if name == "reserve-with-timeout":
         value = _read_c_integer(text, need_digits=False)
         if not -2**63 <= value < 2**63:
             raise CommandError(BAD_FORMAT)
-        return (value,)
+        # beanstalkd stores the long in an int: keep its low 32 bits, signed.
+        return ((value + 2**31) % 2**32 - 2**31,)
     if name == "kick":
         value = _read_c_integer(text, need_digits=True)
         if abs(value) > U64_MAX:

@@ -32,7 +32,7 @@ from ..core import DEADLINE_SOON as _DEADLINE_SOON_RESULT
 from ..core import TIMED_OUT as _TIMED_OUT_RESULT
 from ..core import Job, JournalError
 from ..protocol import yaml
-from ..protocol.commands import BY_NAME, CommandError, parse_command
+from ..protocol.commands import BY_NAME, CommandError, identify, parse_args, valid_tube_name
 from ..protocol.constants import (
     BAD_FORMAT,
     BURIED,
@@ -53,6 +53,7 @@ from ..protocol.constants import (
     TOUCHED,
     U32_MAX,
     U64_MAX,
+    UNKNOWN_COMMAND,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -224,7 +225,7 @@ class BeanstalkServerProtocol(LineReceiver):
                 i = find(b"\r\n", pos)
                 if i < 0:
                     if end - pos >= MAX_LINE:
-                        self._write(BAD_FORMAT)
+                        # Too long: discard through its CRLF, then answer.
                         self._mode = _SKIP_LINE
                         continue
                     break
@@ -255,6 +256,7 @@ class BeanstalkServerProtocol(LineReceiver):
                     break
                 pos = i + 2
                 self._mode = _LINE
+                self._write(BAD_FORMAT)
         self._buf = buf[pos:] if pos < end else b""
 
     def _unblock(self) -> None:
@@ -291,8 +293,15 @@ class BeanstalkServerProtocol(LineReceiver):
                 if args is not None:
                     fast[0](self, *args)
                     return
+        if b"\0" in line:
+            self._write(BAD_FORMAT)
+            return
+        spec, text = identify(line)
+        if spec is None:
+            self._write(UNKNOWN_COMMAND)
+            return
         try:
-            spec, args = parse_command(line)
+            args = parse_args(spec, text)
         except CommandError as e:
             self._write(e.reply)
             return
@@ -444,7 +453,7 @@ class BeanstalkServerProtocol(LineReceiver):
         self._write(b"KICKED %d\r\n" % n)
 
     def do_kick_job(self, job_id: int) -> None:
-        self._count("kick")
+        # beanstalkd has no counter for kick-job, and it does not count in cmd-kick.
         try:
             ok = self.queue.kick_job(job_id)
         except JournalError:
@@ -480,6 +489,9 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def do_pause_tube(self, name: bytes, delay: int) -> None:
         self._count("pause-tube")
+        if not valid_tube_name(name):
+            self._write(BAD_FORMAT)
+            return
         self._write(PAUSED if self.queue.pause_tube(name, delay) else NOT_FOUND)
 
     def do_quit(self) -> None:
@@ -546,7 +558,7 @@ def _fast_release(text: bytes) -> Optional[Tuple[int, ...]]:
 
 
 def _fast_timeout(text: bytes) -> Optional[Tuple[int]]:
-    if text.isdigit() and len(text) < 18:
+    if text.isdigit() and len(text) < 10:
         return (int(text),)
     return None
 
