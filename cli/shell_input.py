@@ -129,12 +129,10 @@ def hint_for(text: str) -> str:
     spec = BY_NAME.get(tokens[0])
     if spec is None:
         return ""
-    if len(tokens) == 1 and not text[-1:].isspace():
-        done = 0
-        prefix = " "
-    else:
-        done = len(tokens) - 1 if text[-1:].isspace() else len(tokens)
-        prefix = "" if text[-1:].isspace() else " "
+    # Whether the last token is finished or still being typed, the next
+    # argument to hint is the one after the tokens typed so far.
+    done = len(tokens) - 1
+    prefix = "" if text[-1:].isspace() else " "
     if spec.name == "put" and tokens[-1:] and tokens[-1].startswith(("@", "$")) and len(tokens) > 1:
         return ""
     labels = [arg_label(spec, i) for i in range(done, len(spec.args))]
@@ -239,6 +237,8 @@ def needs_more_input(text: str) -> bool:
     if form is None or form.source in ("file", "editor"):
         return False
     if form.source == "exact":
+        if not first.startswith("!") and validate_command_args("put", form.numbers):
+            return False
         try:
             size = int(form.numbers[3])
         except ValueError:
@@ -248,6 +248,8 @@ def needs_more_input(text: str) -> bool:
         return len(rest.encode("utf-8")) < size
     if len(form.numbers) not in (0, 3) or first.startswith("!"):
         return False
+    if validate_command_args("put", form.numbers):
+        return False  # malformed: let Enter submit so the validator explains
     if not nl:
         return True
     return not text.endswith("\n")

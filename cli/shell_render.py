@@ -78,7 +78,7 @@ def classify_body(body: bytes) -> Tuple[str, Any]:
     except UnicodeDecodeError:
         return "binary", body
     controls = len(_CONTROL.findall(text.replace("\r\n", "\n")))
-    if "\x00" in text or controls > max(1, len(text) // 20):
+    if "\x00" in text or controls > max(2, len(text) // 10):
         return "binary", body
     stripped = text.strip()
     if stripped[:1] in ("{", "[") or (stripped[:1] == '"' and stripped[-1:] == '"'):

@@ -16,9 +16,6 @@ import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from prompt_toolkit import print_formatted_text
-from prompt_toolkit.formatted_text import FormattedText
-
 from twisted_stalk.protocol import valid_tube_name
 from twisted_stalk.protocol.constants import U32_MAX
 from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
@@ -63,6 +60,9 @@ class Output:
 
     def fragments(self, frags: Fragments) -> None:
         if self.color and _isatty(self.stream):
+            from prompt_toolkit import print_formatted_text
+            from prompt_toolkit.formatted_text import FormattedText
+
             from .shell_ui import STYLE
             print_formatted_text(FormattedText(frags), end="", style=STYLE,
                                  include_default_pygments_style=False, file=self.stream)
@@ -408,10 +408,9 @@ def tool_top(conn: Connection, argv: Sequence[str], out: Output) -> int:
                         f"{server.get('current-connections', 0)} connections  "
                         f"{server.get('current-workers', 0)} workers  "
                         f"{server.get('current-waiting', 0)} waiting  {len(tubes)} tubes")
-                lines = render_columns(TOP_COLUMNS, rows)
                 total = [sum(r[i] for r in rows) for i in range(1, 9)]
-                if rows:
-                    lines.append(render_columns(TOP_COLUMNS, [["(all)"] + total + ["", "", ""]])[1])
+                table = rows + ([["(all)"] + total + ["", "", ""]] if len(rows) > 1 else [])
+                lines = render_columns(TOP_COLUMNS, table)
                 text = "\n".join([head, ""] + lines) + "\n"
                 if live:
                     text = "\x1b[H\x1b[2J" + text + f"\nevery {a.interval:g}s, Ctrl-C quits"
@@ -453,24 +452,50 @@ def _duration(seconds: Any) -> str:
 class Tail:
     """Finds jobs of one tube as they appear, without reserving anything.
 
-    Job ids are handed out in order, and ``stats``' ``total-jobs`` is the
-    count of jobs created, so every id above the last one seen is a new job:
-    ``stats-job`` tells its tube and state and ``peek`` reads its body.
-    Delayed ones are kept and shown when they turn ready.
+    Job ids are handed out in order and ``stats``' ``total-jobs`` counts the
+    jobs created, so every id above the last one seen is a new job:
+    ``stats-job`` tells its tube and state and ``peek`` reads its body.  Ids
+    can run ahead of total-jobs (a put answered EXPECTED_CRLF burns one; a
+    binlog restart keeps ids but resets the count): the heads of the tube's
+    queues (peek-ready/-delayed/-buried) and a few ids probed past the end
+    keep the estimate honest.  Delayed jobs are shown when they turn ready.
     """
 
     PER_POLL = 500
+    PROBE = 4
 
     def __init__(self, conn: Connection, tube: str) -> None:
         self.conn = conn
         self.tube = tube
-        self.last = int(server_stats(conn).get("total-jobs", 0))
+        use(conn, tube)
+        total = int(server_stats(conn).get("total-jobs", 0))
+        heads = self._heads()
+        self.last = max([total] + heads)
+        self.offset = self.last - total
         self.pending: Dict[int, None] = {}
+
+    def _heads(self) -> List[int]:
+        ids = []
+        for state in STATES:
+            reply = call(self.conn, f"peek-{state}")
+            if reply.word == "FOUND" and reply.job_id is not None:
+                ids.append(reply.job_id)
+        return ids
 
     def poll(self) -> List[Tuple[int, Dict[str, Any], Optional[bytes]]]:
         found = []
-        top = int(server_stats(self.conn).get("total-jobs", 0))
-        upto = min(top, self.last + self.PER_POLL)
+        total = int(server_stats(self.conn).get("total-jobs", 0))
+        known = max([total + self.offset] + self._heads())
+        extra: Dict[int, Dict[str, Any]] = {}
+        if known - self.last <= self.PER_POLL:
+            for job_id in range(known + 1, known + self.PROBE + 1):
+                st = job_stats(self.conn, job_id)
+                if st is not None:
+                    extra[job_id] = st
+            if extra:
+                known = max(extra)
+        self.offset = max(self.offset, known - total)
+        upto = min(known, self.last + self.PER_POLL)
         for job_id in list(self.pending):
             st = job_stats(self.conn, job_id)
             if st is None:
@@ -479,7 +504,7 @@ class Tail:
                 del self.pending[job_id]
                 found.append(self._with_body(job_id, st))
         for job_id in range(self.last + 1, upto + 1):
-            st = job_stats(self.conn, job_id)
+            st = extra.get(job_id) or job_stats(self.conn, job_id)
             if st is None or st.get("tube") != self.tube:
                 continue
             if st.get("state") == "delayed":
@@ -549,10 +574,6 @@ def show_job(out: Output, job_id: int, st: Dict[str, Any], body: Optional[bytes]
 # --------------------------------------------------------------------------
 # stalk flush
 
-def _high_water(conn: Connection) -> int:
-    return int(server_stats(conn).get("total-jobs", 0))
-
-
 def tool_flush(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
     p = _parser("flush", "Delete the jobs of TUBE in the given states (never reserved ones, "
                 "never jobs that arrive after you confirm).")
@@ -578,7 +599,6 @@ def tool_flush(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -
     if not confirm(f"Delete {plan} job(s) from tube {tube!r} on {conn.target}?", a.yes, out, stdin):
         out.note("nothing deleted")
         return EXIT_REPLY
-    high = _high_water(conn)
     use(conn, tube)
     deleted = {s: 0 for s in states}
     progress = Progress(f"flush {tube}", total)
@@ -586,14 +606,13 @@ def tool_flush(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -
     with deferred_interrupt() as interrupted:
         for state in states:
             misses: Dict[int, int] = {}
-            while not interrupted[0]:
+            # At most as many as were counted when you confirmed: jobs that
+            # keep arriving cannot make a flush run forever.
+            while not interrupted[0] and deleted[state] < counts[state]:
                 reply = call(conn, f"peek-{state}")
                 if reply.word != "FOUND":
                     break
                 job_id = reply.job_id or 0
-                if job_id > high:
-                    stopped = f"newer {state} jobs arrived after the start; left alone"
-                    break
                 d = call(conn, f"delete {job_id}")
                 if d.word == "DELETED":
                     deleted[state] += 1
@@ -681,6 +700,9 @@ def move_one(conn: Connection, src: str, dst: str, state: str, job_id: int,
     if st is None or st.get("tube") != src or st.get("state") != state:
         return "gone", None
     reply = call(conn, f"reserve-job {job_id}")
+    if reply.word in ("UNKNOWN_COMMAND", "BAD_FORMAT"):
+        raise ToolError("the server does not support reserve-job (beanstalkd 1.12 or later is "
+                        "needed to move jobs safely); nothing was moved")
     if reply.word != "RESERVED" or reply.body is None:
         return "gone", None
     body = reply.body
@@ -775,19 +797,23 @@ def tool_move(conn: Connection, argv: Sequence[str], out: Output, stdin=None) ->
         return EXIT_REPLY
     if leftover:
         resume(conn, journal, src, out)
-    high = _high_water(conn)
     use(conn, src)
     moved = {s: 0 for s in states}
     progress = Progress(f"move {src} -> {dst}", total)
     note = ""
     with deferred_interrupt() as interrupted:
         for state in states:
-            while not interrupted[0] and not (a.max and sum(moved.values()) >= a.max):
+            tries = 0
+            # At most as many as were counted when you confirmed, so that
+            # producers still putting into the source cannot keep it going.
+            while (not interrupted[0] and moved[state] < counts[state]
+                   and not (a.max and sum(moved.values()) >= a.max)):
                 reply = call(conn, f"peek-{state}")
                 if reply.word != "FOUND" or reply.job_id is None:
                     break
-                if reply.job_id > high:
-                    note = f"newer {state} jobs arrived after the start; left alone"
+                tries += 1
+                if tries > counts[state] + 100:
+                    note = f"gave up on {state} jobs: they keep being taken by others"
                     break
                 result, _ = move_one(conn, src, dst, state, reply.job_id, journal)
                 if result == "moved":

@@ -1,0 +1,410 @@
+"""Unit tests of the shell's pieces: completer, validator, hints, lexer,
+input rules, renderers.  No server, no terminal: prompt_toolkit Documents."""
+import io
+import json
+
+import pytest
+from prompt_toolkit.buffer import Buffer
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+from prompt_toolkit.layout.controls import BufferControl
+from prompt_toolkit.layout.processors import TransformationInput
+from prompt_toolkit.validation import ValidationError
+
+from twisted_stalk.protocol import COMMANDS
+from twisted_stalk_cli.shell_conn import Reply, Reserved, Target, parse_target, reply_ok
+from twisted_stalk_cli.shell_input import (
+    InputError,
+    ScriptReader,
+    build_request,
+    decode_escapes,
+    hint_for,
+    needs_more_input,
+    usage,
+)
+from twisted_stalk_cli.shell_render import (
+    classify_body,
+    escape_text,
+    plain,
+    raw_bytes,
+    render_body,
+    render_reply,
+    render_table,
+    reply_data,
+)
+from twisted_stalk_cli.shell_ui import (
+    ArgHintProcessor,
+    Known,
+    StalkCompleter,
+    StalkLexer,
+    StalkValidator,
+    jobs_toolbar,
+    syntax_help,
+)
+
+
+def complete(text, known=None, cursor=None):
+    completer = StalkCompleter(known or Known())
+    doc = Document(text, len(text) if cursor is None else cursor)
+    return [c.text for c in completer.get_completions(doc, CompleteEvent(completion_requested=True))]
+
+
+# --------------------------------------------------------------------------
+# Completer
+
+def test_completes_command_names_from_the_table():
+    assert complete("pe") == ["peek", "peek-ready", "peek-delayed", "peek-buried"]
+    assert complete("reserve-") == ["reserve-with-timeout", "reserve-job"]
+    everything = complete("")
+    assert [c.name for c in COMMANDS] == everything[:len(COMMANDS)]
+    assert "\\wire" in everything and "help" in everything
+
+
+def test_completes_meta_commands_and_help_topics():
+    assert complete("\\w") == ["\\wire"]
+    assert complete("\\wire o") == ["on", "off"]
+    assert "stats-tube" in complete("help stats-")
+    assert complete("help kick") == ["kick", "kick-job"]
+
+
+def test_completes_tube_names_learned_from_replies():
+    known = Known()
+    known.learn("use", ["emails"], Reply(b"USING emails"))
+    known.learn("watch", ["images"], Reply(b"WATCHING 2"))
+    known.learn("list-tubes", [], Reply(b"OK 24", b"---\n- default\n- reports\n"))
+    # list-tubes is authoritative: tubes it does not list any more are dropped
+    assert complete("watch ", known) == ["reports", "default"]
+    known.learn("use", ["emails"], Reply(b"USING emails"))
+    assert complete("watch ", known) == ["emails", "reports", "default"]
+    assert complete("stats-tube rep", known) == ["reports"]
+    assert complete("pause-tube def", known) == ["default"]
+    # only tube arguments complete tubes
+    assert complete("peek def", known) == []
+
+
+def test_completes_job_ids_most_recent_first_with_notes():
+    known = Known()
+    known.learn("put", ["1", "0", "60", "5"], Reply(b"INSERTED 7"))
+    known.learn("reserve", [], Reply(b"RESERVED 12 3", b"abc"))
+    known.learn("peek-buried", [], Reply(b"FOUND 15 1", b"x"))
+    completer = StalkCompleter(known)
+    doc = Document("delete ")
+    got = list(completer.get_completions(doc, CompleteEvent()))
+    assert [c.text for c in got] == ["15", "12", "7"]
+    assert [c.display_meta_text for c in got] == ["peek-buried", "reserved", "inserted"]
+    assert complete("release 1", known) == ["15", "12"]
+    # deleted jobs are forgotten
+    known.learn("delete", ["12"], Reply(b"DELETED"))
+    assert complete("touch ", known) == ["15", "7"]
+    # the second argument of release is a priority: no ids
+    assert complete("release 15 ", known) == []
+
+
+def test_completes_files_after_at_sign(tmp_path):
+    (tmp_path / "body.json").write_text("{}")
+    got = complete(f"put @{tmp_path}/bo")
+    assert got == ["dy.json"]
+
+
+def test_no_completion_inside_a_body():
+    assert complete("put\nde") == []
+
+
+def test_tube_completion_refreshes_through_callback():
+    known = Known()
+    calls = []
+
+    def refresh():
+        calls.append(1)
+        known.learn("list-tubes", [], Reply(b"OK 20", b"---\n- fresh\n"))
+
+    completer = StalkCompleter(known, refresh)
+    got = [c.text for c in completer.get_completions(Document("use "), CompleteEvent())]
+    assert got == ["fresh"] and calls == [1]
+    # not again within a few seconds
+    list(completer.get_completions(Document("use "), CompleteEvent()))
+    assert calls == [1]
+
+
+# --------------------------------------------------------------------------
+# Validator
+
+def validate(text):
+    StalkValidator().validate(Document(text, len(text)))
+
+
+def test_validator_accepts_good_commands():
+    for text in ["stats", "use emails", "put", "put 1 2 3", "release 5 100 0", "pause-tube x 10",
+                 "reserve-with-timeout -1", "!anything at all", "help", "help put", "\\wire on",
+                 "put\nbody text\n", "", "# comment"]:
+        validate(text)
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("frob 1", "unknown command 'frob'"),
+    ("delet 5", "did you mean delete"),
+    ("delete", "delete takes 1 argument"),
+    ("delete x", "<id> must be a non-negative whole number"),
+    ("use -bad", "<tube>"),
+    ("put 1 2", "put takes <pri> <delay> <ttr>"),
+    ("put 99999999999 0 0", "at most 4294967295"),
+    ("stats extra", "stats takes 0 argument"),
+    ("stats\nbody", "does not take a body"),
+    ("put @/no/such/file", "no such file"),
+])
+def test_validator_explains_bad_commands(text, fragment):
+    with pytest.raises(ValidationError) as e:
+        validate(text)
+    assert fragment in e.value.message
+    assert "!" in e.value.message or "usage" in e.value.message or fragment in e.value.message
+
+
+def test_validator_puts_the_cursor_at_the_end_of_the_line():
+    with pytest.raises(ValidationError) as e:
+        validate("frob 1")
+    assert e.value.cursor_position == len("frob 1")
+
+
+# --------------------------------------------------------------------------
+# Hints, toolbar, lexer
+
+def test_argument_hints():
+    assert hint_for("put") == " <pri> <delay> <ttr> [bytes]"
+    assert hint_for("put ") == "<pri> <delay> <ttr> [bytes]"
+    assert hint_for("put 1") == " <delay> <ttr> [bytes]"
+    assert hint_for("put 1 0 60 ") == "[bytes]"
+    assert hint_for("put 1 0 60 5") == ""
+    assert hint_for("release 5 ") == "<pri> <delay>"
+    assert hint_for("stats") == ""
+    assert hint_for("frob ") == ""
+    assert hint_for("put\nbody") == ""
+    assert usage(next(c for c in COMMANDS if c.name == "put")) == "put <pri> <delay> <ttr> [bytes]"
+
+
+def _transform(text):
+    buf = Buffer(document=Document(text, len(text)))
+    control = BufferControl(buffer=buf)
+    ti = TransformationInput(control, buf.document, 0, lambda i: i, [("", text)], 80, 1)
+    return ArgHintProcessor().apply_transformation(ti).fragments
+
+
+def test_hint_processor_appends_grey_hint():
+    frags = _transform("bury 5")
+    assert frags[-1] == ("class:arg-hint", " <pri>")
+    assert _transform("stats") == [("", "stats")]
+
+
+def test_toolbar_shows_syntax_and_argument_meaning():
+    assert "put <pri> <delay> <ttr> [bytes]" in plain(syntax_help("put"))
+    assert "<delay>: seconds to wait" in plain(syntax_help("put 1 "))
+    assert "unknown command 'frob'" in plain(syntax_help("frob"))
+    assert "Tab" in plain(syntax_help(""))
+    assert "empty line" in plain(syntax_help("put\nabc"))
+    assert "\\wire [on|off]" in plain(syntax_help("\\wire"))
+
+
+def test_toolbar_counts_down_and_warns_inside_the_last_second():
+    now = 100.0
+    jobs = {5: Reserved(5, deadline=now + 12.4), 7: Reserved(7, deadline=now + 0.6),
+            9: Reserved(9, deadline=now - 1), 11: Reserved(11)}
+    frags = jobs_toolbar(jobs, now)
+    text = plain(frags)
+    assert "#5 12s" in text
+    assert "#7 0.6s DEADLINE_SOON" in text
+    assert "#9 TTR expired" in text
+    assert "#11" in text
+    soon = [f for f in frags if "#7" in f[1]][0]
+    assert soon[0] == "class:toolbar.soon"
+    assert jobs_toolbar({}, now) == []
+
+
+def test_lexer_colours_command_words():
+    lexer = StalkLexer()
+    line = lexer.lex_document(Document("use emails"))(0)
+    assert line[0] == ("class:command", "use") and line[-1] == ("class:tube", "emails")
+    assert lexer.lex_document(Document("frob"))(0)[0][0] == "class:unknown"
+    assert lexer.lex_document(Document("\\wire"))(0)[0][0] == "class:meta-command"
+    assert lexer.lex_document(Document("put 1 2 3"))(0)[2] == ("class:number", "1")
+
+
+# --------------------------------------------------------------------------
+# Input rules
+
+def test_put_counts_the_body_bytes_from_the_next_lines():
+    req = build_request("put\nhello\nworld\n", put_defaults=(10, 0, 30))
+    assert req.wire() == b"put 10 0 30 11\r\nhello\nworld\r\n"
+    req = build_request("put 1 2 3\nh\u00e9\n")
+    assert req.wire() == "put 1 2 3 3\r\nh\u00e9\r\n".encode()
+    assert not req.raw
+
+
+def test_put_with_explicit_bytes_sends_exactly_what_was_typed():
+    req = build_request("put 0 0 60 3\nabcdef")
+    assert req.wire() == b"put 0 0 60 3\r\nabcdef\r\n"
+    assert req.raw  # mismatch: the extra replies will be drained
+    assert not build_request("put 0 0 60 3\nabc").raw
+
+
+def test_put_from_a_file_and_from_the_editor(tmp_path):
+    f = tmp_path / "b.bin"
+    f.write_bytes(b"\x00\x01\r\n")
+    assert build_request(f"put @{f}").wire() == b"put 1024 0 60 4\r\n\x00\x01\r\n\r\n"
+    assert build_request(f"put 5 6 7 @{f}").line == b"put 5 6 7 4"
+    req = build_request("put $EDITOR", editor=lambda initial: b"from editor")
+    assert req.wire() == b"put 1024 0 60 11\r\nfrom editor\r\n"
+    with pytest.raises(InputError, match="cannot read"):
+        build_request(f"put @{tmp_path}/missing")
+
+
+def test_raw_lines_are_sent_unchecked_with_escapes():
+    req = build_request("!frob 1 2")
+    assert req.raw and req.wire() == b"frob 1 2\r\n"
+    assert build_request("!put 0 0 60 3\\r\\nabc").wire() == b"put 0 0 60 3\r\nabc\r\n"
+    assert build_request("!stats\\c").wire() == b"stats"
+    assert build_request("\\raw use x ").wire() == b"use x \r\n"
+    assert decode_escapes("a\\x00\\x41\\\\\\t") == b"a\x00A\\\t"
+
+
+def test_enter_continues_a_put_body():
+    assert needs_more_input("put")
+    assert needs_more_input("put 1 2 3")
+    assert needs_more_input("put\nline one")
+    assert not needs_more_input("put\nline one\n")
+    assert needs_more_input("put 0 0 60 5\nabc")
+    assert not needs_more_input("put 0 0 60 5\nabcde")
+    assert not needs_more_input("put @file")
+    assert not needs_more_input("put 1 2")  # malformed: let the validator explain
+    assert not needs_more_input("stats")
+    assert needs_more_input("!put 0 0 1 1")
+
+
+def test_script_reader_reads_bodies():
+    data = (b"use t\n# comment\n\nput\nline 1\nline 2\n\n"
+            b"put 0 0 60 4\r\na\nb\n\r\npeek-ready\nput 1 2 3\nlast")
+    entries = list(ScriptReader(io.BytesIO(data)))
+    assert entries == [
+        (1, "use t", None),
+        (4, "put", b"line 1\nline 2"),
+        (8, "put 0 0 60 4", b"a\nb\n"),
+        (12, "peek-ready", None),
+        (13, "put 1 2 3", b"last"),
+    ]
+
+
+def test_meta_commands_are_recognised():
+    req = build_request("\\wire on")
+    assert req.meta and req.name == "\\wire" and req.text == "on"
+    assert build_request("?").name == "help"
+    assert build_request("\\q").name == "exit"
+
+
+# --------------------------------------------------------------------------
+# Renderers
+
+def test_binary_bodies_are_escaped_with_their_length():
+    frags = render_body(b"\x00\xff\x1b[31mred\n")
+    text = plain(frags)
+    assert "(11 bytes, binary, escaped)" in text
+    assert "\\x00\\xff\\x1b[31mred\\n" in text
+    assert "\x1b" not in text
+
+
+def test_text_bodies_have_control_characters_escaped():
+    kind, _ = classify_body("caf\u00e9 \x1b]0;title\x07 ok".encode())
+    assert kind == "text"
+    text = plain(render_body("caf\u00e9 \x1b]0;title\x07 ok".encode()))
+    assert "\x1b" not in text and "\\x1b" in text and "caf\u00e9" in text
+    assert escape_text("a\u202eb") == "a\\u202eb"
+
+
+def test_json_bodies_are_pretty_printed():
+    frags = render_body(b'{"to":"a@b","n":[1,2],"ok":true}')
+    text = plain(frags)
+    assert "(32 bytes, JSON)" in text
+    assert '  "to": "a@b",' in text
+    assert ("class:json.key", '"to"') in frags
+    assert plain(render_body(b'{"a":1}', pretty_json=False)).endswith('{"a":1}\n')
+    assert "(empty body)" in plain(render_body(b""))
+
+
+def test_long_bodies_are_cut():
+    text = plain(render_body(b"x" * 100, limit=10))
+    assert "x" * 10 + "\n" in text and "90 more bytes" in text
+
+
+def test_stats_are_an_aligned_table():
+    body = b'---\nname: "emails"\ncurrent-jobs-ready: 12\ntotal-jobs: 3\ndraining: false\n'
+    text = plain(render_reply("stats-tube", Reply(b"OK %d" % len(body), body)))
+    lines = text.splitlines()
+    assert lines[0] == "OK %d" % len(body)
+    assert lines[1:] == [
+        "name                emails",
+        "current-jobs-ready  12",
+        "total-jobs           3",
+        "draining            false",
+    ]
+    assert "(empty)" in plain(render_table({}))
+
+
+def test_lists_mark_the_used_and_watched_tubes():
+    text = plain(render_reply("list-tubes", Reply(b"OK 18", b"---\n- default\n- a\n"), use="a",
+                              watch=["default"]))
+    assert "- default  (watching)" in text and "- a  (using)" in text
+
+
+def test_error_replies_are_explained():
+    text = plain(render_reply("put", Reply(b"JOB_TOO_BIG")))
+    assert "JOB_TOO_BIG  (the body is larger" in text
+    assert "out of memory" in plain(render_reply("put", Reply(b"BURIED 5")))
+    assert "meaning" not in plain(render_reply("bury", Reply(b"BURIED")))
+    assert render_reply("bury", Reply(b"BURIED"))[0][0] == "class:reply.ok"
+    assert render_reply("put", Reply(b"BURIED 5"))[0][0] == "class:reply.error"
+
+
+def test_success_depends_on_the_command():
+    assert reply_ok("bury", Reply(b"BURIED"))
+    assert not reply_ok("put", Reply(b"BURIED 4"))
+    assert reply_ok("kick", Reply(b"KICKED 3"))
+    assert not reply_ok("reserve", Reply(b"TIMED_OUT"))
+    assert reply_ok(None, Reply(b"WHATEVER"))
+    assert not reply_ok(None, Reply(b"NOT_FOUND"))
+
+
+def test_machine_readable_forms():
+    found = Reply(b"FOUND 3 2", b"\xff\x00")
+    data = reply_data("peek", found)
+    assert data["id"] == 3 and data["body_base64"] == "/wA=" and data["ok"]
+    assert json.loads(json.dumps(data))
+    assert reply_data("peek", Reply(b"FOUND 3 2", b"hi"))["body"] == "hi"
+    assert reply_data("list-tubes", Reply(b"OK 12", b"---\n- a\n- b\n"))["tubes"] == ["a", "b"]
+    assert reply_data("stats-job", Reply(b"OK 12", b"---\nid: 3\n"))["stats"] == {"id": 3}
+    assert raw_bytes("peek", found) == b"FOUND 3 2\n\xff\x00\n"
+    assert raw_bytes("peek", found, body_only=True) == b"\xff\x00"
+    assert raw_bytes("stats", Reply(b"OK 8", b"---\na: 1")) == b"---\na: 1\n"
+    assert raw_bytes("delete", Reply(b"DELETED")) == b"DELETED\n"
+
+
+# --------------------------------------------------------------------------
+# Addresses
+
+@pytest.mark.parametrize("text,expected", [
+    ("127.0.0.1:11301", Target("tcp", "127.0.0.1", 11301)),
+    ("example.org", Target("tcp", "example.org", 11300)),
+    (":11400", Target("tcp", "127.0.0.1", 11400)),
+    ("[::1]:11302", Target("tcp", "::1", 11302)),
+    ("tcp://h:1", Target("tcp", "h", 1)),
+    ("tcp:h:2", Target("tcp", "h", 2)),
+    ("unix:/run/b.sock", Target("unix", path="/run/b.sock")),
+    ("unix:///run/b.sock", Target("unix", path="/run/b.sock")),
+    ("tls://h:3", Target("tls", "h", 3)),
+])
+def test_parse_target(text, expected):
+    assert parse_target(text) == expected
+
+
+def test_parse_target_rejects_nonsense():
+    for bad in ("h:port", "h:0", "::1", "", "unix:"):
+        with pytest.raises(ValueError):
+            parse_target(bad)
+    assert str(Target("tcp", "::1", 5)) == "[::1]:5"
+    assert str(Target("unix", path="/s")) == "unix:/s"
