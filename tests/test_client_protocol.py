@@ -287,7 +287,7 @@ def test_response_timeout():
 
 def test_timeout_counts_from_when_a_call_reaches_the_head():
     w = Wire(timeout=10)
-    d1 = w.proto.put(b"a")
+    w.proto.put(b"a")
     w.clock.advance(8)
     d2 = w.proto.put(b"b")
     w.clock.advance(1)

@@ -24,7 +24,7 @@ matched to the wrong command.
 """
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Tuple, Type, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Type, Union
 
 from .commands import BY_NAME, CommandSpec, valid_tube_name
 from .constants import MAX_JOB_SIZE_LIMIT, MAX_TUBE_NAME
@@ -215,8 +215,61 @@ class Reply(NamedTuple):
         return ERRORS[self.word](self.command, self.line)
 
 
-# One entry per reply word a command accepts: (word, ok, argument kinds).
-_Entry = Tuple[str, bool, Tuple[str, ...]]
+_new_reply = tuple.__new__
+
+
+def _digits(name: str, line: bytes, text: bytes, kind: str) -> int:
+    if text.isdigit() and len(text) <= 20:  # bytes.isdigit is ASCII-only
+        return int(text)
+    raise UnexpectedReply(name, line, f"<{kind}> is not a number")
+
+
+def _no_fields(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
+    return _new_reply(Reply, (name, word, ok, line, None, None, None, None))
+
+
+def _id_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
+    return _new_reply(Reply, (name, word, ok, line, _digits(name, line, parts[1], "id"),
+                              None, None, None))
+
+
+def _count_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
+    return _new_reply(Reply, (name, word, ok, line, None,
+                              _digits(name, line, parts[1], "count"), None, None))
+
+
+def _body_length(name: str, line: bytes, text: bytes) -> int:
+    value = _digits(name, line, text, "bytes")
+    if value > MAX_REPLY_BODY:
+        raise UnexpectedReply(name, line, "data block too large")
+    return value
+
+
+def _bytes_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
+    return _new_reply(Reply, (name, word, ok, line, None, None, None,
+                              _body_length(name, line, parts[1])))
+
+
+def _id_bytes_fields(name: str, word: str, ok: bool, line: bytes,
+                     parts: List[bytes]) -> Reply:
+    return _new_reply(Reply, (name, word, ok, line, _digits(name, line, parts[1], "id"),
+                              None, None, _body_length(name, line, parts[2])))
+
+
+def _tube_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
+    if not valid_tube_name(parts[1]):
+        raise UnexpectedReply(name, line, "bad tube name")
+    return _new_reply(Reply, (name, word, ok, line, None, None, parts[1].decode("ascii"),
+                              None))
+
+
+_PARSERS = {
+    (): _no_fields, ("id",): _id_field, ("count",): _count_field, ("bytes",): _bytes_field,
+    ("id", "bytes"): _id_bytes_fields, ("tube",): _tube_field,
+}
+
+# One entry per reply word a command accepts: (word, ok, field count, parser).
+_Entry = Tuple[str, bool, int, Callable[..., Reply]]
 
 
 def _table(spec: CommandSpec) -> Dict[bytes, _Entry]:
@@ -224,9 +277,9 @@ def _table(spec: CommandSpec) -> Dict[bytes, _Entry]:
     for i, pattern in enumerate(spec.replies):
         word, *args = pattern.split(" ")
         kinds = tuple(a.strip("<>") for a in args)
-        table[word.encode("ascii")] = (word, i == 0, kinds)
+        table[word.encode("ascii")] = (word, i == 0, len(kinds), _PARSERS[kinds])
     for word in GENERIC_ERRORS:
-        table.setdefault(word.encode("ascii"), (word, False, ()))
+        table.setdefault(word.encode("ascii"), (word, False, 0, _no_fields))
     return table
 
 
@@ -239,12 +292,6 @@ def success_reply(command: Union[str, CommandSpec]) -> Optional[str]:
     return spec.replies[0] if spec.replies else None
 
 
-def _uint(text: bytes) -> Optional[int]:
-    if text.isdigit() and text.isascii() and len(text) <= 20:
-        return int(text)
-    return None
-
-
 def decode_reply(command: Union[str, CommandSpec], line: bytes) -> Reply:
     """Classify ``line`` (without CRLF) as a reply to ``command``.
 
@@ -252,40 +299,20 @@ def decode_reply(command: Union[str, CommandSpec], line: bytes) -> Reply:
     not one of the command's replies (unknown word, wrong argument count,
     non-numeric id/count/length, bad tube name, absurd body length).
     """
-    name = command if isinstance(command, str) else command.name
-    table = _TABLES.get(name)
+    name = command if type(command) is str else command.name  # type: ignore[union-attr]
+    table = _TABLES.get(name)  # type: ignore[arg-type]
     if table is None:
-        raise UnexpectedReply(name, line, "unknown command")
-    line = bytes(line)
+        raise UnexpectedReply(name, line, "unknown command")  # type: ignore[arg-type]
+    if type(line) is not bytes:
+        line = bytes(line)
     parts = line.split(b" ")
     entry = table.get(parts[0])
     if entry is None:
-        raise UnexpectedReply(name, line)
-    word, ok, kinds = entry
-    if len(parts) - 1 != len(kinds):
-        raise UnexpectedReply(name, line, "wrong number of fields")
-    if not kinds:
-        return Reply(name, word, ok, line)
-    job_id = count = body_length = None
-    tube = None
-    for kind, text in zip(kinds, parts[1:]):
-        if kind == "tube":
-            if not valid_tube_name(text):
-                raise UnexpectedReply(name, line, "bad tube name")
-            tube = text.decode("ascii")
-            continue
-        value = _uint(text)
-        if value is None:
-            raise UnexpectedReply(name, line, f"<{kind}> is not a number")
-        if kind == "id":
-            job_id = value
-        elif kind == "count":
-            count = value
-        else:
-            if value > MAX_REPLY_BODY:
-                raise UnexpectedReply(name, line, "data block too large")
-            body_length = value
-    return Reply(name, word, ok, line, job_id, count, tube, body_length)
+        raise UnexpectedReply(name, line)  # type: ignore[arg-type]
+    word, ok, nfields, parse = entry
+    if len(parts) - 1 != nfields:
+        raise UnexpectedReply(name, line, "wrong number of fields")  # type: ignore[arg-type]
+    return parse(name, word, ok, line, parts)
 
 
 JobValue = Tuple[int, bytes]
