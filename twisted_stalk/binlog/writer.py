@@ -556,7 +556,7 @@ class BinlogJournal:
             return True
         live = self.live_bytes
         garbage = self.old_bytes + self.pos - live
-        return (garbage > live + 2 * self.max_size
+        return (garbage > live + self.max_size
                 or (len(self.files) >= MANY_FILES and garbage > live))
 
     def _schedule_compaction(self, delay: float = 0.0) -> None:
