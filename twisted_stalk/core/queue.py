@@ -128,6 +128,8 @@ class WorkQueue:
         self.waiting_count = 0
         self.job_timeouts = 0
         self.total_jobs = 0
+        #: Bytes of all stored job bodies, each with its CRLF (for --max-memory).
+        self.job_bytes = 0
         self.current_connections = 0
         self.total_connections = 0
         self.producers = 0
@@ -250,6 +252,7 @@ class WorkQueue:
         job = Job(job_id, pri, delay, ttr or 1, body, t, created)
         self.journal.job_put(job)
         self.jobs[job_id] = job
+        self.job_bytes += len(body)
         self.total_jobs += 1
         t.total_jobs += 1
         if delay:
@@ -261,6 +264,7 @@ class WorkQueue:
     def restore(self, job: Job, state: int, deadline_at: float = 0.0) -> None:
         """Put a job recovered from the binlog back in place (no journaling)."""
         self.jobs[job.id] = job
+        self.job_bytes += len(job.body)
         if job.id >= self.next_id:
             self.next_id = job.id + 1
         if state == DELAYED:
@@ -562,6 +566,7 @@ class WorkQueue:
         self.journal.job_deleted(job)
         self._detach(job, s)
         del self.jobs[job_id]
+        self.job_bytes -= len(job.body)
         t = job.tube
         t.cmd_delete += 1
         self._maybe_drop_tube(t)
@@ -679,6 +684,85 @@ class WorkQueue:
         elif t.waiting:
             self._serve_waiters(t)
         return True
+
+    # ------------------------------------------- listing and flushing (admin)
+
+    def list_jobs(self, name: bytes, state: int, limit: int) -> Optional[List[int]]:
+        """Ids of up to ``limit`` jobs of tube ``name`` in ``state``, in the
+        order the queue would take them (ready: priority then id; delayed and
+        reserved: deadline; buried: kick order).  None if there is no such tube.
+        Reads the tube's own structures; changes nothing.
+        """
+        t = self.tubes.get(name)
+        if t is None:
+            return None
+        if limit <= 0:
+            return []
+        jobs = self.jobs
+        if state == BURIED:
+            out = []
+            for job_id in t.buried:
+                if len(out) >= limit:
+                    break
+                out.append(job_id)
+            return out
+        if state == READY:
+            live = []
+            for pri in sorted(t.ready):
+                for job_id in t.ready[pri]:
+                    job = jobs.get(job_id)
+                    if job is not None and job.state == READY and job.heap_key == pri:
+                        live.append((pri, job_id))
+                if len(live) >= limit:
+                    break
+            return [job_id for _, job_id in heapq.nsmallest(limit, live)]
+        if state == DELAYED:
+            entries = ((e[0], e[1]) for e in t.delayed)
+        elif state == RESERVED:
+            entries = ((e[0], e[1]) for e in self.ttr_heap)
+        else:
+            return []
+        live = {}
+        for deadline, job_id in entries:
+            job = jobs.get(job_id)
+            if (job is not None and job.state == state and job.tube is t
+                    and job.deadline_at == deadline):
+                live[job_id] = deadline
+        return [job_id for _, job_id in heapq.nsmallest(limit, ((d, i) for i, d in live.items()))]
+
+    def flush_tube(self, name: bytes, states=(READY, DELAYED, BURIED)) -> Optional[int]:
+        """Delete every job of tube ``name`` in one of ``states``; returns how
+        many, or None if there is no such tube.  Each deletion is journaled
+        (``job_deleted``) first; a :class:`JournalError` stops the flush and
+        is raised only if nothing was deleted (as :meth:`kick` does).
+        """
+        t = self.tubes.get(name)
+        if t is None:
+            return None
+        jobs = self.jobs
+        everything = len(jobs)
+        holders: Dict[int, Session] = {}
+        if RESERVED in states and t.reserved_count:
+            for _, job_id, s in self.ttr_heap:
+                if job_id in s.reserved:
+                    holders[job_id] = s
+        doomed = [jobs[job_id] for state in states
+                  for job_id in self.list_jobs(name, state, everything)]
+        deleted = 0
+        try:
+            for job in doomed:
+                self.journal.job_deleted(job)
+                self._detach(job, holders.get(job.id))
+                del jobs[job.id]
+                self.job_bytes -= len(job.body)
+                deleted += 1
+        except JournalError:
+            if not deleted:
+                raise
+        if deleted and READY in states:
+            self._compact_ready(t)
+        self._maybe_drop_tube(t)
+        return deleted
 
     # ------------------------------------------------------------- deadlines
 
