@@ -298,7 +298,11 @@ class BeanstalkServerProtocol(LineReceiver):
             return
         spec, text = identify(line)
         if spec is None:
-            self._write(UNKNOWN_COMMAND)
+            # Extension verbs (--extensions) are looked up only here, so stock
+            # commands never pay for them; off, this is UNKNOWN_COMMAND as before.
+            extensions = getattr(self.factory, "extensions", None)
+            if extensions is None or not extensions.dispatch(self, line):
+                self._write(UNKNOWN_COMMAND)
             return
         try:
             args = parse_args(spec, text)
