@@ -23,6 +23,10 @@ class BeanstalkServerFactory(Factory):
 
     protocol = BeanstalkServerProtocol
     log = Logger()
+    #: Extension verbs (:class:`~twisted_stalk.server.admin.Extensions`), None when off.
+    extensions = None
+    #: :class:`~twisted_stalk.server.limits.ConnectionLimit`, None when unlimited.
+    connection_limit = None
 
     def __init__(self, reactor: IReactorTime, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
                  journal=None, queue: Optional[WorkQueue] = None,
@@ -38,6 +42,12 @@ class BeanstalkServerFactory(Factory):
         self._resuming = False
 
     # Connections.
+
+    def buildProtocol(self, addr):
+        limit = self.connection_limit
+        if limit is not None and len(self.connections) >= limit.maximum:
+            return limit.refuse(addr)  # a protocol that closes at once
+        return Factory.buildProtocol(self, addr)
 
     def connection_opened(self, proto: BeanstalkServerProtocol) -> None:
         self.connections.add(proto)
