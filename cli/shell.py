@@ -199,6 +199,9 @@ def _main(argv: List[str]) -> int:
             build_request(" ".join(command), put_defaults=defaults, check_only=True)
         except InputError as e:
             raise UsageError(e.message)
+    if command[0] in TOOL_NAMES and ({"-h", "--help"} & set(command[1:])):
+        from .shell_tools import TOOLS
+        return TOOLS[command[0]](None, command[1:], out)  # prints the help, exits 0
     conn = Connection(target, connect_timeout=connect_timeout, reply_timeout=reply_timeout)
     if args.wire:
         conn.wire = _stderr_wire
