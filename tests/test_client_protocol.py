@@ -466,3 +466,45 @@ def test_max_job_size_setting():
     w = Wire(max_job_size=10)
     e = error(w.proto.put(b"x" * 11), InvalidArgument)
     assert "11 bytes" in str(e) and "10" in str(e)
+
+
+# ------------------------------------------------------ any chunking (fuzz)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_STATS = b"---\nid: 3\nstate: ready\n"
+CASES = [
+    (lambda p: p.put(b"a"), b"INSERTED 3\r\n", 3),
+    (lambda p: p.reserve(), b"RESERVED 3 4\r\nab\r\n\r\n", (3, b"ab\r\n")),
+    (lambda p: p.peek(3), b"FOUND 3 0\r\n\r\n", (3, b"")),
+    (lambda p: p.stats_job(3), b"OK %d\r\n%s\r\n" % (len(_STATS), _STATS),
+     {"id": 3, "state": "ready"}),
+    (lambda p: p.delete(3), b"NOT_FOUND\r\n", NotFound),
+    (lambda p: p.kick(3), b"KICKED 2\r\n", 2),
+    (lambda p: p.bury(3), b"BURIED\r\n", None),
+    (lambda p: p.release(3), b"BURIED\r\n", Buried),
+    (lambda p: p.list_tubes(), b"OK 14\r\n---\n- default\n\r\n", ["default"]),
+    (lambda p: p.reserve(0), b"TIMED_OUT\r\n", TimedOut),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, len(CASES) - 1), min_size=1, max_size=15), st.data())
+def test_any_chunking(indices, data):
+    w = Wire()
+    ds = [CASES[i][0](w.proto) for i in indices]
+    stream = b"".join(CASES[i][1] for i in indices)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+    for start, stop in zip([0] + cuts, cuts + [len(stream)]):
+        w.reply(stream[start:stop])
+    for d, i in zip(ds, indices):
+        expected = CASES[i][2]
+        if isinstance(expected, type):
+            error(d, expected)
+            continue
+        value = result(d)
+        if isinstance(value, Job):
+            value = (value.id, value.body)
+        assert value == expected
+    assert w.proto.pending == 0 and w.proto.connected

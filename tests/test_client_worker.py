@@ -224,3 +224,24 @@ def test_reserve_with_timeout_loop(server, client):
     assert worker.stats.deleted == 1
     server.result(worker.stop())
     assert server.stats()["cmd-reserve-with-timeout"] >= 5
+
+
+def test_quick_handlers_cost_no_extra_round_trip(server, client):
+    worker = Worker(client, lambda job: None, tubes=["jobs"])
+    worker.start()
+    put_all(server, client, [b"%d" % i for i in range(5)])
+    server.advance(1)
+    assert worker.stats.deleted == 5
+    assert server.stats()["cmd-stats-job"] == 0 and server.stats()["cmd-touch"] == 0
+    server.result(worker.stop())
+
+
+def test_ttr_one_second_job_is_kept(server, client):
+    worker = Worker(client, lambda job: deferLater(server.clock, 3, lambda: None),
+                    tubes=["jobs"])
+    worker.start()
+    put_all(server, client, [b"x"], ttr=1)
+    server.advance(4, step=0.05)
+    assert worker.stats.deleted == 1 and worker.stats.touched >= 3
+    assert server.stats()["job-timeouts"] == 0
+    server.result(worker.stop())

@@ -21,10 +21,10 @@ Outcomes of one job:
 * the handler deleted/released/buried the job itself: nothing more;
 * the job's connection was lost meanwhile: nothing (the server released it).
 
-While a handler runs, the job is touched before its TTR runs out (the
-worker reads the job's ``time-left`` with ``stats-job`` once, then touches
-``touch_margin`` seconds before each deadline), so long jobs are not handed to
-another worker and the connection never gets ``DEADLINE_SOON``.
+While a handler runs, the job is touched before its TTR runs out (once the
+handler has run ``touch_check`` seconds the worker reads the job's
+``time-left`` with ``stats-job``, then touches ``touch_margin`` seconds before
+each deadline), so long jobs are not handed to another worker.
 """
 from __future__ import annotations
 
@@ -111,6 +111,9 @@ class Worker:
     :param release_priority: priority for released jobs; ``bury_priority`` for buried.
     :param touch: touch jobs whose handler runs close to the TTR.
     :param touch_margin: touch this many seconds before the TTR runs out.
+    :param touch_check: seconds a handler runs before the worker reads the
+        job's ``time-left`` (``stats-job``) to schedule touches; quicker
+        handlers cost no extra round trip.
     :param reserve_timeout: None reserves without a timeout (stop cancels the
         reserve, closing its connection); N uses ``reserve-with-timeout N``.
     :param error_backoff: seconds to wait after a failed reserve.
@@ -125,7 +128,7 @@ class Worker:
                  retryable: Optional[Callable[[BaseException], bool]] = None,
                  release_priority: int = DEFAULT_PRIORITY,
                  bury_priority: int = DEFAULT_PRIORITY,
-                 touch: bool = True, touch_margin: float = 2.0,
+                 touch: bool = True, touch_margin: float = 2.0, touch_check: float = 0.5,
                  reserve_timeout: Optional[int] = None, error_backoff: float = 1.0,
                  clock: Optional[IReactorTime] = None) -> None:
         if concurrency < 1:
@@ -141,6 +144,7 @@ class Worker:
         self.bury_priority = bury_priority
         self.touch = touch
         self.touch_margin = touch_margin
+        self.touch_check = touch_check
         self.reserve_timeout = reserve_timeout
         self.error_backoff = error_backoff
         self.clock: IReactorTime = clock or client.clock
@@ -335,11 +339,20 @@ class Worker:
     # ----------------------------------------------------------------- touch
 
     def _start_touching(self, hand: _InHand) -> None:
+        # Most handlers finish quickly: only ask for the job's time-left (one
+        # round trip) once the handler has run for touch_check seconds.
+        hand.timer = self.clock.callLater(self.touch_check, self._check_deadline, hand)
+
+    def _check_deadline(self, hand: _InHand) -> None:
+        hand.timer = None
         job = hand.job
+        if job.finished is not None or job.lost or hand.abandoned:
+            return
 
         def got(stats: Dict[str, Any]) -> None:
             left = stats.get("time-left")
-            if isinstance(left, int) and not hand.abandoned and job.id in self._in_hand:
+            if (isinstance(left, int) and not hand.abandoned and job.id in self._in_hand
+                    and hand.timer is None):
                 self._schedule_touch(hand, left)
 
         job.stats().addCallbacks(got, lambda f: None)
