@@ -173,11 +173,13 @@ class BeanstalkServerProtocol(LineReceiver):
         t = self.transport
         if self._direct and not t._tempDataLen and not t.dataBuffer and t.connected \
                 and not t.disconnecting:
-            sent = t.writeSomeData(data)
-            if sent.__class__ is int:
-                if sent == len(data):
-                    return
-                data = data[sent:]
+            try:
+                sent = t.socket.send(data)
+            except OSError:
+                sent = 0  # EAGAIN, or an error Twisted will report on its own write
+            if sent == len(data):
+                return
+            data = data[sent:]
         t.write(data)
 
     def _send_held(self) -> None:
