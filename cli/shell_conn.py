@@ -26,6 +26,13 @@ from typing import Callable, Dict, List, Optional
 
 from twisted_stalk.protocol import BY_NAME
 from twisted_stalk.protocol.constants import DEFAULT_PORT, DEFAULT_TUBE
+from twisted_stalk.protocol.replies import (
+    ERRORS,
+    MAX_REPLY_BODY,
+    MAX_REPLY_LINE,
+    UnexpectedReply,
+    decode_reply,
+)
 
 #: Reply words that carry a body, and the index of the length argument.
 BODY_WORDS = {b"OK": 0, b"FOUND": 1, b"RESERVED": 1}
@@ -50,17 +57,20 @@ MEANINGS = {
     "TIMED_OUT": "no job became ready in time",
     "DEADLINE_SOON": "a job you reserved is in its last second of TTR: delete, release or touch it",
     "NOT_IGNORED": "you cannot ignore the only tube you watch",
-    "INSERTED": "job created",
-    "DELETED": "job deleted",
-    "RELEASED": "job released",
-    "TOUCHED": "TTR restarted",
-    "PAUSED": "tube paused",
 }
 
-#: Largest reply line accepted before the stream is declared broken.
-MAX_REPLY_LINE = 64 * 1024
-#: Largest reply body accepted (beanstalkd's JOB_DATA_SIZE_LIMIT_MAX plus room).
-MAX_REPLY_BODY = 1 << 31
+
+def meaning(word: str) -> str:
+    """One line on what an error reply word means (the shell's own words, or
+    the shared error class's docstring from twisted_stalk.protocol.replies)."""
+    if word in MEANINGS:
+        return MEANINGS[word]
+    cls = ERRORS.get(word)
+    doc = (cls.__doc__ or "").strip().split("\n")[0] if cls else ""
+    prefix = f"``{word}``: "
+    if doc.startswith(prefix):
+        doc = doc[len(prefix):]
+    return doc.rstrip(".")
 
 
 class StalkError(Exception):
@@ -213,11 +223,23 @@ def reply_ok(command: Optional[str], reply: Reply) -> bool:
     (``INSERTED`` for put, ``BURIED`` for bury, ``KICKED`` for kick ...).  For
     a raw line the shell could not attribute, any non-error word counts.
     """
-    spec = BY_NAME.get(command or "")
-    word = reply.word
-    if spec is None or not spec.replies:
-        return word.encode() not in ERROR_WORDS
-    return word == spec.replies[0].split()[0]
+    if command in BY_NAME:
+        try:
+            return decode_reply(command, reply.line).ok
+        except UnexpectedReply:
+            return False
+    return reply.word.encode() not in ERROR_WORDS
+
+
+def unexpected(command: Optional[str], reply: Reply) -> bool:
+    """True when ``reply`` is not one of the replies ``command`` can get."""
+    if command not in BY_NAME:
+        return False
+    try:
+        decode_reply(command, reply.line)
+    except UnexpectedReply:
+        return True
+    return False
 
 
 # --------------------------------------------------------------------------
@@ -325,7 +347,8 @@ class Connection:
                     break
                 if len(self._buf) > MAX_REPLY_LINE:
                     self.close()
-                    raise ConnectionLost("the server sent a reply line that never ended")
+                    raise ConnectionLost(f"{self.target} sent a reply line longer than "
+                                         f"{MAX_REPLY_LINE} bytes: is it a beanstalk server?")
                 self._fill(timeout)
             line = bytes(self._buf[:end])
             del self._buf[:end + 2]
@@ -579,6 +602,7 @@ def config_home() -> str:
 
 __all__ = [
     "Connection", "ConnectionFailed", "ConnectionLost", "InterruptedRequest", "MEANINGS",
+    "meaning", "unexpected",
     "Reply", "Reserved", "Session", "StalkError", "Target", "parse_target", "reply_ok",
     "data_home", "state_home", "config_home",
 ]

@@ -15,9 +15,10 @@ import json
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from twisted_stalk.protocol.replies import UnexpectedReply, decode_body, decode_reply
 from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
 
-from .shell_conn import MEANINGS, Reply, reply_ok
+from .shell_conn import Reply, meaning, reply_ok, unexpected
 
 Fragments = List[Tuple[str, str]]
 
@@ -218,28 +219,38 @@ def render_reply(command: Optional[str], reply: Reply, *, pretty_json: bool = Tr
     ok = reply_ok(command, reply)
     frags: Fragments = [("class:reply.ok" if ok else "class:reply.error", safe_line(reply.line))]
     word = reply.word
-    if not ok:
-        meaning = MEANINGS.get(word)
-        if command == "put" and word == "BURIED":
-            meaning = "the server ran out of memory and buried the new job"
-        elif command == "release" and word == "BURIED":
-            meaning = "the server ran out of memory and buried the job"
-        elif command == "ignore" and word == "WATCHING":
-            meaning = None
-        if meaning:
-            frags.append(("class:reply.meaning", f"  ({meaning})"))
+    if unexpected(command, reply):
+        frags.append(("class:reply.meaning", f"  (not a reply {command} can get)"))
+    elif not ok:
+        text = meaning(word)
+        if text:
+            frags.append(("class:reply.meaning", f"  ({text})"))
     frags.append(("", "\n"))
     if reply.body is None:
         return frags
     if word == "OK":
         if command in MAPPING_COMMANDS or (command not in SEQUENCE_COMMANDS and _looks_mapping(reply.body)):
-            frags += render_table(parse_mapping(reply.body))
+            frags += render_table(stats_of(command, reply))
         elif command in SEQUENCE_COMMANDS or _looks_sequence(reply.body):
             frags += render_list(parse_sequence(reply.body), use=use, watch=watch)
         else:
             frags += render_body(reply.body, pretty_json=pretty_json, limit=body_limit)
         return frags
     return frags + render_body(reply.body, pretty_json=pretty_json, limit=body_limit)
+
+
+def stats_of(command: Optional[str], reply: Reply) -> Dict[str, Any]:
+    """A stats body as a dict, decoded by the shared reply code when it can
+    (it keeps the server id a string)."""
+    body = reply.body or b""
+    if command in MAPPING_COMMANDS:
+        try:
+            value = decode_body(command, decode_reply(command, reply.line), body)
+            if isinstance(value, dict):
+                return value
+        except UnexpectedReply:
+            pass
+    return parse_mapping(body)
 
 
 def _looks_mapping(body: bytes) -> bool:
@@ -282,7 +293,7 @@ def reply_data(command: Optional[str], reply: Reply) -> Dict[str, Any]:
         data["bytes"] = len(reply.body)
         if reply.word == "OK" and (command in MAPPING_COMMANDS or
                                    (command not in SEQUENCE_COMMANDS and _looks_mapping(reply.body))):
-            data["stats"] = parse_mapping(reply.body)
+            data["stats"] = stats_of(command, reply)
         elif reply.word == "OK" and (command in SEQUENCE_COMMANDS or _looks_sequence(reply.body)):
             data["tubes"] = parse_sequence(reply.body)
         else:
