@@ -7,6 +7,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from twisted_stalk.client import (
+    BadFormat,
     BeanstalkProtocol,
     Buried,
     ClientClosed,
@@ -14,6 +15,7 @@ from twisted_stalk.client import (
     DeadlineSoon,
     Draining,
     ExpectedCRLF,
+    InternalError,
     InvalidArgument,
     Job,
     JobLost,
@@ -21,9 +23,11 @@ from twisted_stalk.client import (
     JSONCodec,
     NotFound,
     NotIgnored,
+    OutOfMemory,
     ResponseTimeout,
     TimedOut,
     UnexpectedReply,
+    UnknownCommand,
 )
 
 
@@ -140,6 +144,10 @@ def test_typed_results(w):
     (lambda p: p.ignore("default"), b"NOT_IGNORED", NotIgnored),
     (lambda p: p.peek_ready(), b"NOT_FOUND", NotFound),
     (lambda p: p.stats_tube("nope"), b"NOT_FOUND", NotFound),
+    (lambda p: p.stats(), b"BAD_FORMAT", BadFormat),
+    (lambda p: p.kick(1), b"UNKNOWN_COMMAND", UnknownCommand),
+    (lambda p: p.put(b"x"), b"OUT_OF_MEMORY", OutOfMemory),
+    (lambda p: p.delete(1), b"INTERNAL_ERROR", InternalError),
 ])
 def test_error_replies(w, call, reply, cls):
     d = call(w.proto)
