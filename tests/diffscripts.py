@@ -14,7 +14,7 @@ bodies and :class:`Stats` for a subset of the global ``stats`` keys.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 CLOSED = b"<closed>"  # marker: the server closed the connection
 NO_REPLY = b"<no reply>"  # marker: a reply unit did not arrive in time
@@ -75,7 +75,7 @@ class Step:
     sleep: float = 0.0
     within: Optional[Tuple[float, float]] = None
     bytewise: bool = False
-    timeout: float = 5.0
+    timeout: float = 3.0
 
     @property
     def reply_count(self) -> int:
@@ -298,7 +298,6 @@ add(script(
     S("watch " + long_name(201) + "\r\n", "BAD_FORMAT"),
     S("ignore " + long_name(201) + "\r\n", "BAD_FORMAT"),
     S("stats-tube " + long_name(201) + "\r\n", "BAD_FORMAT"),
-    S("pause-tube " + long_name(201) + " 0\r\n", "BAD_FORMAT"),
     S("stats-tube " + long_name(200) + "\r\n",
       tube_stats(long_name(200), current_using=1, current_watching=1)),
     S("pause-tube " + long_name(200) + " 0\r\n", "PAUSED"),
@@ -314,9 +313,9 @@ add(script(
     S("list-tubes\r\n", ylist("default", long_name(200))),
     S("use  foo\r\n", "BAD_FORMAT"),
     S("pause-tube  default  0\r\n", "PAUSED"),
-    S("pause-tube -a 0\r\npause-tube a* 0\r\npause-tube default\t0\r\n"
+    S("pause-tube a* 0\r\npause-tube default\t0\r\n"
       "pause-tube default 0 \r\npause-tube\r\npause-tube \r\npause-tube default\r\n",
-      *["BAD_FORMAT"] * 7),
+      *["BAD_FORMAT"] * 6),
     S("pause-tubedefault 0\r\n", "PAUSED"),
     S("pause-tubex 0\r\n", "NOT_FOUND"),
 ))
@@ -421,7 +420,8 @@ add(script(
     S("use other\r\npeek-buried\r\nkick 5\r\nuse default\r\n",
       "USING other", "NOT_FOUND", "KICKED 0", "USING default"),
     S("peek-buried\r\n", job("FOUND", 1, "a")),
-    S("stats\r\n", stats(current_jobs_buried=1, current_jobs_ready=0, cmd_kick=5, cmd_peek_buried=5)),
+    S("stats-tube default\r\n", tube_stats(current_jobs_buried=1, total_jobs=3, cmd_delete=2,
+                                           current_using=2, current_watching=2)),
 ))
 
 add(script(
@@ -622,7 +622,7 @@ add(script(
 add(script(
     "numbers-timeouts-and-pause",
     *[S(f"reserve-with-timeout {v}\r\n", "TIMED_OUT") for v in
-      ["0", "", "x", "0x", "+0", "  0", "-0", "\t0", "0 junk", "4294967296", "00"]],
+      ["0", "", "x", "0x", "+0", "  0", "-0", "\t0", "0 junk", "00"]],
     *[S(f"reserve-with-timeout {v}\r\n", "BAD_FORMAT") for v in
       ["9223372036854775808", "99999999999999999999", "-9223372036854775809"]],
     S("reserve-with-timeout\r\n", "BAD_FORMAT"),
@@ -631,7 +631,7 @@ add(script(
     *[S(f"pause-tube default {v}\r\n", "PAUSED") for v in ["  0", "00", "4294967295"]],
     S("stats-tube default\r\n", tube_stats(cmd_pause_tube=3, pause=4294967295,
                                            pause_time_left=4294967294)),
-    S("stats\r\n", stats(cmd_reserve_with_timeout=11, cmd_pause_tube=3, current_workers=1)),
+    S("stats\r\n", stats(cmd_reserve_with_timeout=10, cmd_pause_tube=3, current_workers=1)),
 ))
 
 # The delay is converted to nanoseconds before "0 becomes 1": a 0 pause lasts 1 ns.
@@ -664,6 +664,35 @@ add(script(
     bytewise_ok=True))
 
 
+# strtol's long is stored in an int: 2**32 wraps to 0 (answer at once), 2**31 and 2**63-1
+# to negative values (wait forever, see waiting-reserve).
+add(script(
+    "reserve-timeout-int-wrap",
+    S("reserve-with-timeout 4294967296\r\n", "TIMED_OUT"),
+    S("stats\r\n", stats(cmd_reserve_with_timeout=1, current_waiting=0)),
+))
+
+# pause-tube validates the name like use/watch do (length, leading '-'), after counting.
+add(script(
+    "pause-tube-name-validation",
+    S("pause-tube -a 0\r\n", "BAD_FORMAT"),
+    S("pause-tube -default 0\r\n", "BAD_FORMAT"),
+    S("pause-tube " + long_name(201) + " 0\r\n", "BAD_FORMAT"),
+    S("stats\r\n", stats(cmd_pause_tube=3)),
+    S("stats-tube default\r\n", tube_stats()),
+))
+
+# kick-job has no stats counter of its own and does not count in cmd-kick.
+add(script(
+    "kick-job-counters",
+    S(put("a", delay=100), "INSERTED 1"),
+    S("kick-job 1\r\nkick-job 1\r\nkick-job 2\r\nkick-job x\r\n",
+      "KICKED", "NOT_FOUND", "NOT_FOUND", "BAD_FORMAT"),
+    S("stats\r\n", stats(cmd_kick=0, current_jobs_ready=1, current_jobs_delayed=0)),
+    S("stats-job 1\r\n", job_stats(1, delay=100, kicks=1)),
+))
+
+
 # --- command-name parsing --------------------------------------------------------
 
 UNKNOWN = ["foo", "", " ", "  ", "Reserve", "RESERVE", "qui", "peek", "peekx", "list-tube",
@@ -672,8 +701,8 @@ UNKNOWN = ["foo", "", " ", "  ", "Reserve", "RESERVE", "qui", "peek", "peekx", "
            "list", "pause", "quiet"]
 BAD_NAME = ["stats-tube", "stats-job", "stats-jobx 1", "stats-tubex default", "statsx",
             "stats ", "stats\t", "reserve-job", "reserve-jobx 1", "reserve-with-timeout",
-            "reservex", "reserve ", "reserve 0", "reserve_with_timeout 0", "list-tubesx", "list-tubes ",
-            "list-tubesfoo", "list-tube-usedx", "list-tube-used ", "list-tubes-watchedx",
+            "reservex", "reserve ", "reserve 0", "reserve_with_timeout 0", "list-tubesx",
+            "list-tubes ", "list-tubesfoo", "list-tube-usedx", "list-tube-used ", "list-tubes-watchedx",
             "list-tubes-watched ", "peek-readyx", "peek-ready ", "peek-delayedx",
             "peek-delayed 1", "peek-buriedx", "peek-buried ", "peek ", "pause-tube",
             "a\x00b", "\x00", "stats\x00", "\x00stats", "use foo\x00", "peek 1\x00",
@@ -717,17 +746,25 @@ add(script(
     S(padded_pause(224), "PAUSED"),
     S(padded_pause(226), "BAD_FORMAT"),
     S("x" * 1000 + "\r\nlist-tube-used\r\n", "BAD_FORMAT", "USING default"),
-    S("x" * 500, silent=True),
-    S("y" * 500, silent=True),
-    S("\r\nlist-tube-used\r\n", "BAD_FORMAT", "USING default"),
-    S("z" * 224, silent=True),
-    S("\r\n", "BAD_FORMAT"),
+    S("x" * 500),
+    S("y" * 500 + "\r\nlist-tube-used\r\n", "BAD_FORMAT", "USING default"),
     S("x" * 10000 + "\r\n" + put("after").decode(), "BAD_FORMAT", "INSERTED 2"),
     S("use " + "n" * 230 + "\r\n", "BAD_FORMAT"),
     S("x" * 300 + "\x00" + "y" * 100 + "\r\n", "BAD_FORMAT"),
     S("x" * 222 + "\r\n", "UNKNOWN_COMMAND"),
     S("list-tube-used\r\n", "USING default"),
     bytewise_ok=True))
+
+
+# The reply to an over-long line is sent only once its CRLF has arrived.
+add(script(
+    "long-line-answered-at-crlf",
+    S("x" * 500, silent=True),
+    S("y" * 500, silent=True),
+    S("\r\nlist-tube-used\r\n", "BAD_FORMAT", "USING default"),
+    S("z" * 224, silent=True),
+    S("\r\n", "BAD_FORMAT"),
+))
 
 
 # --- pipelining ----------------------------------------------------------------------
@@ -768,7 +805,6 @@ add(script(
     S("bury 1 0\r\nbury x\r\n", "NOT_FOUND", "BAD_FORMAT"),
     S("touch 1\r\ntouch x\r\n", "NOT_FOUND", "BAD_FORMAT"),
     S("kick 1\r\nkick x\r\n", "KICKED 0", "BAD_FORMAT"),
-    S("kick-job 1\r\nkick-job x\r\n", "NOT_FOUND", "BAD_FORMAT"),
     S("stats-job 1\r\nstats-job x\r\n", "NOT_FOUND", "BAD_FORMAT"),
     S("stats-tube nosuch\r\nstats-tube -x\r\n", "NOT_FOUND", "BAD_FORMAT"),
     S("use foo\r\nuse -x\r\n", "USING foo", "BAD_FORMAT"),
@@ -778,15 +814,14 @@ add(script(
     S("list-tubes\r\nlist-tubesx\r\n", ylist("default", "foo"), "BAD_FORMAT"),
     S("list-tube-used\r\nlist-tube-usedx\r\n", "USING foo", "BAD_FORMAT"),
     S("list-tubes-watched\r\nlist-tubes-watchedx\r\n", ylist("default"), "BAD_FORMAT"),
-    S("pause-tube nosuch 0\r\npause-tube -x 0\r\npause-tube default x\r\n",
-      "NOT_FOUND", "BAD_FORMAT", "BAD_FORMAT"),
+    S("pause-tube nosuch 0\r\npause-tube default x\r\n", "NOT_FOUND", "BAD_FORMAT"),
     S("statsx\r\nreservex\r\n", "BAD_FORMAT", "BAD_FORMAT"),
     S("stats\r\n", stats(
         cmd_put=0, cmd_peek=1, cmd_peek_ready=1, cmd_peek_delayed=1, cmd_peek_buried=1,
         cmd_reserve=0, cmd_reserve_with_timeout=0, cmd_delete=1, cmd_release=1, cmd_use=1,
         cmd_watch=1, cmd_ignore=2, cmd_bury=1, cmd_kick=1, cmd_touch=1, cmd_stats=2,
         cmd_stats_job=1, cmd_stats_tube=1, cmd_list_tubes=1, cmd_list_tube_used=1,
-        cmd_list_tubes_watched=1, cmd_pause_tube=2, current_workers=0, current_tubes=2)),
+        cmd_list_tubes_watched=1, cmd_pause_tube=1, current_workers=0, current_tubes=2)),
     S("stats-tube default\r\n", tube_stats(current_using=0, current_watching=1)),
     S("reserve-job 1\r\n", "NOT_FOUND", conn=1),
     S("stats\r\n", stats(current_workers=0, current_connections=2)),
@@ -889,55 +924,63 @@ add(script(
 
 
 # --- real time (keep the total wait small) ---------------------------------------------
+# Commands that must run inside a 1-second window are pipelined into one send (they are
+# buffered behind a waiting reserve), so a loaded test machine cannot stretch the window.
 
 add(script(
     "timed-ttr",
     S(put("x", ttr=1) + put("y", ttr=1), "INSERTED 1", "INSERTED 2"),
-    S("reserve\r\n", job("RESERVED", 1, "x")),
-    S("reserve\r\n", job("RESERVED", 2, "y")),  # a ready job beats DEADLINE_SOON
-    S("reserve\r\n", "DEADLINE_SOON"),
-    S("reserve-with-timeout 0\r\n", "DEADLINE_SOON"),
-    S("stats-job 1\r\n", job_stats(1, "reserved", ttr=1, reserves=1)),
-    S("reserve-with-timeout 5\r\n", job("RESERVED", 1, "x"), conn=1, within=(0.5, 2.0)),
-    S("stats-job 1\r\n", job_stats(1, "reserved", age=1, ttr=1, reserves=2, timeouts=1),
+    # a ready job beats DEADLINE_SOON; then the last-second margin answers at once
+    S("reserve\r\nreserve\r\nreserve\r\nreserve-with-timeout 0\r\nstats-job 1\r\n",
+      job("RESERVED", 1, "x"), job("RESERVED", 2, "y"), "DEADLINE_SOON", "DEADLINE_SOON",
+      job_stats(1, "reserved", ttr=1, reserves=1)),
+    S("reserve-with-timeout 5\r\nstats-job 1\r\ntouch 1\r\ndelete 1\r\n", conn=1,
+      silent=True),
+    # beanstalkd 1.12 sometimes misses a TTR expiry until the holder's connection is active
+    # again (see the module docstring of test_differential), so the holder speaks up after
+    # the deadline; ours releases on time either way.
+    S("list-tube-used\r\n", "USING default", sleep=1.0),
+    # job 1 timed out first and went straight to the waiting client
+    S(b"", job("RESERVED", 1, "x"),
+      job_stats(1, "reserved", age=1, ttr=1, reserves=2, timeouts=1), "TOUCHED", "DELETED",
       conn=1),
-    S("stats-job 2\r\n", job_stats(2, age=1, ttr=1, reserves=1, timeouts=1)),
-    S("delete 1\r\ntouch 1\r\n", "NOT_FOUND", "NOT_FOUND"),
-    S("touch 1\r\ndelete 1\r\n", "TOUCHED", "DELETED", conn=1),
-    S("stats\r\n", stats(job_timeouts=2, current_jobs_ready=1, current_jobs_reserved=0)),
+    S("stats-job 2\r\ntouch 2\r\nrelease 2 0 0\r\nbury 2 0\r\n",
+      job_stats(2, age=1, ttr=1, reserves=1, timeouts=1), "NOT_FOUND", "NOT_FOUND",
+      "NOT_FOUND"),
+    S("stats\r\n", stats(job_timeouts=2, current_jobs_ready=1, current_jobs_reserved=0,
+                         cmd_touch=2, cmd_delete=1)),
     timed=True))
 
 add(script(
     "timed-deadline-soon-while-waiting",
     S(put("x", ttr=2), "INSERTED 1"),
     S("reserve\r\n", job("RESERVED", 1, "x")),
-    S("reserve\r\n", "DEADLINE_SOON", within=(0.6, 1.7)),
-    S("delete 1\r\n", "DELETED"),
+    S("reserve\r\ndelete 1\r\n", "DEADLINE_SOON", "DELETED", within=(0.6, 1.95)),
     timed=True))
 
 add(script(
     "timed-delays",
-    S("reserve-with-timeout 1\r\n", "TIMED_OUT", within=(0.8, 2.0)),
-    S(put("a", delay=1), "INSERTED 1"),
-    S("peek-delayed\r\nreserve-with-timeout 0\r\n", job("FOUND", 1, "a"), "TIMED_OUT"),
-    S("reserve-with-timeout 3\r\n", job("RESERVED", 1, "a"), within=(0.5, 1.8)),
-    S("release 1 0 1\r\n", "RELEASED"),
-    S("peek-delayed\r\n", job("FOUND", 1, "a")),
-    S("reserve-with-timeout 3\r\n", job("RESERVED", 1, "a"), within=(0.5, 1.8)),
-    S("stats-job 1\r\n", job_stats(1, "reserved", age=2, delay=1, time_left=9,
-                                   reserves=2, releases=1)),
+    S("reserve-with-timeout 1\r\n", "TIMED_OUT", within=(0.8, 2.5)),
+    S(put("a", delay=1) + b"peek-delayed\r\nreserve-with-timeout 0\r\nreserve-with-timeout 3\r\n",
+      "INSERTED 1", job("FOUND", 1, "a"), "TIMED_OUT", job("RESERVED", 1, "a"),
+      within=(0.5, 2.5)),
+    S("release 1 0 1\r\npeek-delayed\r\nreserve-with-timeout 3\r\nstats-job 1\r\n",
+      "RELEASED", job("FOUND", 1, "a"), job("RESERVED", 1, "a"),
+      job_stats(1, "reserved", age=2, delay=1, time_left=9, reserves=2, releases=1),
+      within=(0.5, 2.5)),
     timed=True))
 
 add(script(
     "timed-pause",
     S(put("a"), "INSERTED 1"),
-    S("pause-tube default 1\r\n", "PAUSED"),
-    S("reserve-with-timeout 0\r\n", "TIMED_OUT"),
-    S("stats-tube default\r\n", tube_stats(current_jobs_ready=1, current_jobs_urgent=1,
-                                           total_jobs=1, cmd_pause_tube=1, pause=1)),
-    S("reserve\r\n", job("RESERVED", 1, "a"), within=(0.5, 1.8)),
-    S("stats-tube default\r\n", tube_stats(current_jobs_reserved=1, total_jobs=1,
-                                           cmd_pause_tube=1)),
+    S("pause-tube default 1\r\nreserve-with-timeout 0\r\nstats-tube default\r\nreserve\r\n"
+      "stats-tube default\r\n",
+      "PAUSED", "TIMED_OUT",
+      tube_stats(current_jobs_ready=1, current_jobs_urgent=1, total_jobs=1, cmd_pause_tube=1,
+                 pause=1),
+      job("RESERVED", 1, "a"),
+      tube_stats(current_jobs_reserved=1, total_jobs=1, cmd_pause_tube=1),
+      within=(0.5, 2.5)),
     timed=True))
 
 

@@ -17,7 +17,11 @@ to quote them.  ``pid``, ``uptime``, ``rusage-*``, ``id``, ``hostname``, ``os``,
 
 Known bugs of the 1.12 binary that ours fixes are tested against ours only
 (``diffscripts.OURS_ONLY``): a 225-byte line swallows the following command, and a CR not
-followed by LF stalls the connection.
+followed by LF stalls the connection.  A third one is only worked around: 1.12 now and
+then (about 1 run in 8 here) misses a TTR expiry -- the job stays ``reserved`` with a
+negative ``time-left`` until its holder's connection does something (``conn_timeout``
+re-reads the clock and gives up when the tick lands on the deadline's exact microsecond),
+so ``timed-ttr`` has the holder send a command after the deadline.
 
 Reference behaviours pinned here (beanstalkd 1.12; -> is the reply):
 - Commands match by prefix: b"reservex\r\n", b"reserve 0\r\n", b"reserve_with_timeout 0\r\n",
@@ -30,9 +34,9 @@ Reference behaviours pinned here (beanstalkd 1.12; -> is the reply):
 - b"quitx\r\n" and b"quit now\r\n" close the connection; commands after quit are ignored.
 - A NUL anywhere in a line (b"a\x00b\r\n", b"stats\x00\r\n") -> BAD_FORMAT; a bare LF is not a
   line end (b"stats\nstats\r\n" -> BAD_FORMAT, b"\n\r\n" -> UNKNOWN_COMMAND).
-- A command line may be 224 bytes with CRLF; 226+ bytes -> BAD_FORMAT once the CRLF
-  arrives, then the next command is served (b"x"*1000 + b"\r\nlist-tube-used\r\n" ->
-  BAD_FORMAT, USING default).
+- A command line may be 224 bytes with CRLF; 226+ bytes -> BAD_FORMAT, sent only once the
+  CRLF arrives (nothing while b"x"*500 is pending), then the next command is served:
+  b"x"*1000 + b"\r\nlist-tube-used\r\n" -> BAD_FORMAT, USING default.
 - A put line rejected as BAD_FORMAT leaves its body to be parsed as a command:
   b"put -1 0 10 3\r\nabc\r\n" -> BAD_FORMAT, UNKNOWN_COMMAND.
 - put numbers: leading spaces ok (b"put  0  0  10  3"), leading zeros ok, b"-1", b"+1",
@@ -57,14 +61,15 @@ Reference behaviours pinned here (beanstalkd 1.12; -> is the reply):
   b"kick 4294967297" -> KICKED 1, b"kick 0x10" -> KICKED 0; b"kick abc", b"kick ",
   b"kick 18446744073709551616" -> BAD_FORMAT.
 - reserve-with-timeout uses strtol into an int: b"", b"x", b"0x", b"+0", b"-0", b"\t0",
-  b"0 junk", b"4294967296" -> TIMED_OUT at once; b"-1", b"2147483648",
+  b"0 junk" -> TIMED_OUT at once, and so does b"4294967296" (wraps to 0); b"-1", b"2147483648",
   b"9223372036854775807" wait forever; b"9223372036854775808", b"99999999999999999999",
   b"-9223372036854775809" -> BAD_FORMAT.
 - Tube names: b"A-Za-z0-9-+/;.$_()", 1..200 bytes, no leading '-'; b"use  foo" (2 spaces),
   b"use foo ", b"use -a", b"use " + 201 bytes -> BAD_FORMAT; b"use a-" is fine.
 - pause-tube skips spaces around the name: b"pause-tube  default  0" -> PAUSED,
   b"pause-tubedefault 0" -> PAUSED, b"pause-tubex 0" -> NOT_FOUND (tube "x"),
-  b"pause-tube default\t0" -> BAD_FORMAT; b"pause-tube -x 0" -> BAD_FORMAT yet counts in
+  b"pause-tube default\t0" -> BAD_FORMAT; the name is then validated like use's:
+  b"pause-tube -a 0" and a 201-byte name -> BAD_FORMAT (not NOT_FOUND), yet they count in
   cmd-pause-tube, as does b"pause-tube nosuch 0" -> NOT_FOUND (the tube's own counter not).
 - b"pause-tube t 0" pauses for one *nanosecond* (stats-tube shows pause: 0); a pause of 1
   shows pause: 1, pause-time-left: 0 and is reset to 0 when it ends.
@@ -81,6 +86,7 @@ Reference behaviours pinned here (beanstalkd 1.12; -> is the reply):
 - reserve-job takes ready, delayed or buried jobs (NOT_FOUND if reserved, even by us);
   it does not count in cmd-reserve; a failed reserve-job does not make a worker.
 - kick prefers buried jobs: while any job is buried in the used tube only buried ones move.
+- kick-job has no counter: b"kick-job 1" (KICKED or NOT_FOUND) leaves cmd-kick unchanged.
 - Commands with a NOT_FOUND/NOT_IGNORED/TIMED_OUT answer count in their cmd-* counter;
   those answered BAD_FORMAT do not (except the cases above).
 - stats-job keeps the put's delay after a kick or reserve-job; time-left counts down in
@@ -95,7 +101,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from diffscripts import CLOSED, NO_REPLY, OURS_ONLY, SCRIPTS, Script, Stats, job, put
+from diffscripts import CLOSED, NO_REPLY, OURS_ONLY, SCRIPTS, Script, Stats, put
 from servers import REFERENCE, RunningServer, start_server
 
 QUIET = 0.2  # seconds of silence that count as "no reply"
@@ -183,8 +189,24 @@ class Conn:
         self.sock.close()
 
 
+def settle(server: RunningServer) -> None:
+    """Make sure the server has reaped the readiness probe of ``start_server``.
+
+    A connection that sends ``quit`` (counted nowhere in stats) and sees the server close
+    it was accepted after the probe, so the probe's EOF has been handled by then;
+    otherwise ``current-connections`` could still include the probe.
+    """
+    c = Conn(server)
+    try:
+        c.send(b"quit\r\n", False)
+        assert c.wait_closed(5.0), "server did not close after quit"
+    finally:
+        c.close()
+
+
 def record(server: RunningServer, script: Script) -> Transcript:
     """Run ``script`` on ``server``; one tuple of raw reply units (and markers) per step."""
+    settle(server)
     conns: Dict[int, Conn] = {}
     out: Transcript = []
     try:
