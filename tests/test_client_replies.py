@@ -103,7 +103,7 @@ def test_ambiguous_words_depend_on_the_command():
     assert not release.ok and isinstance(release.error(), Buried)
     assert release.error().job_id is None
     assert decode_reply("bury", b"BURIED").ok
-    assert decode_reply("kick", b"KICKED 2").count == 2
+    assert decode_reply("kick", b"KICKED 2").number == 2
     assert decode_reply("kick-job", b"KICKED").ok
     with pytest.raises(UnexpectedReply):
         decode_reply("kick", b"KICKED")

@@ -29,7 +29,7 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
-from twisted.test.iosim import FakeTransport, IOPump
+from twisted.test.iosim import FakeAddress, FakeTransport, IOPump
 from twisted.test.iosim import connect as _iosim_connect
 from zope.interface import implementer
 
@@ -80,10 +80,10 @@ class MemoryBeanstalk:
     def _connect(self, factory: IProtocolFactory) -> Deferred:
         if self.refusing:
             return fail(ConnectionRefusedError("the in-memory server is refusing connections"))
-        client = factory.buildProtocol(None)
+        client = factory.buildProtocol(FakeAddress())
         if client is None:
             return fail(ConnectionRefusedError("the factory built no protocol"))
-        server = self.factory.buildProtocol(None)
+        server = self.factory.buildProtocol(FakeAddress())
         pump = _iosim_connect(server, FakeTransport(server, isServer=True),
                               client, FakeTransport(client, isServer=False),
                               greet=False, clock=self.clock)

@@ -133,7 +133,7 @@ class _Link:
         return self.later(fn)
 
     def _when_connected(self) -> "Deferred[BeanstalkProtocol]":
-        def check(proto: BeanstalkProtocol) -> Any:
+        def check(proto: Any) -> Any:
             if proto.connected:
                 return proto
             # The connection just closed and the service has not noticed yet
@@ -315,10 +315,10 @@ class BeanstalkClient:
         self.clock: IReactorTime = reactor  # type: ignore[assignment]
         if isinstance(endpoint, str):
             self.endpoint_description = endpoint
-            endpoint = clientFromString(reactor, endpoint)
+            self.endpoint: IStreamClientEndpoint = clientFromString(reactor, endpoint)
         else:
             self.endpoint_description = repr(endpoint)
-        self.endpoint: IStreamClientEndpoint = endpoint
+            self.endpoint = endpoint
         self.timeout = timeout
         self.reserve_grace = reserve_grace
         self.connect_timeout = connect_timeout
@@ -354,7 +354,7 @@ class BeanstalkClient:
     def connected(self) -> bool:
         """True while the main connection is up."""
         proto = self._main.proto
-        return proto is not None and proto.connected
+        return proto is not None and bool(proto.connected)
 
     @property
     def protocol(self) -> Optional[BeanstalkProtocol]:
@@ -622,7 +622,6 @@ def connect(endpoint: Union[str, IStreamClientEndpoint], *,
     if reactor is None:
         from twisted.internet import reactor as _reactor
         reactor = _reactor  # type: ignore[assignment]
-    if isinstance(endpoint, str):
-        endpoint = clientFromString(reactor, endpoint)
+    target = clientFromString(reactor, endpoint) if isinstance(endpoint, str) else endpoint
     factory = BeanstalkClientFactory(reactor, **settings)
-    return endpoint.connect(factory)
+    return target.connect(factory)  # type: ignore[return-value]

@@ -93,7 +93,7 @@ def _job_id(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> 
 
 
 def _count(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Optional[int]:
-    return reply.count
+    return reply.number
 
 
 def _none(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> None:
@@ -318,7 +318,7 @@ class BeanstalkProtocol(Protocol):
 
     def _write_call(self, call: _Call) -> None:
         if call.name == "quit":  # no reply: the server closes the connection
-            self.transport.write(call.data)
+            self.transport.write(call.data)  # type: ignore[union-attr]
             return
         inflight = self._inflight
         if not inflight:
@@ -326,7 +326,7 @@ class BeanstalkProtocol(Protocol):
         inflight.append(call)
         if call.blocking:
             self._blocked = True
-        self.transport.write(call.data)
+        self.transport.write(call.data)  # type: ignore[union-attr]
 
     def _cancel(self, d: Deferred) -> None:
         for call in self._held:
@@ -494,7 +494,7 @@ class BeanstalkProtocol(Protocol):
     # --------------------------------------------------------------- commands
 
     def _ready(self) -> bool:
-        return self.connected and self._quit is None
+        return bool(self.connected) and self._quit is None
 
     def _job_done(self, job_id: Any) -> None:
         jobs = self._jobs
@@ -755,7 +755,7 @@ class BeanstalkProtocol(Protocol):
                 # The server would read quit only after the reserve: hold it too.
                 self._held.append(_Call("quit", b"quit\r\n", None, None, None))
             else:
-                self.transport.write(b"quit\r\n")
+                self.transport.write(b"quit\r\n")  # type: ignore[union-attr]
         return self.when_lost()
 
 

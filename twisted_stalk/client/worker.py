@@ -205,8 +205,13 @@ class Worker:
 
     @staticmethod
     def _chain(d: Deferred) -> Deferred:
+        """A new Deferred firing (with None) when ``d`` does; ``d`` is untouched."""
         out: Deferred = Deferred()
-        d.addBoth(lambda r: (out.callback(None), r)[1])
+
+        def fire(result: Any) -> Any:
+            out.callback(None)
+            return result
+        d.addBoth(fire)
         return out
 
     def _abandon(self, hand: _InHand) -> Deferred:

@@ -190,7 +190,7 @@ class Reply(NamedTuple):
     """One decoded reply line.
 
     Exactly the fields its pattern names are set: ``job_id`` for ``<id>``,
-    ``count`` for ``<count>``, ``tube`` for ``<tube>``, ``body_length`` for
+    ``number`` for ``<count>``, ``tube`` for ``<tube>``, ``body_length`` for
     ``<bytes>`` (a data block of that many bytes plus CRLF follows).
     """
 
@@ -199,7 +199,7 @@ class Reply(NamedTuple):
     ok: bool
     line: bytes
     job_id: Optional[int] = None
-    count: Optional[int] = None
+    number: Optional[int] = None
     tube: Optional[str] = None
     body_length: Optional[int] = None
 
@@ -344,8 +344,8 @@ def decode_body(command: Union[str, CommandSpec], reply: Reply,
     word = reply.word
     if word in ("INSERTED",):
         return reply.job_id
-    if word in ("WATCHING",) or (word == "KICKED" and reply.count is not None):
-        return reply.count
+    if word in ("WATCHING",) or (word == "KICKED" and reply.number is not None):
+        return reply.number
     if word == "USING":
         return reply.tube
     if word in ("RESERVED", "FOUND"):
