@@ -53,7 +53,7 @@ MEANINGS = {
     "EXPECTED_CRLF": "the body was not followed by CRLF: its byte count did not match",
     "JOB_TOO_BIG": "the body is larger than the server's max-job-size",
     "DRAINING": "the server is in drain mode and refuses new jobs",
-    "NOT_FOUND": "no such job or tube (or not in a state this command accepts)",
+    "NOT_FOUND": "no such job or tube, or not in a state this command accepts",
     "TIMED_OUT": "no job became ready in time",
     "DEADLINE_SOON": "a job you reserved is in its last second of TTR: delete, release or touch it",
     "NOT_IGNORED": "you cannot ignore the only tube you watch",

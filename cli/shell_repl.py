@@ -302,8 +302,11 @@ class Shell:
                 on_wait=lambda: self.info(f"{req.name}: waiting for a job (Ctrl-C to give up)..."))
         except InterruptedRequest as e:
             what = req.name or "request"
-            msg = (f"{what} interrupted: dropped that connection; "
-                   f"{self._returned(e.returned)} (and any job it was about to hand over)")
+            if e.returned:
+                msg = f"{what} interrupted: dropped that connection; {self._returned(e.returned)}"
+            else:
+                msg = (f"{what} interrupted: dropped that connection "
+                       "(the server returns anything reserved on it to ready)")
             self.warn(msg)
             if e.restored:
                 self.info(f"reconnected to {self.session.target}; restored {self.state_text()}")
