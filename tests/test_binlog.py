@@ -656,3 +656,30 @@ def test_close_flushes_and_settles(tmp_path, clock):
         srv.put(b"after close")
     srv2 = Server(tmp_path, clock)
     assert list(srv2.queue.jobs) == [j]
+
+
+def test_fsync_ms_in_a_thread(tmp_path, clock, monkeypatch):
+    import threading
+    import time
+    synced = threading.Event()
+    real = os.fdatasync
+
+    def fdatasync(fd):
+        real(fd)
+        synced.set()
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    srv = Server(tmp_path, clock, fsync_ms=50, sync_thread=True)
+    syncer = srv.journal._syncer
+    assert syncer is not None and syncer.is_alive()
+    srv.put(b"x")
+    clock.advance(0)
+    clock.advance(0.05)
+    assert synced.wait(5)
+    for _ in range(100):
+        if syncer.syncs:
+            break
+        time.sleep(0.01)
+    assert syncer.syncs == 1
+    srv.close()
+    assert not syncer.is_alive()

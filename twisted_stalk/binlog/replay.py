@@ -70,7 +70,8 @@ class FileInfo:
 
 
 class Recovery:
-    """The result of reading a directory: jobs in the order of their last record."""
+    """The result of reading a directory.  Buried jobs are in the order of
+    their last records (burial order); others in no particular order."""
 
     def __init__(self) -> None:
         #: id -> Job; ``job.tube`` holds the tube *name* until restored.
@@ -201,29 +202,26 @@ def _replay_file(data: bytes, info: FileInfo, rec: Recovery, names: Dict[bytes, 
     unpack_update = UPDATE.unpack_from
     unpack_delete = DELETE.unpack_from
     put_size = PUT.size
+    update_end = UPDATE.size
     pop = jobs.pop
     mv = memoryview(data)
     max_id = st.max_id
     suspects = st.suspects
     records = 0
     last_created = -1.0
+    kept_states = (DELAYED, BURIED)
     p = HEADER_SIZE
+    valid_end = p
     try:
         while p + MIN_RECORD <= end:
-            mark, typ, flags, n = unpack_head(data, p)
-            q = p + HEAD_SIZE + n
-            if (mark != MARK or q + CRC_SIZE > end
-                    or crc32(mv[p:q]) != unpack_crc(data, q)[0]):
-                p = _bad(data, p, info, rec, st, name)
-                suspects = st.suspects
-                if p < 0:
-                    return
-                continue
-            if typ == T_PUT and n >= PUT_PAYLOAD_FIXED:
-                (_m, _t, _f, _n, jid, pri, delay, ttr, state, tlen, deadline, created,
+            typ = data[p + 2]
+            if typ == T_PUT and p + put_size <= end:
+                (mark, _t, flags, n, jid, pri, delay, ttr, state, tlen, deadline, created,
                  c0, c1, c2, c3, c4, blen) = unpack_put(data, p)
+                q = p + HEAD_SIZE + n
                 a = p + put_size
-                if a + tlen + blen != q:
+                if (mark != MARK or q + CRC_SIZE > end or a + tlen + blen != q
+                        or crc32(mv[p:q]) != unpack_crc(data, q)[0]):
                     p = _bad(data, p, info, rec, st, name)
                     suspects = st.suspects
                     if p < 0:
@@ -236,52 +234,79 @@ def _replay_file(data: bytes, info: FileInfo, rec: Recovery, names: Dict[bytes, 
                 else:
                     last_created = created
                 job = Job(jid, pri, delay, ttr, data[a + tlen:q], tube, created)
-                job.state = state if state in (DELAYED, BURIED) else READY
-                job.deadline_at = deadline
+                if state in kept_states:
+                    job.state = state
+                    job.deadline_at = deadline
                 if c0 or c1 or c2 or c3 or c4:
                     job.counts = [c0, c1, c2, c3, c4]
                 job.binlog_file = seq
-                pop(jid, None)
+                if flags or state == BURIED:
+                    # A copy of a job seen before (compaction), or a buried
+                    # job: it moves to the end, since buried jobs come back
+                    # in the order of their last records (burial order).
+                    pop(jid, None)
                 jobs[jid] = job
                 if jid > max_id:
                     max_id = jid
                 if suspects is not None:
                     suspects.discard(jid)
-            elif typ == T_UPDATE and n == UPDATE_PAYLOAD:
-                (_m, _t, _f, _n, jid, pri, delay, state, deadline,
+            elif typ == T_UPDATE and p + update_end + CRC_SIZE <= end:
+                (mark, _t, _f, n, jid, pri, delay, state, deadline,
                  c0, c1, c2, c3, c4) = unpack_update(data, p)
-                job = pop(jid, None)
+                q = p + update_end
+                if (mark != MARK or n != UPDATE_PAYLOAD
+                        or crc32(mv[p:q]) != unpack_crc(data, q)[0]):
+                    p = _bad(data, p, info, rec, st, name)
+                    suspects = st.suspects
+                    if p < 0:
+                        return
+                    continue
+                job = jobs.get(jid)
                 if job is not None:
                     job.pri = pri
                     job.delay = delay
-                    job.state = state if state in (DELAYED, BURIED) else READY
+                    job.state = state if state in kept_states else READY
                     job.deadline_at = deadline
                     job.counts = [c0, c1, c2, c3, c4] if (c0 or c1 or c2 or c3 or c4) else None
-                    jobs[jid] = job
+                    if state == BURIED:
+                        del jobs[jid]  # to the end: burial order
+                        jobs[jid] = job
                     if suspects is not None:
                         suspects.discard(jid)
                 elif suspects is not None:
                     st.orphans += 1
                 if jid > max_id:
                     max_id = jid
-            elif typ == T_DELETE and n == DELETE_PAYLOAD:
-                jid = unpack_delete(data, p)[4]
-                pop(jid, None)
-                if jid > max_id:
-                    max_id = jid
             else:
-                rec.notes.append(("error", f"binlog: {name}: unknown record type {typ} "
-                                           f"at offset {p}; skipped"))
-                info.damaged = True
-                rec.damaged = True
+                mark, typ, _f, n = unpack_head(data, p)
+                q = p + HEAD_SIZE + n
+                if (mark != MARK or q + CRC_SIZE > end
+                        or crc32(mv[p:q]) != unpack_crc(data, q)[0]):
+                    p = _bad(data, p, info, rec, st, name)
+                    suspects = st.suspects
+                    if p < 0:
+                        return
+                    continue
+                if typ == T_DELETE and n == DELETE_PAYLOAD:
+                    jid = unpack_delete(data, p)[4]
+                    pop(jid, None)
+                    if jid > max_id:
+                        max_id = jid
+                else:
+                    rec.notes.append(("error", f"binlog: {name}: unknown record type {typ} "
+                                               f"at offset {p}; skipped"))
+                    info.damaged = True
+                    rec.damaged = True
             records += 1
             p = q + CRC_SIZE
-            info.valid_end = p
+            valid_end = p
         if p < end and not _zeros(data, p):
             _bad(data, p, info, rec, st, name)
     finally:
         mv.release()
         info.records += records
+        if info.valid_end < valid_end:
+            info.valid_end = valid_end
         if st.max_id < max_id:
             st.max_id = max_id
 
