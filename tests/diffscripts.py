@@ -509,13 +509,9 @@ add(script(
     S(b"put 0 0 10 70000x\r\n" + b"z" * 70000, silent=True),
     S(b"\r", silent=True),
     S(b"\nlist-tube-used\r\n", "JOB_TOO_BIG", "USING default"),
-    S(b"put 0 0 10 4294967295\r\n" + b"w" * 1000 + b"\r\n", silent=True),
-    S(b"put 0 0 10 5\r\nhel", silent=True),
-    S(b"lo", silent=True),
-    S(b"\r", silent=True),
-    S(b"\n", silent=True),
-    S(b"stats\r\n", silent=True),
-    S(b"peek 4\r\n", silent=True),
+    # a 4 GiB body is "discarded" forever: nothing after it is ever answered
+    S(b"put 0 0 10 4294967295\r\n" + b"w" * 1000 + b"\r\nput 0 0 10 5\r\nhel", silent=True),
+    S(b"lo\r\nstats\r\npeek 4\r\n", silent=True),
 ))
 
 add(script(
