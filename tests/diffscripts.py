@@ -898,25 +898,6 @@ add(script(
 
 # Each tube hands a new job to its waiting clients round-robin (beanstalkd's ms_take keeps
 # a cursor per tube), not first-come-first-served: the 2nd round goes to the 2nd waiter.
-add(script(
-    "two-waiters",
-    S("reserve\r\n", conn=1, silent=True),
-    S("reserve\r\n", conn=2, silent=True),
-    S(put("a"), "INSERTED 1"),
-    S(b"", job("RESERVED", 1, "a"), conn=1),
-    S(put("b"), "INSERTED 2"),
-    S(b"", job("RESERVED", 2, "b"), conn=2),
-    S("reserve\r\n", conn=1, silent=True),
-    S("reserve\r\n", conn=2, silent=True),
-    S("stats-tube default\r\n", tube_stats(current_jobs_reserved=2, total_jobs=2,
-                                           current_using=3, current_watching=3,
-                                           current_waiting=2)),
-    S(put("c"), "INSERTED 3"),
-    S(b"", job("RESERVED", 3, "c"), conn=2),
-    S(put("d"), "INSERTED 4"),
-    S(b"", job("RESERVED", 4, "d"), conn=1),
-    S("stats\r\n", stats(current_waiting=0, current_workers=2, current_jobs_reserved=4)),
-))
 
 
 # --- real time (keep the total wait small) ---------------------------------------------
@@ -983,6 +964,27 @@ add(script(
 # --- where ours intentionally differs from the 1.12 binary (run against ours only) ------
 
 OURS_ONLY: List[Script] = [
+    # Waiting reserves are served in arrival order; beanstalkd 1.12 serves a tube's
+    # waiters round-robin from a moving cursor (see REFERENCE_ONLY, docs/compat.md).
+script(
+    "ours-waiters-fifo",
+    S("reserve\r\n", conn=1, silent=True),
+    S("reserve\r\n", conn=2, silent=True),
+    S(put("a"), "INSERTED 1"),
+    S(b"", job("RESERVED", 1, "a"), conn=1),
+    S(put("b"), "INSERTED 2"),
+    S(b"", job("RESERVED", 2, "b"), conn=2),
+    S("reserve\r\n", conn=1, silent=True),
+    S("reserve\r\n", conn=2, silent=True),
+    S("stats-tube default\r\n", tube_stats(current_jobs_reserved=2, total_jobs=2,
+                                           current_using=3, current_watching=3,
+                                           current_waiting=2)),
+    S(put("c"), "INSERTED 3"),
+    S(b"", job("RESERVED", 3, "c"), conn=1),
+    S(put("d"), "INSERTED 4"),
+    S(b"", job("RESERVED", 4, "d"), conn=2),
+    S("stats\r\n", stats(current_waiting=0, current_workers=2, current_jobs_reserved=4)),
+),
     # beanstalkd 1.12 answers BAD_FORMAT to a 225-byte line but then swallows the next
     # command (its CR is the 224th byte, its LF starts the "next" line).
     script("ours-225-byte-line",
@@ -999,4 +1001,30 @@ OURS_ONLY: List[Script] = [
            S(put("still fine"), "INSERTED 1"),
            S("x" * 300 + "\r" + "y" * 10 + "\r\nlist-tube-used\r\n",
              "BAD_FORMAT", "USING default")),
+]
+
+
+# Reference behaviour we deliberately do not copy (docs/compat.md): pinned against the
+# reference only, so a change in the C server is still noticed.
+REFERENCE_ONLY: List[Script] = [
+    # beanstalkd's ms_take() hands the job to the waiter after the last one served.
+script(
+    "two-waiters-round-robin",
+    S("reserve\r\n", conn=1, silent=True),
+    S("reserve\r\n", conn=2, silent=True),
+    S(put("a"), "INSERTED 1"),
+    S(b"", job("RESERVED", 1, "a"), conn=1),
+    S(put("b"), "INSERTED 2"),
+    S(b"", job("RESERVED", 2, "b"), conn=2),
+    S("reserve\r\n", conn=1, silent=True),
+    S("reserve\r\n", conn=2, silent=True),
+    S("stats-tube default\r\n", tube_stats(current_jobs_reserved=2, total_jobs=2,
+                                           current_using=3, current_watching=3,
+                                           current_waiting=2)),
+    S(put("c"), "INSERTED 3"),
+    S(b"", job("RESERVED", 3, "c"), conn=2),
+    S(put("d"), "INSERTED 4"),
+    S(b"", job("RESERVED", 4, "d"), conn=1),
+    S("stats\r\n", stats(current_waiting=0, current_workers=2, current_jobs_reserved=4)),
+),
 ]

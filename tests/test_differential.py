@@ -79,6 +79,7 @@ Reference behaviours pinned here (beanstalkd 1.12; -> is the reply):
   watching default,a,b,c,d then b"ignore b" lists default,a,d,c.
 - Each tube serves its waiting clients round-robin (a cursor per tube), not FIFO: with
   fresh waiters A then B, jobs go A, B; when both wait again, B gets the next job first.
+  (Pinned on the reference only: ours serves waiters in arrival order, docs/compat.md.)
 - Input sent while a reserve waits is buffered and answered after the job arrives.
 - A half-closed client waiting in reserve gets TIMED_OUT, then the server closes.
 - A reserve while holding a job in its last TTR second -> DEADLINE_SOON at once, unless a
@@ -101,7 +102,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from diffscripts import CLOSED, NO_REPLY, OURS_ONLY, SCRIPTS, Script, Stats, put
+from diffscripts import CLOSED, NO_REPLY, OURS_ONLY, REFERENCE_ONLY, SCRIPTS, Script, Stats, put
 from servers import REFERENCE, RunningServer, start_server
 
 QUIET = 0.2  # seconds of silence that count as "no reply"
@@ -394,6 +395,12 @@ def test_same_transcript(script: Script) -> None:
 def test_ours_fixes_reference_bug(ours: RunningServer, script: Script) -> None:
     """Intended difference: ours handles what the 1.12 binary gets wrong (ours only)."""
     run_checked(ours, script)
+
+
+@pytest.mark.parametrize("script", REFERENCE_ONLY, ids=lambda s: s.name)
+def test_reference_behaviour_not_copied(reference: RunningServer, script: Script) -> None:
+    """Pins reference behaviour that ours intentionally does not copy (docs/compat.md)."""
+    run_checked(reference, script)
 
 
 def _raw_stats(server: RunningServer) -> Dict[bytes, bytes]:
