@@ -75,6 +75,7 @@ def test_restart_keeps_every_state(tmp_path, how):
     assert w.ask(b"reserve-job %d\r\n" % reserved).startswith(b"RESERVED")
     ids = [ready, delayed, *buried, kicked, released, reserved]
     before = {j: stats_job(w, j) for j in ids}
+    w.close()  # else a graceful shutdown waits for the worker holding a job
     srv.stop(getattr(signal, how))
     assert srv.proc.returncode == (0 if how == "SIGTERM" else -signal.SIGKILL)
 
