@@ -169,7 +169,12 @@ class Shell:
         status: List[tuple] = []
         if self.wire:
             status.append(("class:toolbar.wire", " WIRE "))
-        status += jobs_toolbar(self.session.reserved, self.clock())
+        now = self.clock()
+        for jid, job in list(self.session.reserved.items()):
+            if job.deadline is not None and now - job.deadline > 10:
+                # the server released it when its TTR ran out
+                del self.session.reserved[jid]
+        status += jobs_toolbar(self.session.reserved, now)
         if status:
             frags.append(("", "\n"))
             frags += status

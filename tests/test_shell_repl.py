@@ -152,6 +152,7 @@ def test_ctrl_c_out_of_a_blocking_reserve(any_server):
         assert out.text.endswith("OK 11\n- work  (using, watching)\n")
         shell.handle("reserve-with-timeout 0")
         assert "RESERVED 1 5" in out.chunks[-1]
+        shell.session.conn.close()
 
 
 def test_connection_loss_reconnects_and_restores(tmp_path):
@@ -176,6 +177,7 @@ def test_connection_loss_reconnects_and_restores(tmp_path):
             assert "reconnected to 127.0.0.1:%d; restored use lost, watch lost" % port in out.text
             shell.handle("list-tube-used")
             assert out.chunks[-1] == "USING lost\n"
+            shell.session.conn.close()
     finally:
         server.stop()
 
@@ -227,3 +229,22 @@ def test_alt_enter_sends_a_body_without_the_empty_line(ours):
     keys = "put" + ENTER + "x" + "\x1b" + ENTER + "peek-ready" + ENTER + CTRL_D
     _, text, _ = run_keys(ours, keys)
     assert "INSERTED 1" in text and "FOUND 1 1\n" in text
+
+
+def test_toolbar_counts_down_reserved_jobs_and_forgets_expired_ones():
+    from twisted_stalk_cli.shell_conn import Reserved
+    now = [100.0]
+    with create_pipe_input() as inp:
+        session = Session(parse_target("127.0.0.1:1"), clock=lambda: now[0])
+        shell = Shell(session, input=inp, output=DummyOutput(), write=Recorder(),
+                      clock=lambda: now[0])
+        session.reserved[5] = Reserved(5, deadline=130.0)
+        assert "#5 30s" in plain(shell.toolbar())
+        now[0] = 129.5
+        assert "#5 0.5s DEADLINE_SOON" in plain(shell.toolbar())
+        now[0] = 131.0
+        assert "#5 TTR expired" in plain(shell.toolbar())
+        now[0] = 141.0
+        assert "#5" not in plain(shell.toolbar()) and session.reserved == {}
+        shell.prompt.default_buffer.text = "release 5 "
+        assert "<pri>: priority" in plain(shell.toolbar())
