@@ -138,6 +138,13 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def _close(self) -> None:
         self._closing = True
+        out = self._out
+        if out:
+            # Send this read's replies first: a TLS transport drops writes
+            # made after loseConnection (pipelined ``...\r\nquit\r\n``).
+            data = out[0] if len(out) == 1 else b"".join(out)
+            del out[:]
+            self._send(data)
         if self._held is not None:
             self._close_when_sent = True  # after the held replies
             return
