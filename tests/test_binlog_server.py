@@ -389,9 +389,9 @@ def crash_cycles(directory: str, cycles: int, clients: int, seed: int,
     """Load, SIGKILL at a random moment, restart, check; ``cycles`` times."""
     rng = random.Random(seed)
     ledger = Ledger()
+    state = _CheckState(random.Random(seed + 1))
     port = free_port()
     srv = start_server("ours", "-b", directory, "-s", size, *flags, port=port)
-    checked = 0
     for cycle in range(cycles):
         stop = threading.Event()
         threads = [threading.Thread(target=_client, daemon=True,
@@ -407,55 +407,110 @@ def crash_cycles(directory: str, cycles: int, clients: int, seed: int,
         for t in threads:
             t.join(10)
         srv = start_server("ours", "-b", directory, "-s", size, *flags, port=port)
-        checked += _check(srv, ledger)
+        _check(srv, ledger, state, last=cycle == cycles - 1)
         if log:
             log(f"cycle {cycle + 1}: {len(ledger.inserted)} acknowledged, "
-                f"{len(ledger.deleted)} deleted, {checked} checks")
+                f"{len(ledger.deleted)} deleted, {state.checks} checks, "
+                f"{state.live} jobs in the server")
     assert srv.stop() == 0
     return {"acknowledged": len(ledger.inserted), "deleted": len(ledger.deleted),
-            "checks": checked}
+            "checks": state.checks}
 
 
-def _check(srv, ledger: Ledger) -> int:
+class _CheckState:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.scanned_to = 0
+        #: Jobs found that no client saw acknowledged (INSERTED lost in the kill).
+        self.unknown: Dict[int, bytes] = {}
+        self.checks = 0
+        self.live = 0
+
+
+#: Deleted ids re-checked per cycle (all of them in the last cycle).
+DELETED_SAMPLE = 5000
+#: Acknowledged jobs kept in the server between cycles; older ones are deleted.
+KEEP_LIVE = 3000
+
+
+def _peek_all(w: Wire, ids: List[int]) -> Dict[int, bytes]:
+    out: Dict[int, bytes] = {}
+    for i in range(0, len(ids), 2000):
+        chunk = ids[i:i + 2000]
+        w.send(b"".join(b"peek %d\r\n" % j for j in chunk))
+        out.update(zip(chunk, w.replies(len(chunk))))
+    return out
+
+
+def _body(reply: bytes) -> bytes:
+    return reply.split(b"\r\n")[1]
+
+
+def _check(srv, ledger: Ledger, state: _CheckState, last: bool = True) -> None:
     w = connect(srv)
-    checks = 0
     with ledger.lock:
         inserted = dict(ledger.inserted)
         delete_sent = set(ledger.delete_sent)
         deleted = set(ledger.deleted)
-    # every acknowledged, not-deleted job is there with its body
-    w.send(b"".join(b"peek %d\r\n" % j for j in inserted))
-    for j, reply in zip(inserted, w.replies(len(inserted))):
-        if j in deleted:
-            assert reply == b"NOT_FOUND\r\n", f"deleted job {j} came back"
-        elif j not in delete_sent:
-            assert reply.startswith(b"FOUND %d " % j), f"acknowledged job {j} lost: {reply!r}"
-            assert reply.split(b"\r\n")[1] == inserted[j]
-        checks += 1
-    # nothing made up: every job there was put by a client
-    st = stats(w)
-    total = (int(st["current-jobs-ready"]) + int(st["current-jobs-delayed"])
-             + int(st["current-jobs-buried"]) + int(st["current-jobs-reserved"]))
+        sent_bodies = set(ledger.sent_bodies)
+    live = [j for j in inserted if j not in delete_sent]
+    uncertain = [j for j in delete_sent if j not in deleted]
+    sample = list(deleted)
+    if not last and len(sample) > DELETED_SAMPLE:
+        sample = state.rng.sample(sample, DELETED_SAMPLE)
     top = max(inserted, default=0) + 50
-    seen = 0
-    w.send(b"".join(b"peek %d\r\n" % j for j in range(1, top + 1)))
-    for j, reply in zip(range(1, top + 1), w.replies(top)):
+    scan = list(range(max(1, state.scanned_to - 50), top + 1))
+    replies = _peek_all(w, live + uncertain + sample + list(state.unknown) + scan)
+    found = set()
+    # every acknowledged job not deleted is there, with its body
+    for j in live:
+        reply = replies[j]
+        assert reply.startswith(b"FOUND %d " % j), f"acknowledged job {j} lost: {reply!r}"
+        assert _body(reply) == inserted[j], f"job {j} changed its body"
+        found.add(j)
+    # no job whose DELETED was seen comes back
+    for j in sample:
+        assert replies[j] == b"NOT_FOUND\r\n", f"deleted job {j} came back"
+    for j in uncertain:
+        if replies[j].startswith(b"FOUND"):
+            found.add(j)
+    # nothing invented: a job nobody saw acknowledged was put by some client
+    for j in list(state.unknown) + scan:
+        reply = replies[j]
         if reply.startswith(b"FOUND"):
-            seen += 1
-            body = reply.split(b"\r\n")[1]
-            assert body in ledger.sent_bodies, f"job {j} was never put: {body!r}"
+            body = _body(reply)
+            assert body in sent_bodies, f"job {j} was never put: {body!r}"
             if j in inserted:
                 assert body == inserted[j]
-            # ids acknowledged for another body never change owner
-            checks += 1
-    assert seen == total, (seen, total)
+            elif j not in state.unknown:
+                state.unknown[j] = body
+            else:
+                assert state.unknown[j] == body
+            found.add(j)
+        elif j in state.unknown and j not in delete_sent:
+            raise AssertionError(f"job {j} was there after an earlier restart and is gone")
+    state.scanned_to = top
+    st = stats(w)
+    total = sum(int(st["current-jobs-" + k]) for k in ("ready", "delayed", "buried", "reserved"))
+    assert len(found) == total, (len(found), total)
+    state.checks += len(replies)
+    # keep the server's live set bounded: delete the oldest acknowledged jobs
+    extra = sorted(j for j in found if j in inserted and j not in delete_sent)[:-KEEP_LIVE]
+    if extra:
+        with ledger.lock:
+            ledger.delete_sent.update(extra)
+        w.send(b"".join(b"delete %d\r\n" % j for j in extra))
+        gone = [j for j, r in zip(extra, w.replies(len(extra))) if r == b"DELETED\r\n"]
+        assert len(gone) == len(extra)
+        with ledger.lock:
+            ledger.deleted.update(gone)
+    state.live = total - len(extra)
     w.close()
-    return checks
 
 
 def test_crash_under_load_loses_nothing_acknowledged(tmp_path):
     started = time.monotonic()
-    result = crash_cycles(str(tmp_path), cycles=24, clients=4, seed=20261122)
+    result = crash_cycles(str(tmp_path), cycles=30, clients=4, seed=20261122)
     assert result["acknowledged"] > 500
     assert result["deleted"] > 100
     assert time.monotonic() - started < 90
