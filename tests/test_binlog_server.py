@@ -514,3 +514,41 @@ def test_crash_under_load_loses_nothing_acknowledged(tmp_path):
     assert result["acknowledged"] > 500
     assert result["deleted"] > 100
     assert time.monotonic() - started < 90
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_full_disk_refuses_changes_and_recovers_when_space_returns(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    srv = srv2 = None
+    try:
+        d = str(mnt)
+        srv = start_server("ours", "-b", d, "-s", "65536")
+        w = connect(srv)
+        acked = []
+        for i in range(5000):
+            reply = w.ask(b"put 1 0 10 100\r\n%s\r\n" % (b"%100d" % i))
+            if not reply.startswith(b"INSERTED"):
+                break
+            acked.append(int(reply.split()[1]))
+        assert reply == b"INTERNAL_ERROR\r\n" and len(acked) > 1000
+        assert w.ask(b"peek %d\r\n" % acked[-1]).startswith(b"FOUND")
+        assert w.ask(b"delete %d\r\n" % acked[0]) == b"DELETED\r\n"
+        gone = acked.pop(0)
+        assert w.ask(b"put 1 0 10 1\r\nx\r\n") == b"INTERNAL_ERROR\r\n"
+        subprocess.run(["mount", "-o", "remount,size=2m", str(mnt)], check=True)
+        time.sleep(0.3)
+        acked.append(put(w, b"space again"))
+        srv.stop(signal.SIGKILL)
+        srv2 = start_server("ours", "-b", d)
+        w2 = connect(srv2)
+        assert int(stats(w2)["current-jobs-ready"]) == len(acked)
+        assert w2.ask(b"peek %d\r\n" % gone) == b"NOT_FOUND\r\n"
+    finally:
+        for s in (srv, srv2):
+            if s is not None:
+                s.stop(signal.SIGKILL)
+        subprocess.run(["umount", str(mnt)], capture_output=True)
