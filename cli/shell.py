@@ -176,6 +176,12 @@ def _main(argv: List[str]) -> int:
     command = args.command
     if command and command[0] == "--":
         command = command[1:]
+    elif command and command[0] != "put":
+        # output options are also accepted after the command: stalk stats --json
+        for flag in ("--json", "--yaml", "--raw", "--pretty"):
+            if flag in command[1:]:
+                command = [c for c in command if c != flag]
+                args.fmt = args.fmt or flag[2:]
     fmt = args.fmt or ("pretty" if sys.stdout.isatty() else "raw")
     color = not (args.no_color or os.environ.get("NO_COLOR") or _bool(config.get("no_color", "no")))
     defaults = put_defaults(config)

@@ -88,6 +88,7 @@ def test_json_and_yaml_output(any_server, stalk):
     assert data["stats"]["tube"] == "j" and data["stats"]["state"] == "ready"
     data = json.loads(stalk(any_server, "--json", "list-tubes").out)
     assert data["tubes"] == ["default", "j"]
+    assert json.loads(stalk(any_server, "list-tubes", "--json").out) == data  # after the command too
     p = stalk(any_server, "--json", "delete", "7")
     assert p.returncode == 1 and json.loads(p.out)["ok"] is False
 
