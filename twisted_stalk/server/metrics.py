@@ -1,0 +1,328 @@
+"""``--metrics ENDPOINT``: Prometheus metrics and health checks over HTTP (twisted.web).
+
+``/metrics``
+    The Prometheus text exposition format (version 0.0.4): every counter and
+    gauge of the ``stats`` command (same numbers: they are read from the same
+    ``WorkQueue.stats()``), per-tube gauges and counters with a ``tube``
+    label (the ``stats-tube`` fields), the binlog figures, and the operations
+    figures (refused connections, the connection, memory and open-file limits,
+    stored job bytes, extension verb counts, process descriptors and memory).
+``/healthz``
+    ``200 ok``: the process is alive and its reactor turns.
+``/readyz``
+    ``200 ready`` when the server is listening, its binlog (if any) can write,
+    and it is neither draining (SIGUSR1) nor shutting down; otherwise ``503``
+    and one line per reason, for load balancers and orchestrators.
+
+Nothing is computed except when scraped; a scrape walks the tubes (not the jobs).
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from twisted.web.resource import Resource
+from twisted.web.server import Site
+
+from ..core.queue import COUNTED_COMMANDS
+from .limits import memory_limit_of, open_fds
+
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+
+#: stats key -> (metric name, type, help).  ``cmd-*`` keys become
+#: ``beanstalk_commands_total{command=...}``; the string fields (version, id,
+#: hostname, os, platform) and pid become labels of ``beanstalk_info``.
+STATS_METRICS: Dict[str, Tuple[str, str, str]] = {
+    "current-jobs-urgent": ("beanstalk_current_jobs_urgent", "gauge",
+                            "Ready jobs with priority below 1024."),
+    "current-jobs-ready": ("beanstalk_current_jobs_ready", "gauge", "Jobs in the ready state."),
+    "current-jobs-reserved": ("beanstalk_current_jobs_reserved", "gauge",
+                              "Jobs reserved by workers."),
+    "current-jobs-delayed": ("beanstalk_current_jobs_delayed", "gauge", "Delayed jobs."),
+    "current-jobs-buried": ("beanstalk_current_jobs_buried", "gauge", "Buried jobs."),
+    "job-timeouts": ("beanstalk_job_timeouts_total", "counter",
+                     "Reservations that ran out of time (TTR)."),
+    "total-jobs": ("beanstalk_jobs_total", "counter", "Jobs created since start."),
+    "max-job-size": ("beanstalk_max_job_size_bytes", "gauge", "Largest job body accepted."),
+    "current-tubes": ("beanstalk_current_tubes", "gauge", "Tubes that exist."),
+    "current-connections": ("beanstalk_current_connections", "gauge", "Open connections."),
+    "current-producers": ("beanstalk_current_producers", "gauge",
+                          "Open connections that have issued a put."),
+    "current-workers": ("beanstalk_current_workers", "gauge",
+                        "Open connections that have issued a reserve."),
+    "current-waiting": ("beanstalk_current_waiting", "gauge",
+                        "Connections waiting in a reserve."),
+    "total-connections": ("beanstalk_connections_total", "counter",
+                          "Connections accepted since start."),
+    "rusage-utime": ("beanstalk_rusage_utime_seconds_total", "counter", "User CPU time."),
+    "rusage-stime": ("beanstalk_rusage_stime_seconds_total", "counter", "System CPU time."),
+    "uptime": ("beanstalk_uptime_seconds", "gauge", "Seconds since the server started."),
+    "binlog-oldest-index": ("beanstalk_binlog_oldest_index", "gauge",
+                            "Sequence number of the oldest binlog file."),
+    "binlog-current-index": ("beanstalk_binlog_current_index", "gauge",
+                             "Sequence number of the binlog file being written."),
+    "binlog-records-migrated": ("beanstalk_binlog_records_migrated_total", "counter",
+                                "Binlog records rewritten by compaction."),
+    "binlog-records-written": ("beanstalk_binlog_records_written_total", "counter",
+                               "Binlog records written."),
+    "binlog-max-size": ("beanstalk_binlog_max_size_bytes", "gauge",
+                        "Size of each binlog file."),
+    "draining": ("beanstalk_draining", "gauge", "1 in drain mode (SIGUSR1): put answers DRAINING."),
+}
+INFO_KEYS = ("version", "id", "hostname", "os", "platform", "pid")
+
+#: Per-tube metrics: (metric name, type, help, value of a Tube at time ``now``).
+TUBE_METRICS: Tuple[Tuple[str, str, str, Callable], ...] = (
+    ("beanstalk_tube_current_jobs_urgent", "gauge", "Ready jobs with priority below 1024.",
+     lambda t, now: t.urgent_count),
+    ("beanstalk_tube_current_jobs_ready", "gauge", "Ready jobs.", lambda t, now: t.ready_count),
+    ("beanstalk_tube_current_jobs_reserved", "gauge", "Reserved jobs.",
+     lambda t, now: t.reserved_count),
+    ("beanstalk_tube_current_jobs_delayed", "gauge", "Delayed jobs.",
+     lambda t, now: t.delayed_count),
+    ("beanstalk_tube_current_jobs_buried", "gauge", "Buried jobs.", lambda t, now: len(t.buried)),
+    ("beanstalk_tube_jobs_total", "counter", "Jobs created in the tube.",
+     lambda t, now: t.total_jobs),
+    ("beanstalk_tube_current_using", "gauge", "Connections using the tube.",
+     lambda t, now: t.using_count),
+    ("beanstalk_tube_current_watching", "gauge", "Connections watching the tube.",
+     lambda t, now: t.watching_count),
+    ("beanstalk_tube_current_waiting", "gauge", "Connections waiting in a reserve on the tube.",
+     lambda t, now: len(t.waiting)),
+    ("beanstalk_tube_deletes_total", "counter", "Delete commands for jobs of the tube.",
+     lambda t, now: t.cmd_delete),
+    ("beanstalk_tube_pauses_total", "counter", "pause-tube commands for the tube.",
+     lambda t, now: t.cmd_pause),
+    ("beanstalk_tube_pause_seconds", "gauge", "Length of the current pause (0: not paused).",
+     lambda t, now: t.pause),
+    ("beanstalk_tube_pause_time_left_seconds", "gauge", "Seconds left in the current pause.",
+     lambda t, now: max(0, int(t.unpause_at - now)) if t.pause else 0),
+)
+
+
+def escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+def parse_stats(body: bytes) -> Dict[str, str]:
+    """The ``stats`` YAML (as the queue renders it) as a dict of strings."""
+    out = {}
+    for line in body.decode("utf-8", "replace").splitlines():
+        key, sep, value = line.partition(": ")
+        if sep:
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            out[key] = value
+    return out
+
+
+class Readiness:
+    """Why the server is not ready (an empty list: ready)."""
+
+    def __init__(self, factory, shutdown=None, listening: Optional[Callable[[], bool]] = None
+                 ) -> None:
+        self.factory = factory
+        self.shutdown = shutdown
+        self.listening = listening or (lambda: factory.numPorts > 0)
+
+    def problems(self) -> List[str]:
+        problems = []
+        if self.shutdown is not None and self.shutdown.started:
+            problems.append("shutting down")
+        elif not self.listening():
+            problems.append("not listening")
+        queue = self.factory.queue
+        if queue.draining:
+            problems.append("draining")
+        why = binlog_problem(queue.journal)
+        if why:
+            problems.append(f"binlog not writable: {why}")
+        return problems
+
+
+def binlog_problem(journal) -> Optional[str]:
+    """Why the journal cannot take writes now, or None (also for no binlog)."""
+    if getattr(journal, "closed", False):
+        return "closed"
+    broken = getattr(journal, "broken", None)
+    if broken:
+        return str(broken)
+    room = getattr(journal, "_room_error", None)
+    if room:
+        return f"no room for a new file: {room}"
+    return None
+
+
+class Collector:
+    """Renders the metrics of one server."""
+
+    def __init__(self, factory, shutdown=None, start_time: Optional[float] = None) -> None:
+        self.factory = factory
+        self.shutdown = shutdown
+        self.start_time = time.time() if start_time is None else start_time
+
+    def render(self) -> str:
+        factory = self.factory
+        queue = factory.queue
+        now = queue.clock.seconds()
+        lines: List[str] = []
+
+        def family(name: str, kind: str, help_text: str,
+                   samples: Iterable[Tuple[str, object]]) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            for labels, value in samples:
+                lines.append(f"{name}{labels} {_number(value)}")
+
+        stats = parse_stats(queue.stats())
+        info = ",".join(f'{k}="{escape_label(stats.get(k, ""))}"' for k in INFO_KEYS)
+        family("beanstalk_info", "gauge", "Server identity (labels); always 1.",
+               [("{" + info + "}", 1)])
+        family("beanstalk_commands_total", "counter",
+               "Commands served, by command (the stats cmd-* counters).",
+               [(f'{{command="{c}"}}', int(stats.get("cmd-" + c, 0))) for c in COUNTED_COMMANDS])
+        for key, (name, kind, help_text) in STATS_METRICS.items():
+            if key not in stats:
+                continue
+            raw = stats[key]
+            value: object
+            if raw in ("true", "false"):
+                value = raw == "true"
+            else:
+                value = float(raw) if "." in raw else int(raw)
+            family(name, kind, help_text, [("", value)])
+
+        # Operations figures.
+        limit = factory.connection_limit
+        family("beanstalk_max_connections", "gauge",
+               "Connections accepted at once (0: no limit).",
+               [("", limit.maximum if limit is not None else 0)])
+        family("beanstalk_refused_connections_total", "counter",
+               "Connections closed at once because the connection limit was reached.",
+               [("", limit.refused if limit is not None else 0)])
+        family("beanstalk_job_bytes", "gauge",
+               "Bytes of stored job bodies (each with its CRLF).", [("", queue.job_bytes)])
+        family("beanstalk_max_memory_bytes", "gauge",
+               "--max-memory: put answers OUT_OF_MEMORY above it (0: no limit).",
+               [("", memory_limit_of(factory))])
+        ext = factory.extensions
+        if ext is not None:
+            family("beanstalk_extension_commands_total", "counter",
+                   "Extension verbs served (--extensions).",
+                   [(f'{{command="{verb}"}}', n) for verb, n in ext.counts.items()])
+        journal = queue.journal
+        on = hasattr(journal, "directory")
+        family("beanstalk_binlog_enabled", "gauge", "1 when a binlog directory is in use.",
+               [("", on)])
+        if on:
+            family("beanstalk_binlog_writable", "gauge", "1 when the binlog can take writes.",
+                   [("", binlog_problem(journal) is None)])
+        family("beanstalk_shutting_down", "gauge",
+               "1 once SIGTERM/SIGINT started a graceful shutdown.",
+               [("", bool(self.shutdown is not None and self.shutdown.started))])
+
+        # Per tube.
+        tubes = list(queue.tube_list)
+        for name, kind, help_text, value_of in TUBE_METRICS:
+            family(name, kind, help_text,
+                   [('{tube="%s"}' % escape_label(t.name.decode("latin-1")), value_of(t, now))
+                    for t in tubes])
+
+        # The process.
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        fds = open_fds()
+        if fds is not None:
+            family("process_open_fds", "gauge", "Open file descriptors.", [("", fds)])
+        if soft != resource.RLIM_INFINITY:
+            family("process_max_fds", "gauge", "Open-file limit (RLIMIT_NOFILE) in force.",
+                   [("", soft)])
+        rss = _resident_bytes()
+        if rss is not None:
+            family("process_resident_memory_bytes", "gauge", "Resident memory size.",
+                   [("", rss)])
+        family("process_start_time_seconds", "gauge", "Start time, seconds since the epoch.",
+               [("", self.start_time)])
+        return "\n".join(lines) + "\n"
+
+
+def _resident_bytes() -> Optional[int]:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Text(Resource):
+    isLeaf = True
+
+    def __init__(self, render: Callable[[], Tuple[int, bytes, bytes]]) -> None:
+        super().__init__()
+        self._render = render
+
+    def render_GET(self, request) -> bytes:
+        code, content_type, body = self._render()
+        request.setResponseCode(code)
+        request.setHeader(b"content-type", content_type)
+        request.setHeader(b"cache-control", b"no-store")
+        return body
+
+    render_HEAD = render_GET
+
+
+class _Root(Resource):
+    def render_GET(self, request) -> bytes:
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        return b"twisted-stalk: /metrics /healthz /readyz\n"
+
+
+class QuietSite(Site):
+    """A Site that writes no access log line per scrape."""
+
+    displayTracebacks = False
+
+    def log(self, request) -> None:
+        pass
+
+
+def make_site(factory, shutdown=None, listening: Optional[Callable[[], bool]] = None) -> Site:
+    """The HTTP site for ``--metrics``: /metrics, /healthz, /readyz."""
+    collector = Collector(factory, shutdown)
+    readiness = Readiness(factory, shutdown, listening)
+    plain = b"text/plain; charset=utf-8"
+
+    def metrics():
+        return 200, CONTENT_TYPE, collector.render().encode("utf-8")
+
+    def healthz():
+        return 200, plain, b"ok\n"
+
+    def readyz():
+        problems = readiness.problems()
+        if problems:
+            return 503, plain, ("".join(p + "\n" for p in problems)).encode("utf-8")
+        return 200, plain, b"ready\n"
+
+    root = _Root()
+    root.putChild(b"metrics", _Text(metrics))
+    root.putChild(b"healthz", _Text(healthz))
+    root.putChild(b"readyz", _Text(readyz))
+    site = QuietSite(root)
+    site.collector = collector  # type: ignore[attr-defined]
+    site.readiness = readiness  # type: ignore[attr-defined]
+    return site
+
+
+__all__ = ["CONTENT_TYPE", "Collector", "QuietSite", "Readiness", "STATS_METRICS",
+           "TUBE_METRICS", "binlog_problem", "make_site", "parse_stats"]

@@ -1,0 +1,81 @@
+"""Operations glue shared by ``twistd beanstalk`` (tap.py) and ``stalkd``.
+
+Both read the same configuration keys (``twistd`` option names):
+
+``max-connections``  int, 0/None: derived from the open-file limit
+``max-memory``       int bytes, 0/None: no limit
+``extensions``       bool: serve list-jobs, flush-tube, capabilities
+``metrics``          endpoint string for the HTTP metrics/health site, or None
+``tls-cert``, ``tls-key``, ``tls-ca``   PEM files (see :mod:`.tls`)
+``shutdown-grace``   seconds a graceful shutdown waits for busy connections
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from twisted.logger import Logger
+
+from . import admin, limits
+from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
+
+log = Logger(namespace="twisted_stalk.ops")
+
+
+def configure(factory, config, clock) -> None:
+    """Apply the limits and extensions to a freshly built factory.
+
+    Raises the open-file limit and reports it; installs the connection limit
+    (``--max-connections``, or what the open-file limit allows, so that the
+    connection after the last one the process can hold is refused at once
+    instead of hanging in the listen backlog); ``--max-memory``; ``--extensions``.
+    """
+    soft, hard = limits.raise_open_file_limit()
+    explicit = int(config.get("max-connections") or 0)
+    derived = limits.connections_allowed_by(soft)
+    if explicit and derived and explicit > derived:
+        log.warn("--max-connections {n} is more than the open-file limit {soft} allows "
+                 "(about {derived}); connections beyond that are refused",
+                 n=explicit, soft=soft, derived=derived)
+    maximum = min(explicit, derived) if explicit and derived else (explicit or derived)
+    limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit))
+    log.info("open-file limit {soft} (hard {hard}); accepting at most {maximum} connections",
+             soft=_show(soft), hard=_show(hard), maximum=maximum or "unlimited")
+    max_memory = int(config.get("max-memory") or 0)
+    if max_memory:
+        limits.install_memory_limit(factory, max_memory)
+        log.info("put answers OUT_OF_MEMORY above {n} bytes of stored jobs", n=max_memory)
+    if config.get("extensions"):
+        admin.enable(factory)
+        log.info("extension verbs on: {verbs}", verbs=", ".join(admin.VERBS))
+
+
+def _show(n: int) -> str:
+    import resource
+    return "unlimited" if n == resource.RLIM_INFINITY else str(n)
+
+
+def tls_options(config):
+    """CertificateOptions from the tls-* keys, or None."""
+    from .tls import options_from_config
+    return options_from_config(config)
+
+
+def make_shutdown(factory, clock, stop_listening: Callable[[], Any], config) -> GracefulShutdown:
+    grace = config.get("shutdown-grace")
+    return GracefulShutdown(factory, clock, stop_listening,
+                            grace=DEFAULT_GRACE if grace is None else float(grace))
+
+
+def metrics_site(factory, shutdown: Optional[GracefulShutdown] = None,
+                 listening: Optional[Callable[[], bool]] = None):
+    from .metrics import make_site
+    return make_site(factory, shutdown, listening)
+
+
+def install_signals_when_running(reactor, shutdown: GracefulShutdown) -> None:
+    """Graceful SIGTERM/SIGINT, installed after Twisted installs its own."""
+    reactor.callWhenRunning(install_signal_handlers, reactor, shutdown)
+
+
+__all__ = ["configure", "install_signals_when_running", "make_shutdown", "metrics_site",
+           "tls_options"]
