@@ -11,6 +11,7 @@ from typing import List, Optional
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
+from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
@@ -38,14 +39,30 @@ class Options(usage.Options):
         ["binlog-dir", "b", None, "Write-ahead log directory (persistence)."],
         ["fsync-ms", "f", 50, "fsync at most once every MS milliseconds (0: always).", int],
         ["binlog-size", "s", 10485760, "Size of each binlog file in bytes.", int],
+        ["metrics", None, None, "Serve /metrics, /healthz, /readyz over HTTP on this endpoint."],
+        ["max-connections", None, 0, "Refuse connections beyond N (default: as many as "
+         "the open-file limit allows).", int],
+        ["max-memory", None, 0, "Put answers OUT_OF_MEMORY above BYTES of stored jobs.", int],
+        ["tls-cert", None, None, "PEM certificate (then its chain) for --tls-listen."],
+        ["tls-key", None, None, "PEM private key of --tls-cert (default: in the cert file)."],
+        ["tls-ca", None, None, "PEM CA certificates: --tls-listen clients must present a "
+         "certificate they signed (mutual TLS)."],
+        ["shutdown-grace", None, 10.0, "Seconds SIGTERM/SIGINT waits for busy connections.",
+         float],
     ]
     optFlags = [
         ["no-fsync", "F", "Never fsync the binlog."],
+        ["extensions", None, "Serve the extension verbs list-jobs, flush-tube, capabilities."],
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self["listen"] = []
+        self["tls-listen"] = []
+
+    def opt_tls_listen(self, endpoint: str) -> None:
+        """Endpoint string to listen on with TLS (--tls-cert/--tls-key/--tls-ca; repeatable)."""
+        self["tls-listen"].append(endpoint_for_port(endpoint))
 
     def opt_listen(self, endpoint: str) -> None:
         """Endpoint string to listen on (repeatable), e.g. tcp:11300:interface=127.0.0.1."""
@@ -60,7 +77,9 @@ class Options(usage.Options):
         endpoints: List[str] = list(self["listen"])
         if self["port"]:
             endpoints.append(endpoint_for_port(self["port"]))
-        self["endpoints"] = endpoints or ["tcp:11300"]
+        if bool(self["tls-listen"]) != bool(self["tls-cert"]):
+            raise usage.UsageError("--tls-listen and --tls-cert go together")
+        self["endpoints"] = endpoints or ([] if self["tls-listen"] else ["tcp:11300"])
 
 
 def install_drain_signal(factory: BeanstalkServerFactory) -> None:
@@ -79,9 +98,20 @@ class BeanstalkService(MultiService):
         super().__init__()
         self.factory = factory
 
+    shutdown = None  # GracefulShutdown, set by makeService
+
     def startService(self) -> None:
         install_drain_signal(self.factory)
         super().startService()
+        if self.shutdown is not None:
+            from .ops import install_signals_when_running
+            install_signals_when_running(self.factory.reactor, self.shutdown)
+
+    def stopService(self):
+        # Drain first (a no-op when SIGTERM already did), then stop the rest.
+        if self.shutdown is None:
+            return super().stopService()
+        return self.shutdown.start().addCallback(lambda _: super(BeanstalkService, self).stopService())
 
 
 def make_factory(config, reactor) -> BeanstalkServerFactory:
@@ -94,6 +124,8 @@ def make_factory(config, reactor) -> BeanstalkServerFactory:
         journal = open_journal(config, reactor)
     factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
                                      journal=journal)
+    from .ops import configure
+    configure(factory, config, reactor)  # limits, --max-memory, --extensions
     if journal is not None:
         # Replay the binlog into the queue, then arm the timer for the
         # restored delayed jobs.
@@ -112,4 +144,20 @@ def makeService(config, reactor=None) -> MultiService:
     for description in config["endpoints"]:
         endpoint = serverFromString(reactor, description)
         StreamServerEndpointService(endpoint, factory).setServiceParent(service)
+    if config.get("tls-listen"):
+        from .ops import tls_options
+        from .tls import wrap_factory
+        tls_factory = wrap_factory(factory, tls_options(config))
+        for description in config["tls-listen"]:
+            endpoint = serverFromString(reactor, description)
+            StreamServerEndpointService(endpoint, tls_factory).setServiceParent(service)
+    from .ops import make_shutdown, metrics_site
+    listening = list(service)
+    service.shutdown = make_shutdown(
+        factory, reactor, lambda: defer.DeferredList([s.stopService() for s in listening]),
+        config)
+    if config.get("metrics"):
+        site = metrics_site(factory, service.shutdown)
+        StreamServerEndpointService(serverFromString(reactor, config["metrics"]),
+                                    site).setServiceParent(service)
     return service
