@@ -33,10 +33,25 @@ Options:
  -v       show version information
  -V       increase verbosity
  -h       show this help
+
+Operations (twisted-stalk extensions to beanstalkd's flags):
+ --tls-cert FILE        serve TLS on the -l/-p socket with this PEM certificate
+ --tls-key FILE         its PEM private key (default: in the certificate file)
+ --tls-ca FILE          require client certificates signed by these CAs (mutual TLS)
+ --metrics ENDPOINT     serve /metrics, /healthz, /readyz over HTTP, e.g.
+                        tcp:9100:interface=127.0.0.1
+ --max-connections N    refuse connections beyond N (default: as many as the
+                        open-file limit allows)
+ --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
+ --extensions           serve list-jobs, flush-tube and capabilities
+ --shutdown-grace SECS  SIGTERM/SIGINT waits this long for busy connections (10)
 """
 
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
+_LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
+                    "max-memory", "shutdown-grace"}
+_LONG_FLAGS = {"extensions"}
 
 
 class UsageError(Exception):
@@ -57,6 +72,20 @@ def parse_argv(argv: List[str]) -> Dict[str, object]:
         i += 1
         if not arg.startswith("-") or arg == "-":
             raise UsageError(f"unknown argument: {arg}")
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if name in _LONG_FLAGS and not eq:
+                opts[name] = True
+            elif name in _LONG_WITH_VALUE:
+                if not eq:
+                    if i >= len(argv):
+                        raise UsageError(f"option requires an argument: --{name}")
+                    value = argv[i]
+                    i += 1
+                opts[name] = value
+            else:
+                raise UsageError(f"unknown option: {arg}")
+            continue
         j = 1
         while j < len(arg):
             flag = arg[j]
@@ -87,10 +116,14 @@ def _int_option(opts: Dict[str, object], flag: str, default: int, low: int, high
     try:
         value = int(str(text))
     except ValueError:
-        raise UsageError(f"-{flag} needs a whole number, got {text!r}")
+        raise UsageError(f"{_dash(flag)} needs a whole number, got {text!r}")
     if not low <= value <= high:
-        raise UsageError(f"-{flag} must be between {low} and {high}, got {value}")
+        raise UsageError(f"{_dash(flag)} must be between {low} and {high}, got {value}")
     return value
+
+
+def _dash(flag: str) -> str:
+    return f"-{flag}" if len(flag) == 1 else f"--{flag}"
 
 
 def bind_listener(address: str, port: int) -> Tuple[socket.socket, int]:
@@ -146,6 +179,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         max_job_size = _int_option(opts, "z", 65535, 0, 1073741824)
         fsync_ms = _int_option(opts, "f", 50, 0, 2**31 - 1)
         binlog_size = _int_option(opts, "s", 10485760, 1, 2**31 - 1)
+        for name in ("max-connections", "max-memory"):
+            opts[name] = _int_option(opts, name, 0, 0, 2**63 - 1)
+        grace = opts.get("shutdown-grace")
+        try:
+            opts["shutdown-grace"] = 10.0 if grace is None else float(str(grace))
+        except ValueError:
+            raise UsageError(f"--shutdown-grace needs a number of seconds, got {grace!r}")
     except UsageError as e:
         sys.stderr.write(f"stalkd: {e}\n{USAGE}")
         return 5
@@ -195,16 +235,49 @@ def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
         "no-fsync": bool(opts.get("F")),
         "binlog-size": binlog_size,
     }
+    for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
+                 "max-memory", "extensions", "shutdown-grace"):
+        config[name] = opts.get(name)
+    tls = None
+    if config["tls-cert"] or config["tls-key"] or config["tls-ca"]:
+        from twisted_stalk.server.ops import tls_options
+        from twisted_stalk.server.tls import TLSConfigError
+        try:
+            tls = tls_options(config)
+        except TLSConfigError as e:
+            raise fail(str(e), 1)
     try:
         factory = make_factory(config, reactor)
     except Exception as e:  # a binlog directory that cannot be used
         raise fail(str(e) or e.__class__.__name__, 10)
     factory.doStart()
-    reactor.adoptStreamPort(sock.fileno(), family, factory)
+    listening = factory
+    if tls is not None:
+        from twisted_stalk.server.tls import wrap_factory
+        listening = wrap_factory(factory, tls)
+    port = reactor.adoptStreamPort(sock.fileno(), family, listening)
     sock.close()
     install_drain_signal(factory)
+    from twisted_stalk.server.ops import (install_signals_when_running, make_shutdown,
+                                          metrics_site)
+    shutdown = make_shutdown(factory, reactor, port.stopListening, config)
+    install_signals_when_running(reactor, shutdown)
+    status = [0]
+    if config["metrics"]:
+        from twisted.internet.endpoints import serverFromString
+
+        def metrics_failed(failure) -> None:
+            sys.stderr.write(f"stalkd: cannot serve --metrics: {failure.getErrorMessage()}\n")
+            status[0] = 111
+            reactor.stop()
+        try:
+            endpoint = serverFromString(reactor, str(config["metrics"]))
+        except Exception as e:  # a malformed endpoint string
+            raise fail(f"--metrics {config['metrics']}: {e}", 111)
+        endpoint.listen(metrics_site(factory, shutdown, lambda: port.connected)
+                        ).addErrback(metrics_failed)
     reactor.run()
-    return 0
+    return status[0]
 
 
 if __name__ == "__main__":
