@@ -543,7 +543,7 @@ def test_full_disk_refuses_changes_and_recovers_when_space_returns(tmp_path):
         time.sleep(0.3)
         acked.append(put(w, b"space again"))
         srv.stop(signal.SIGKILL)
-        srv2 = start_server("ours", "-b", d)
+        srv2 = start_server("ours", "-b", d, "-s", "65536")
         w2 = connect(srv2)
         assert int(stats(w2)["current-jobs-ready"]) == len(acked)
         assert w2.ask(b"peek %d\r\n" % gone) == b"NOT_FOUND\r\n"
