@@ -93,11 +93,11 @@ def test_json_and_yaml_output(any_server, stalk):
     assert p.returncode == 1 and json.loads(p.out)["ok"] is False
 
 
-def test_pretty_output_when_forced(any_server, stalk):
-    stalk(any_server, "put", '{"a": [1]}')
-    p = stalk(any_server, "--pretty", "peek", "1")
+def test_pretty_output_when_forced(ours, stalk):
+    stalk(ours, "put", '{"a": [1]}')
+    p = stalk(ours, "--pretty", "peek", "1")
     assert p.out == 'FOUND 1 10\n(10 bytes, JSON)\n{\n  "a": [\n    1\n  ]\n}\n'
-    p = stalk(any_server, "--pretty", "stats")
+    p = stalk(ours, "--pretty", "stats")
     assert p.out.startswith("OK ") and "\ncurrent-jobs-ready " in p.out
 
 
@@ -162,16 +162,16 @@ def test_put_tool_variants(ours, stalk, tmp_path):
     assert q("peek 1").body == b"\x00file"
 
 
-def test_stats_and_kick_tools(any_server, stalk):
-    q = Probe(any_server)
+def test_stats_and_kick_tools(ours, stalk):
+    q = Probe(ours)
     put(q, "k", "x", delay=100)
     put(q, "k", "y", delay=100)
-    p = stalk(any_server, "--json", "stats", "k")
+    p = stalk(ours, "--json", "stats", "k")
     assert json.loads(p.out)["stats"]["current-jobs-delayed"] == 2
-    assert stalk(any_server, "kick", "k", "1").out == "KICKED 1\n"
-    assert stalk(any_server, "kick", "k").out == "KICKED 1\n"
-    assert stalk(any_server, "stats", "nope").returncode == 1
-    assert "current-connections" in stalk(any_server, "stats").out
+    assert stalk(ours, "kick", "k", "1").out == "KICKED 1\n"
+    assert stalk(ours, "kick", "k").out == "KICKED 1\n"
+    assert stalk(ours, "stats", "nope").returncode == 1
+    assert "current-connections" in stalk(ours, "stats").out
 
 
 def test_top_once(any_server, stalk):
