@@ -320,32 +320,33 @@ class BinlogJournal:
 
     # ------------------------------------------------------- Journal protocol
 
-    def job_put(self, job) -> None:
+    def job_put(self, job, _pack=_PUT_PACK, _crc=_CRC_PACK, _join=_join, _crc32=crc32,
+                _fixed=_PUT_PAYLOAD, _tail=_TAIL, _mark=MARK) -> None:
         if not self._ok:
             self._refuse()
         tube = job.tube.name
         body = job.body
-        n = _PUT_PAYLOAD + len(tube) + len(body)
-        free = self._free - n - _TAIL
+        n = _fixed + len(tube) + len(body)
+        size = n + _tail
+        free = self._free - size
         if free < self.slack:
-            self._make_room(n + _TAIL, True)
-            free = self._free - n - _TAIL
+            self._make_room(size, True)
+            free = self._free - size
         delay = job.delay
         if delay:
-            state = DELAYED
-            deadline = job.created_at + delay
+            rec = _join((_pack(_mark, T_PUT, 0, n, job.id, job.pri, delay, job.ttr, DELAYED,
+                               len(tube), job.created_at + delay, job.created_at,
+                               0, 0, 0, 0, 0, len(body)), tube, body))
         else:
-            state = READY
-            deadline = 0.0
-        rec = _join((_PUT_PACK(MARK, T_PUT, 0, n, job.id, job.pri, delay, job.ttr, state,
-                               len(tube), deadline, job.created_at, 0, 0, 0, 0, 0, len(body)),
-                     tube, body))
+            rec = _join((_pack(_mark, T_PUT, 0, n, job.id, job.pri, 0, job.ttr, READY,
+                               len(tube), 0.0, job.created_at, 0, 0, 0, 0, 0, len(body)),
+                         tube, body))
         buf = self._buf
         buf += rec
-        buf += _CRC_PACK(crc32(rec))
+        buf += _crc(_crc32(rec))
         self._free = free
         job.binlog_file = self.seq
-        self.live_bytes += n + _TAIL
+        self.live_bytes += size
         self.written += 1
         if not self.pending:
             self._set_pending()
@@ -394,16 +395,17 @@ class BinlogJournal:
         if not self.pending:
             self._set_pending()
 
-    def job_deleted(self, job) -> None:
+    def job_deleted(self, job, _pack=_DELETE_PACK, _crc=_CRC_PACK, _crc32=crc32,
+                    _mark=MARK, _size=DELETE_SIZE) -> None:
         if not self._ok:
             self._refuse()
-        if self._free < DELETE_SIZE:
-            self._make_room(DELETE_SIZE, False)
-        rec = _DELETE_PACK(MARK, T_DELETE, 0, DELETE_PAYLOAD, job.id)
+        if self._free < _size:
+            self._make_room(_size, False)
+        rec = _pack(_mark, T_DELETE, 0, DELETE_PAYLOAD, job.id)
         buf = self._buf
         buf += rec
-        buf += _CRC_PACK(crc32(rec))
-        self._free -= DELETE_SIZE
+        buf += _crc(_crc32(rec))
+        self._free -= _size
         self.live_bytes -= PUT_FIXED + len(job.tube.name) + len(job.body)
         self.written += 1
         if not self.pending:
