@@ -128,8 +128,6 @@ class WorkQueue:
         self.waiting_count = 0
         self.job_timeouts = 0
         self.total_jobs = 0
-        #: Bytes of all stored job bodies, each with its CRLF (for --max-memory).
-        self.job_bytes = 0
         self.current_connections = 0
         self.total_connections = 0
         self.producers = 0
@@ -252,7 +250,6 @@ class WorkQueue:
         job = Job(job_id, pri, delay, ttr or 1, body, t, created)
         self.journal.job_put(job)
         self.jobs[job_id] = job
-        self.job_bytes += len(body)
         self.total_jobs += 1
         t.total_jobs += 1
         if delay:
@@ -264,7 +261,6 @@ class WorkQueue:
     def restore(self, job: Job, state: int, deadline_at: float = 0.0) -> None:
         """Put a job recovered from the binlog back in place (no journaling)."""
         self.jobs[job.id] = job
-        self.job_bytes += len(job.body)
         if job.id >= self.next_id:
             self.next_id = job.id + 1
         if state == DELAYED:
@@ -566,7 +562,6 @@ class WorkQueue:
         self.journal.job_deleted(job)
         self._detach(job, s)
         del self.jobs[job_id]
-        self.job_bytes -= len(job.body)
         t = job.tube
         t.cmd_delete += 1
         self._maybe_drop_tube(t)
@@ -687,6 +682,11 @@ class WorkQueue:
 
     # ------------------------------------------- listing and flushing (admin)
 
+    def stored_bytes(self) -> int:
+        """Bytes of all stored job bodies, each with its CRLF (O(jobs); a
+        queue that needs it often keeps a running count, see server.limits)."""
+        return sum(len(job.body) for job in self.jobs.values())
+
     def list_jobs(self, name: bytes, state: int, limit: int) -> Optional[List[int]]:
         """Ids of up to ``limit`` jobs of tube ``name`` in ``state``, in the
         order the queue would take them (ready: priority then id; delayed and
@@ -754,7 +754,6 @@ class WorkQueue:
                 self.journal.job_deleted(job)
                 self._detach(job, holders.get(job.id))
                 del jobs[job.id]
-                self.job_bytes -= len(job.body)
                 deleted += 1
         except JournalError:
             if not deleted:
