@@ -120,7 +120,7 @@ def test_flush_tube_by_state_and_default():
     assert c.ask(b"flush-tube work\r\n") == b"FLUSHED 4\r\n"
     assert [c.ask(b"peek %d\r\n" % i) for i in (1, 3, 5, 6)] == [b"NOT_FOUND\r\n"] * 4
     assert (q.ready_count, q.delayed_count, q.buried_count, q.reserved_count) == (0, 0, 0, 1)
-    assert q.job_bytes == 3
+    assert q.stored_bytes() == 3
     # The worker still owns its job.
     assert w.ask(b"delete 4\r\n") == b"DELETED\r\n"
     assert c.ask(b"flush-tube work\r\n") == b"FLUSHED 0\r\n"

@@ -207,7 +207,30 @@ def test_memory_limit_counts_bytes_through_every_removal():
     t.clear()
     proto.dataReceived(b"reserve\r\ndelete 1\r\nput 0 0 60 8\r\n12345678\r\n")
     assert t.value().endswith(b"DELETED\r\nINSERTED 5\r\n")
-    assert factory.queue.job_bytes == 20
+    q = factory.queue
+    assert q.job_bytes == q.stored_bytes() == 20
+    # The admin flush keeps the count too.
+    from twisted_stalk.server import admin
+    admin.enable(factory)
+    t.clear()
+    proto.dataReceived(b"flush-tube default\r\nput 0 0 60 8\r\n12345678\r\n")
+    assert t.value() == b"FLUSHED 2\r\nINSERTED 6\r\n"
+    assert q.job_bytes == q.stored_bytes() == 10
+
+
+def test_memory_limit_counts_jobs_already_stored_and_costs_nothing_when_off():
+    from twisted_stalk.core import WorkQueue
+    clock = Clock()
+    factory = BeanstalkServerFactory(clock)
+    proto, t = _connect(factory)
+    proto.dataReceived(b"put 0 0 60 3\r\nabc\r\n")
+    assert type(factory.queue) is WorkQueue and not hasattr(factory.queue, "job_bytes")
+    limits.install_memory_limit(factory, 12)
+    assert isinstance(factory.queue, limits.MemoryAccountingQueue)
+    assert factory.queue.job_bytes == 5
+    proto2, t2 = _connect(factory)
+    proto2.dataReceived(b"put 0 0 60 6\r\nabcdef\r\nput 0 0 60 5\r\nabcde\r\n")
+    assert t2.value() == b"OUT_OF_MEMORY\r\nINSERTED 3\r\n"
 
 
 def test_small_held_load():

@@ -176,7 +176,7 @@ def test_collector_renders_parseable_text_with_odd_tube_names():
     tube = [s for s in families["beanstalk_tube_current_jobs_ready"].samples
             if s.labels == {"tube": "a$b(c)+/;.x"}]
     assert tube and tube[0].value == 1
-    assert q.job_bytes == 3
+    assert q.stored_bytes() == 3
 
 
 class _BrokenJournal:

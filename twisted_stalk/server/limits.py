@@ -8,10 +8,12 @@ Everything here is installed at start and costs nothing per command:
   that closes it at once (never left hanging in the listen backlog), is counted
   in :attr:`ConnectionLimit.refused` (``beanstalk_refused_connections_total``
   in /metrics) and logged (at most one line per :data:`LOG_EVERY` seconds);
-* the memory limit swaps the factory's protocol class for a subclass whose
-  ``_body`` answers ``OUT_OF_MEMORY`` instead of storing a job that would take
-  the stored body bytes (:attr:`WorkQueue.job_bytes`) over the limit; without
-  ``--max-memory`` the stock class runs unchanged;
+* the memory limit swaps the queue's class for :class:`MemoryAccountingQueue`
+  (which keeps a running count of stored body bytes, ``job_bytes``) and the
+  factory's protocol class for a subclass whose ``_body`` answers
+  ``OUT_OF_MEMORY`` instead of storing a job that would take that count over
+  the limit; without ``--max-memory`` the stock classes run unchanged and
+  put/delete do no accounting at all;
 * :func:`raise_open_file_limit` lifts ``RLIMIT_NOFILE`` to the hard limit (or
   as far as the kernel allows), so a server can hold tens of thousands of
   connections without the operator remembering ``ulimit -n``.
@@ -25,6 +27,7 @@ from twisted.internet import tcp
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
+from ..core import WorkQueue
 from ..protocol.constants import OUT_OF_MEMORY
 from .protocol import BeanstalkServerProtocol
 
@@ -147,6 +150,37 @@ def install_connection_limit(factory, maximum: int, clock, explicit: bool = True
 
 # --------------------------------------------------------------------- memory
 
+class MemoryAccountingQueue(WorkQueue):
+    """A :class:`WorkQueue` that counts the bytes of stored job bodies (each
+    with its CRLF) in ``job_bytes``, for ``--max-memory``.  Installed on an
+    existing queue by :func:`install_memory_limit` (``__class__`` swap), so the
+    stock queue's put and delete stay free of the bookkeeping."""
+
+    job_bytes = 0
+
+    def put(self, s, job_id, pri, delay, ttr, body):
+        job = WorkQueue.put(self, s, job_id, pri, delay, ttr, body)
+        self.job_bytes += len(body)
+        return job
+
+    def restore(self, job, state, deadline_at=0.0):
+        WorkQueue.restore(self, job, state, deadline_at)
+        self.job_bytes += len(job.body)
+
+    def delete(self, s, job_id):
+        job = self.jobs.get(job_id)
+        if WorkQueue.delete(self, s, job_id):
+            self.job_bytes -= len(job.body)
+            return True
+        return False
+
+    def flush_tube(self, name, *args, **kwargs):
+        try:
+            return WorkQueue.flush_tube(self, name, *args, **kwargs)
+        finally:
+            self.job_bytes = self.stored_bytes()
+
+
 class MemoryLimitedProtocol(BeanstalkServerProtocol):
     """The stock protocol with a ceiling on stored job bytes.
 
@@ -169,9 +203,17 @@ class MemoryLimitedProtocol(BeanstalkServerProtocol):
 
 
 def install_memory_limit(factory, max_bytes: int) -> None:
-    """Make put answer OUT_OF_MEMORY once stored job bytes would exceed ``max_bytes``."""
+    """Make put answer OUT_OF_MEMORY once stored job bytes would exceed
+    ``max_bytes``.  Call before connections are made (jobs already stored,
+    e.g. restored from the binlog, are counted)."""
     if max_bytes <= 0:
         return
+    queue = factory.queue
+    if not isinstance(queue, MemoryAccountingQueue):
+        if type(queue) is not WorkQueue:
+            raise TypeError(f"--max-memory needs a WorkQueue, not {type(queue).__name__}")
+        queue.__class__ = MemoryAccountingQueue
+        queue.job_bytes = queue.stored_bytes()
     factory.protocol = type("MemoryLimitedProtocol", (MemoryLimitedProtocol,),
                             {"max_memory": max_bytes})
 
@@ -181,6 +223,6 @@ def memory_limit_of(factory) -> int:
     return getattr(factory.protocol, "max_memory", 0)
 
 
-__all__ = ["ConnectionLimit", "MemoryLimitedProtocol", "RESERVED_FDS",
+__all__ = ["ConnectionLimit", "MemoryAccountingQueue", "MemoryLimitedProtocol", "RESERVED_FDS",
            "connections_allowed_by", "install_connection_limit", "install_memory_limit",
            "memory_limit_of", "open_fds", "raise_open_file_limit"]

@@ -6,7 +6,7 @@
     ``WorkQueue.stats()``), per-tube gauges and counters with a ``tube``
     label (the ``stats-tube`` fields), the binlog figures, and the operations
     figures (refused connections, the connection, memory and open-file limits,
-    stored job bytes, extension verb counts, process descriptors and memory).
+    stored job bytes with ``--max-memory``, extension verb counts, process descriptors and memory).
 ``/healthz``
     ``200 ok``: the process is alive and its reactor turns.
 ``/readyz``
@@ -211,11 +211,14 @@ class Collector:
         family("beanstalk_refused_connections_total", "counter",
                "Connections closed at once because the connection limit was reached.",
                [("", limit.refused if limit is not None else 0)])
-        family("beanstalk_job_bytes", "gauge",
-               "Bytes of stored job bodies (each with its CRLF).", [("", queue.job_bytes)])
         family("beanstalk_max_memory_bytes", "gauge",
                "--max-memory: put answers OUT_OF_MEMORY above it (0: no limit).",
                [("", memory_limit_of(factory))])
+        job_bytes = getattr(queue, "job_bytes", None)  # counted only with --max-memory
+        if job_bytes is not None:
+            family("beanstalk_job_bytes", "gauge",
+                   "Bytes of stored job bodies, each with its CRLF (with --max-memory).",
+                   [("", job_bytes)])
         ext = factory.extensions
         if ext is not None:
             family("beanstalk_extension_commands_total", "counter",
