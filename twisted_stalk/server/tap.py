@@ -77,8 +77,17 @@ class Options(usage.Options):
         endpoints: List[str] = list(self["listen"])
         if self["port"]:
             endpoints.append(endpoint_for_port(self["port"]))
+        for name in ("max-connections", "max-memory", "shutdown-grace"):
+            if self[name] < 0:
+                raise usage.UsageError(f"--{name} must not be negative")
         if bool(self["tls-listen"]) != bool(self["tls-cert"]):
             raise usage.UsageError("--tls-listen and --tls-cert go together")
+        if self["tls-cert"] or self["tls-key"] or self["tls-ca"]:
+            from .tls import TLSConfigError, options_from_config
+            try:
+                options_from_config(self)  # fail now, with the file's name
+            except TLSConfigError as e:
+                raise usage.UsageError(str(e))
         self["endpoints"] = endpoints or ([] if self["tls-listen"] else ["tcp:11300"])
 
 
