@@ -17,7 +17,7 @@ What it finds after the last good record of a file decides what it says:
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 from zlib import crc32
 
 from ..core.job import BURIED, DELAYED, READY, Job
@@ -31,7 +31,6 @@ from .format import (
     MARK,
     PUT,
     PUT_FIXED,
-    PUT_PAYLOAD_FIXED,
     REC_HEAD,
     T_DELETE,
     T_PUT,
@@ -74,8 +73,8 @@ class Recovery:
     their last records (burial order); others in no particular order."""
 
     def __init__(self) -> None:
-        #: id -> Job; ``job.tube`` holds the tube *name* until restored.
-        self.jobs: Dict[int, Job] = {}
+        #: id -> Job; ``job.tube`` holds the tube *name* (bytes) until restored.
+        self.jobs: Dict[int, Any] = {}
         self.next_id = 1
         self.files: List[FileInfo] = []
         #: (level, message) lines for the log: level is "warn" or "error".
@@ -233,7 +232,7 @@ def _replay_file(data: bytes, info: FileInfo, rec: Recovery, names: Dict[bytes, 
                     created = last_created  # share one float, as the queue does
                 else:
                     last_created = created
-                job = Job(jid, pri, delay, ttr, data[a + tlen:q], tube, created)
+                job = Job(jid, pri, delay, ttr, data[a + tlen:q], tube, created)  # type: ignore[arg-type]
                 if state in kept_states:
                     job.state = state
                     job.deadline_at = deadline
@@ -261,8 +260,9 @@ def _replay_file(data: bytes, info: FileInfo, rec: Recovery, names: Dict[bytes, 
                     if p < 0:
                         return
                     continue
-                job = jobs.get(jid)
-                if job is not None:
+                old = jobs.get(jid)
+                if old is not None:
+                    job = old
                     job.pri = pri
                     job.delay = delay
                     job.state = state if state in kept_states else READY

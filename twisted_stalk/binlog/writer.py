@@ -35,7 +35,7 @@ import errno
 import gc
 import os
 import threading
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 from zlib import crc32
 
 from twisted.logger import Logger
@@ -185,7 +185,7 @@ class BinlogJournal:
         self._room_error: Optional[str] = None
         #: Why writing is impossible (a failed write is being retried), else None.
         self.broken: Optional[str] = None
-        self.queue = None
+        self.queue: Any = None
         self.fd = -1
         self.seq = 0
         self.pos = 0
@@ -200,7 +200,7 @@ class BinlogJournal:
         self.live_bytes = 0
         self.written = 0
         self.migrated = 0
-        self.damaged_files = set()
+        self.damaged_files: Set[int] = set()
         self._boundary: Optional[int] = None
         self._todo: Optional[list] = None
         self._todo_i = 0
@@ -252,7 +252,7 @@ class BinlogJournal:
         for level, text in rec.notes:
             (self.log.error if level == "error" else self.log.warn)(text.replace("{", "{{").replace("}", "}}"))
         now = queue.clock.seconds()
-        tubes = {}
+        tubes: Dict[bytes, Any] = {}
         restore = queue.restore
         live = 0
         was_enabled = gc.isenabled()
@@ -297,7 +297,8 @@ class BinlogJournal:
         try:
             self.fd, self.limit = self._create_file(last + 1, 0)
         except OSError as e:
-            self._lock.release()
+            if self._lock is not None:
+                self._lock.release()
             raise BinlogError(f"cannot write to binlog directory {self.directory}: "
                               f"{e.strerror or e}")
         self.seq = last + 1
@@ -351,7 +352,7 @@ class BinlogJournal:
         if not self.pending:
             self._set_pending()
 
-    def job_updated(self, job, op: int = UPDATE_RELEASE) -> None:
+    def job_updated(self, job, op: int) -> None:
         if not self._ok:
             self._refuse()
         r, t, rl, b, k = job.counts or _ZEROS
@@ -679,6 +680,7 @@ class BinlogJournal:
             jobs = self.queue.jobs
             boundary = self._boundary
             todo = self._todo
+            assert boundary is not None and todo is not None
             i = self._todo_i
             n = len(todo)
             budget = COMPACT_SLICE
@@ -719,6 +721,7 @@ class BinlogJournal:
 
     def _finish_compaction(self) -> None:
         boundary = self._boundary
+        assert boundary is not None
         self._write_out()
         if not self.no_fsync:
             self._sync()
