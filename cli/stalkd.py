@@ -44,7 +44,9 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
                         open-file limit allows)
  --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
  --extensions           serve list-jobs, flush-tube and capabilities
- --shutdown-grace SECS  SIGTERM/SIGINT waits this long for busy connections (10)
+ --shutdown-grace SECS  SIGTERM/SIGINT waits this long for workers still holding
+                        jobs (default 0: exit at once, as beanstalkd does;
+                        twistd beanstalk defaults to 10)
 """
 
 _WITH_VALUE = set("bflpuzs")
@@ -183,7 +185,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             opts[name] = _int_option(opts, name, 0, 0, 2**63 - 1)
         grace = opts.get("shutdown-grace")
         try:
-            opts["shutdown-grace"] = 10.0 if grace is None else float(str(grace))
+            # Like beanstalkd, the drop-in exits at once unless asked to wait:
+            # test suites stop it between tests while workers hold jobs.
+            opts["shutdown-grace"] = 0.0 if grace is None else float(str(grace))
         except ValueError:
             raise UsageError(f"--shutdown-grace needs a number of seconds, got {grace!r}")
     except UsageError as e:
