@@ -69,3 +69,16 @@ def body(value: Any, codec: Any, max_job_size: Optional[int]) -> bytes:
         raise InvalidArgument(f"job body is {len(raw)} bytes; the limit is {max_job_size}"
                               " (max_job_size)")
     return raw
+
+
+#: The job states ``list-jobs`` and ``flush-tube`` take.
+JOB_STATES = ("ready", "delayed", "buried", "reserved")
+
+
+def job_state(value: Any) -> str:
+    """One of :data:`JOB_STATES` (str or bytes), as str."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if not isinstance(value, str) or value not in JOB_STATES:
+        raise InvalidArgument(f"job state must be one of {', '.join(JOB_STATES)}, not {value!r}")
+    return value

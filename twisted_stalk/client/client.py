@@ -24,6 +24,7 @@ from typing import (
     Callable,
     Deque,
     Dict,
+    FrozenSet,
     List,
     Optional,
     Sequence,
@@ -249,6 +250,16 @@ class Tube:
     def pause(self, delay: int) -> "Deferred[None]":
         """Pause reserves from this tube for ``delay`` seconds."""
         return self.client.pause_tube(self._raw, delay)
+
+    def list_jobs(self, state: str, limit: int) -> "Deferred[List[int]]":
+        """Ids of up to ``limit`` jobs of this tube in ``state`` (see
+        :meth:`BeanstalkClient.list_jobs`)."""
+        return self.client.list_jobs(self._raw, state, limit)
+
+    def flush(self, state: Optional[str] = None) -> "Deferred[int]":
+        """Delete this tube's jobs in ``state`` (None: ready, delayed and buried);
+        fires with the number deleted (see :meth:`BeanstalkClient.flush_tube`)."""
+        return self.client.flush_tube(self._raw, state)
 
 
 class TubeSet:
@@ -609,6 +620,38 @@ class BeanstalkClient:
     def pause_tube(self, tube: TubeName, delay: int) -> "Deferred[None]":
         """Pause reserves from ``tube`` for ``delay`` seconds. Errors: :class:`NotFound`."""
         return self._main.call(lambda p: p.pause_tube(tube, delay))
+
+    # ------------------------------------------- extension verbs (our server)
+
+    def capabilities(self) -> "Deferred[FrozenSet[str]]":
+        """The extension verbs the server serves (``{"list-jobs", "flush-tube",
+        "capabilities"}`` from ours with ``--extensions``; the empty set from a
+        stock beanstalkd, which answers ``UNKNOWN_COMMAND``).  Asked once per
+        connection: after a reconnect it is asked again."""
+        return self._main.call(lambda p: p.capabilities())
+
+    def list_jobs(self, tube: TubeName, state: str, limit: int) -> "Deferred[List[int]]":
+        """Ids of up to ``limit`` jobs of ``tube`` in ``state`` (``"ready"``,
+        ``"delayed"``, ``"buried"`` or ``"reserved"``), without reserving any.
+
+        Uses ``list-jobs`` when the server advertises it.  Otherwise (a stock
+        server) it falls back on ``peek-<state>``, which gives **at most the
+        first job** of that state, and cannot list reserved jobs
+        (:class:`UnknownCommand`).  Errors: :class:`NotFound` (no such tube).
+        """
+        return self._main.call(lambda p: p.list_jobs(tube, state, limit))
+
+    def flush_tube(self, tube: TubeName, state: Optional[str] = None) -> "Deferred[int]":
+        """Delete the jobs of ``tube`` in ``state`` (None: ready, delayed and
+        buried; never reserved ones); fires with the number deleted.
+
+        Uses ``flush-tube`` when the server advertises it (one command,
+        atomic).  Otherwise it peeks and deletes job by job (ready, then
+        delayed, then buried), at most as many of each as the tube held at the
+        start; ``"reserved"`` then fails with :class:`UnknownCommand`.
+        Errors: :class:`NotFound` (no such tube).
+        """
+        return self._main.call(lambda p: p.flush_tube(tube, state))
 
 
 def connect(endpoint: Union[str, IStreamClientEndpoint], *,

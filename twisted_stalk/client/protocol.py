@@ -23,7 +23,11 @@ losing the connection fails every pending Deferred.  Beanstalk needs more:
 * per-call tube targeting: ``put(..., tube=b"x")`` and ``reserve(...,
   watching=(b"a", b"b"))`` send only the ``use``/``watch``/``ignore`` needed to
   get the connection into that state (tracked as the state the pipelined
-  commands will leave it in), so callers sharing a connection never race.
+  commands will leave it in), so callers sharing a connection never race;
+* our server's extension verbs (``--extensions``): :meth:`~BeanstalkProtocol.
+  capabilities` asks once per connection which it serves, and
+  :meth:`~BeanstalkProtocol.list_jobs` / :meth:`~BeanstalkProtocol.flush_tube`
+  use them when advertised and fall back on stock commands otherwise.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from typing import (
     Callable,
     Deque,
     Dict,
+    FrozenSet,
     Iterable,
     List,
     Optional,
@@ -41,7 +46,7 @@ from typing import (
     Union,
 )
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -49,6 +54,7 @@ from twisted.python.failure import Failure
 
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, DEFAULT_TUBE, U32_MAX
 from ..protocol.replies import MAX_REPLY_LINE, Reply, decode_body, decode_reply
+from ..protocol.replies import BadFormat, NotFound, UnknownCommand
 from ..protocol.replies import UnexpectedReply as _DecodeError
 from ..protocol.yaml import StatValue
 from . import _validate as v
@@ -176,6 +182,9 @@ class BeanstalkProtocol(Protocol):
         #: Jobs reserved on this connection and not yet deleted/released/buried.
         self._jobs: Dict[int, Job] = {}
         self._cancel_cb = self._cancel
+        #: The extension verbs the server advertised (None: not asked yet).
+        self._capabilities: Optional[FrozenSet[str]] = None
+        self._capabilities_waiting: Optional[List[Deferred]] = None
 
     # ---------------------------------------------------------------- overridable
 
@@ -742,6 +751,177 @@ class BeanstalkProtocol(Protocol):
             return fail(e)
         return self._send("pause-tube", b"pause-tube %s %d\r\n" % (raw, delay), _none,
                           self.timeout)
+
+    # ------------------------------------------------- extension verbs (ours)
+
+    @property
+    def known_capabilities(self) -> Optional[FrozenSet[str]]:
+        """The extension verbs the server advertised, once :meth:`capabilities`
+        has been answered on this connection (None before)."""
+        return self._capabilities
+
+    def capabilities(self) -> "Deferred[FrozenSet[str]]":
+        """The extension verbs the server serves (``capabilities``).
+
+        Asked once per connection, then cached (concurrent callers share the
+        one request).  A stock beanstalkd, or our server without
+        ``--extensions``, answers ``UNKNOWN_COMMAND``: that is the empty set.
+        """
+        caps = self._capabilities
+        if caps is not None:
+            return succeed(caps)
+        if not self._ready():
+            return self._closed()
+        d: Deferred = Deferred()
+        waiting = self._capabilities_waiting
+        if waiting is None:
+            self._capabilities_waiting = waiting = []
+            sent = self._send("capabilities", b"capabilities\r\n", _decoded, self.timeout)
+            sent.addBoth(self._capabilities_answered)
+        waiting.append(d)
+        return d
+
+    def _capabilities_answered(self, result: Any) -> None:
+        waiting, self._capabilities_waiting = self._capabilities_waiting or [], None
+        if isinstance(result, Failure):
+            if result.check(UnknownCommand, BadFormat):
+                result = frozenset()
+        else:
+            result = frozenset(result)
+        if not isinstance(result, Failure):
+            self._capabilities = result
+        for d in waiting:
+            if not d.called:  # a waiter may have been cancelled
+                if isinstance(result, Failure):
+                    d.errback(result)
+                else:
+                    d.callback(result)
+
+    def _extension(self, verb: str, direct: Callable[[], Deferred],
+                   fallback: Callable[[], Deferred]) -> Deferred:
+        caps = self._capabilities
+        if caps is not None:
+            return direct() if verb in caps else fallback()
+        return self.capabilities().addCallback(
+            lambda known: direct() if verb in known else fallback())
+
+    def list_jobs(self, tube: TubeName, state: str, limit: int) -> "Deferred[List[int]]":
+        """Ids of up to ``limit`` jobs of ``tube`` in ``state`` (``"ready"``,
+        ``"delayed"``, ``"buried"``, ``"reserved"``), without reserving any, in
+        the order the queue takes them.  Errors: :class:`NotFound` (no such tube).
+
+        With ``list-jobs`` advertised this is one command.  On a stock server it
+        falls back on ``stats-tube`` (for :class:`NotFound`) and
+        ``peek-<state>``, which shows at most the *first* job of the state: the
+        list has at most one id.  Reserved jobs cannot be listed that way:
+        :class:`UnknownCommand`.
+        """
+        if not self._ready():
+            return self._closed()
+        try:
+            raw = v.tube_name(tube)
+            name = v.job_state(state)
+            limit = v.uint(limit, "limit")
+        except InvalidArgument as e:
+            return fail(e)
+        line = b"list-jobs %s %s %d\r\n" % (raw, name.encode(), limit)
+        return self._extension(
+            "list-jobs",
+            lambda: self._send("list-jobs", line, _decoded, self.timeout),
+            lambda: Deferred.fromCoroutine(self._list_jobs_fallback(raw, name, limit)))
+
+    async def _list_jobs_fallback(self, raw: bytes, state: str, limit: int) -> List[int]:
+        if state == "reserved":
+            raise UnknownCommand("list-jobs", b"UNKNOWN_COMMAND (a stock server cannot "
+                                 b"list reserved jobs)")
+        stats = self.stats_tube(raw)
+        peek = self._tube_command("peek-" + state, raw, _job_id) if limit else None
+        try:
+            await stats
+        except BaseException:
+            if peek is not None:
+                peek.addErrback(lambda _: None)
+            raise
+        if peek is None:
+            return []
+        try:
+            return [await peek]
+        except NotFound:
+            return []
+
+    def flush_tube(self, tube: TubeName, state: Optional[str] = None) -> "Deferred[int]":
+        """Delete the jobs of ``tube`` in ``state`` (None: ready, delayed and
+        buried, never reserved ones); fires with how many were deleted.
+        Errors: :class:`NotFound` (no such tube).
+
+        With ``flush-tube`` advertised this is one command, done at once on the
+        server (and each deletion binlogged).  On a stock server it falls back
+        on ``peek-<state>`` then ``delete`` until ``NOT_FOUND``, for ready, then
+        delayed, then buried jobs, deleting at most as many of each as
+        ``stats-tube`` counted at the start (so producers still putting cannot
+        keep it going); that is not atomic.  ``"reserved"`` needs the extension:
+        :class:`UnknownCommand` otherwise.
+        """
+        if not self._ready():
+            return self._closed()
+        try:
+            raw = v.tube_name(tube)
+            name = None if state is None else v.job_state(state)
+        except InvalidArgument as e:
+            return fail(e)
+        line = b"flush-tube %s\r\n" % raw if name is None else (
+            b"flush-tube %s %s\r\n" % (raw, name.encode()))
+        states = ("ready", "delayed", "buried") if name is None else (name,)
+        return self._extension(
+            "flush-tube",
+            lambda: self._send("flush-tube", line, _count, self.timeout),
+            lambda: Deferred.fromCoroutine(self._flush_tube_fallback(raw, states)))
+
+    async def _flush_tube_fallback(self, raw: bytes, states: Tuple[str, ...]) -> int:
+        if "reserved" in states:
+            raise UnknownCommand("flush-tube", b"UNKNOWN_COMMAND (a stock server cannot "
+                                 b"delete jobs other connections reserved)")
+        stats = await self.stats_tube(raw)
+        deleted = 0
+        for state in states:
+            budget = stats.get(f"current-jobs-{state}", 0)
+            if not isinstance(budget, int) or budget <= 0:
+                continue
+            done = misses = 0
+            last_miss = None
+            # The delete of one job and the peek of the next go out together:
+            # the server answers the peek after the delete, so it sees the next job.
+            peek: Optional[Deferred] = self._tube_command("peek-" + state, raw, _job_id)
+            while peek is not None:
+                try:
+                    job_id = await peek
+                except NotFound:
+                    break
+                delete = self.delete(job_id)
+                peek = (self._tube_command("peek-" + state, raw, _job_id)
+                        if done + 1 < budget else None)
+                try:
+                    await delete
+                except NotFound:
+                    # taken or deleted by someone else meanwhile: not counted
+                    misses += 1
+                    if last_miss == job_id or misses > budget:
+                        if peek is not None:
+                            peek.addErrback(lambda _: None)
+                        break
+                    last_miss = job_id
+                    if peek is None:
+                        peek = self._tube_command("peek-" + state, raw, _job_id)
+                    continue
+                except BaseException:
+                    if peek is not None:
+                        peek.addErrback(lambda _: None)
+                    raise
+                done += 1
+            if peek is not None:
+                peek.addErrback(lambda _: None)
+            deleted += done
+        return deleted
 
     def quit(self) -> "Deferred[None]":
         """Send ``quit``: pending calls are still answered, then the server closes
