@@ -75,7 +75,13 @@ def start_server(kind: str, *extra: str, port: Optional[int] = None,
             err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
             raise RuntimeError(f"{kind} server exited with {proc.returncode}: {err}")
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            # Connected is not enough: stalkd accepts (into the backlog) before
+            # its reactor and binlog are up.  Wait for an answer to an empty
+            # line (UNKNOWN_COMMAND: counted in no stats counter).
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as probe:
+                probe.sendall(b"\r\n")
+                if not probe.recv(64).startswith(b"UNKNOWN_COMMAND"):
+                    raise OSError("no answer yet")
             break
         except OSError:
             if time.monotonic() > deadline:

@@ -20,6 +20,13 @@ def test_plugin_discoverable():
     assert makers["beanstalk"].module == "twisted_stalk.server.tap"
 
 
+def test_reactor_plugin_discoverable():
+    from twisted.application.reactors import getReactorTypes
+
+    names = {r.shortName: r for r in getReactorTypes()}
+    assert names["stalk-epoll"].moduleName == "twisted_stalk.server.reactor"
+
+
 def test_tap_options_and_service():
     from twisted.internet.task import Clock
 
@@ -59,7 +66,7 @@ def test_twistd_beanstalk_runs(tmp_path):
     port = free_port()
     twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.Popen([twistd, "-n", "--pidfile=", "beanstalk",
+    proc = subprocess.Popen([twistd, "-n", "--pidfile=", "--reactor=stalk-epoll", "beanstalk",
                              "--port", f"tcp:{port}:interface=127.0.0.1"],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
