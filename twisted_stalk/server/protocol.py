@@ -90,7 +90,9 @@ class BeanstalkServerProtocol(LineReceiver):
         self._put: Optional[Tuple[int, int, int, int]] = None
         self._after_discard = b""
         #: Replies gathered while processing one read, written together.
-        self._out: Optional[List[bytes]] = None
+        self._out: List[bytes] = []
+        #: True while dataReceived runs: replies go to _out, written at its end.
+        self._reading = False
         #: True while a reserve waits; input is buffered, not dispatched.
         self._blocked = False
         self._paused_reading = False
@@ -151,9 +153,8 @@ class BeanstalkServerProtocol(LineReceiver):
         self.transport.loseConnection()
 
     def _write(self, data: bytes) -> None:
-        out = self._out
-        if out is not None:
-            out.append(data)
+        if self._reading:
+            self._out.append(data)
         else:
             self._send(data)
 
@@ -215,13 +216,16 @@ class BeanstalkServerProtocol(LineReceiver):
                     self._buf = b""
                     self.transport.abortConnection()
             return
-        out = self._out = []
+        self._reading = True
         try:
             self._process(self._buf + data if self._buf else data)
         finally:
-            self._out = None
+            self._reading = False
+            out = self._out
             if out:
-                self._send(out[0] if len(out) == 1 else b"".join(out))
+                data = out[0] if len(out) == 1 else b"".join(out)
+                out.clear()
+                self._send(data)
         self.factory.after_input()
 
     def _process(self, buf: bytes) -> None:
@@ -297,11 +301,8 @@ class BeanstalkServerProtocol(LineReceiver):
                 return
         else:
             fast = _FAST.get(line[:sp])
-            if fast is not None:
-                args = fast[1](line[sp + 1:])
-                if args is not None:
-                    fast[0](self, *args)
-                    return
+            if fast is not None and fast(self, line[sp + 1:]):
+                return
         if b"\0" in line:
             self._write(BAD_FORMAT)
             return
@@ -542,50 +543,57 @@ _NO_ARGS: Dict[bytes, Callable] = {
 }
 
 
-def _fast_id(text: bytes) -> Optional[Tuple[int]]:
-    if text.isdigit():
-        value = int(text)
-        if value <= U64_MAX:
-            return (value,)
-    return None
+# Fast paths: parse a well-formed argument text of a hot command and run it,
+# returning True; return False for anything unusual, which then goes through
+# the exact parser (protocol.commands) and gets the same values or error.
+
+def _fast_id_command(handler: Callable) -> Callable[[BeanstalkServerProtocol, bytes], bool]:
+    def fast(proto: BeanstalkServerProtocol, text: bytes) -> bool:
+        if text.isdigit():
+            value = int(text)
+            if value <= U64_MAX:
+                handler(proto, value)
+                return True
+        return False
+    return fast
 
 
-def _fast_put(text: bytes) -> Optional[Tuple[int, ...]]:
+def _fast_put(proto: BeanstalkServerProtocol, text: bytes) -> bool:
     parts = text.split(b" ")
     if len(parts) == 4:
         pri, delay, ttr, nbytes = parts
         if pri.isdigit() and delay.isdigit() and ttr.isdigit() and nbytes.isdigit():
-            values = (int(pri), int(delay), int(ttr), int(nbytes))
-            if max(values) <= U32_MAX:
-                return values
-    return None
+            pri, delay, ttr, nbytes = int(pri), int(delay), int(ttr), int(nbytes)
+            if pri <= U32_MAX and delay <= U32_MAX and ttr <= U32_MAX and nbytes <= U32_MAX:
+                proto.do_put(pri, delay, ttr, nbytes)
+                return True
+    return False
 
 
-def _fast_release(text: bytes) -> Optional[Tuple[int, ...]]:
+def _fast_release(proto: BeanstalkServerProtocol, text: bytes) -> bool:
     parts = text.split(b" ")
     if len(parts) == 3 and all(p.isdigit() for p in parts):
         job_id, pri, delay = int(parts[0]), int(parts[1]), int(parts[2])
         if job_id <= U64_MAX and pri <= U32_MAX and delay <= U32_MAX:
-            return job_id, pri, delay
-    return None
+            proto.do_release(job_id, pri, delay)
+            return True
+    return False
 
 
-def _fast_timeout(text: bytes) -> Optional[Tuple[int]]:
+def _fast_timeout(proto: BeanstalkServerProtocol, text: bytes) -> bool:
     if text.isdigit() and len(text) < 10:
-        return (int(text),)
-    return None
+        proto.do_reserve_with_timeout(int(text))
+        return True
+    return False
 
 
-_FAST: Dict[bytes, Tuple[Callable, Callable]] = {
-    b"put": (_HANDLERS["put"], _fast_put),
-    b"delete": (_HANDLERS["delete"], _fast_id),
-    b"release": (_HANDLERS["release"], _fast_release),
-    b"touch": (_HANDLERS["touch"], _fast_id),
-    b"peek": (_HANDLERS["peek"], _fast_id),
-    b"stats-job": (_HANDLERS["stats-job"], _fast_id),
-    b"reserve-job": (_HANDLERS["reserve-job"], _fast_id),
-    b"kick-job": (_HANDLERS["kick-job"], _fast_id),
-    b"reserve-with-timeout": (_HANDLERS["reserve-with-timeout"], _fast_timeout),
+_FAST: Dict[bytes, Callable[[BeanstalkServerProtocol, bytes], bool]] = {
+    b"put": _fast_put,
+    b"release": _fast_release,
+    b"reserve-with-timeout": _fast_timeout,
 }
+for _name in ("delete", "touch", "peek", "stats-job", "reserve-job", "kick-job"):
+    _FAST[_name.encode()] = _fast_id_command(_HANDLERS[_name])
+
 
 __all__ = ["BeanstalkServerProtocol", "MAX_BUFFERED_WHILE_WAITING"]
