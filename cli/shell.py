@@ -3,6 +3,7 @@
 ::
 
     stalk [-a HOST:PORT | --url tcp:...|unix:...|tls:...]      interactive shell
+          [--cafile CA] [--cert FILE --key FILE]                 (TLS, mutual TLS)
     stalk [options] COMMAND [ARGS...]                           one protocol command
     stalk [options] -            (or a pipe on stdin)           commands from stdin
     stalk [options] top|tail|put|flush|move|kick|stats ...      tools
@@ -32,8 +33,10 @@ commands: any beanstalk command as on the wire (stalk peek-ready, stalk stats-tu
   top [TUBE...]            live per-tube table (counts, waiting workers, put/delete rates)
   tail TUBE                show jobs as they arrive, without reserving them
   put [BODY...]            put a job (--tube --pri --delay --ttr; -f FILE; --lines; stdin)
-  flush TUBE               delete ready/delayed/buried jobs (--state, --yes, --dry-run)
-  move FROM TO             move jobs safely (--state, --yes, --dry-run, --max; resumable)
+  flush TUBE               delete ready/delayed/buried jobs (--state, --yes, --dry-run);
+                           one flush-tube per state when the server serves it
+  move FROM TO             move jobs safely (--state, --yes, --dry-run, --max; resumable);
+                           finds them with list-jobs when the server serves it
   kick TUBE [N]            kick buried (or delayed) jobs back to ready
   stats [TUBE]             server or tube statistics
 run "stalk TOOL --help" for a tool's options.
@@ -61,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", help="server as tcp:HOST:PORT, unix:PATH or tls:HOST:PORT")
     p.add_argument("--insecure", action="store_true", help="tls: do not verify the certificate")
     p.add_argument("--cafile", help="tls: CA bundle to verify the server with")
+    p.add_argument("--cert", metavar="FILE", help="tls: client certificate (PEM) for servers "
+                   "that require one (mutual TLS); may also hold the key")
+    p.add_argument("--key", metavar="FILE", help="tls: the client certificate's private key (PEM)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", dest="fmt", action="store_const", const="json",
                      help="print replies as JSON (one object per line)")
@@ -127,10 +133,24 @@ def resolve_target(args, config: Dict[str, str]):
         target = parse_target(text) if text else Target()
     except ValueError as e:
         raise UsageError(str(e))
+    cert = getattr(args, "cert", None)
+    key = getattr(args, "key", None)
+    if (cert or key) and target.scheme != "tls":
+        raise UsageError("--cert/--key are for TLS: give the server as --url tls:HOST:PORT")
     if target.scheme == "tls":
         cafile = args.cafile or config.get("cafile", "")
         insecure = args.insecure or _bool(config.get("insecure", "no"))
-        target = Target("tls", target.host, target.port, insecure=insecure, cafile=cafile)
+        cert = cert or config.get("cert", "")
+        key = key or config.get("key", "")
+        if key and not cert:
+            raise UsageError("--key needs --cert (the client certificate)")
+        for what, path in (("certificate", cert), ("key", key), ("CA file", cafile)):
+            if path and not os.path.isfile(os.path.expanduser(path)):
+                raise UsageError(f"no such {what} file: {path}")
+        target = Target("tls", target.host, target.port, insecure=insecure,
+                        cafile=os.path.expanduser(cafile) if cafile else "",
+                        cert=os.path.expanduser(cert) if cert else "",
+                        key=os.path.expanduser(key) if key else "")
     return target
 
 

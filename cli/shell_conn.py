@@ -22,15 +22,15 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, FrozenSet, List, Optional
 
-from twisted_stalk.protocol import BY_NAME
 from twisted_stalk.protocol.constants import DEFAULT_PORT, DEFAULT_TUBE
 from twisted_stalk.protocol.replies import (
     ERRORS,
     MAX_REPLY_BODY,
     MAX_REPLY_LINE,
     UnexpectedReply,
+    command_spec,
     decode_reply,
 )
 
@@ -105,7 +105,12 @@ class InterruptedRequest(Exception):
 
 @dataclass(frozen=True)
 class Target:
-    """Where the server is: ``tcp`` host/port, ``unix`` path or ``tls`` host/port."""
+    """Where the server is: ``tcp`` host/port, ``unix`` path or ``tls`` host/port.
+
+    For ``tls``: ``cafile`` verifies the server (default: the system's CAs),
+    ``insecure`` skips that, and ``cert``/``key`` are the client certificate
+    and its private key for servers that require one (mutual TLS; ``key``
+    may be left out when ``cert`` holds both)."""
 
     scheme: str = "tcp"
     host: str = "127.0.0.1"
@@ -113,6 +118,8 @@ class Target:
     path: str = ""
     insecure: bool = False
     cafile: str = ""
+    cert: str = ""
+    key: str = ""
 
     def __str__(self) -> str:
         if self.scheme == "unix":
@@ -201,8 +208,8 @@ class Reply:
 
     @property
     def count(self) -> Optional[int]:
-        """The number of KICKED <n> / WATCHING <n> replies."""
-        if self.word in ("KICKED", "WATCHING") and self.args:
+        """The number of KICKED <n> / WATCHING <n> / FLUSHED <n> replies."""
+        if self.word in ("KICKED", "WATCHING", "FLUSHED") and self.args:
             try:
                 return int(self.args[0])
             except ValueError:
@@ -222,8 +229,9 @@ def reply_ok(command: Optional[str], reply: Reply) -> bool:
     Success is the first reply listed for the command in the shared table
     (``INSERTED`` for put, ``BURIED`` for bury, ``KICKED`` for kick ...).  For
     a raw line the shell could not attribute, any non-error word counts.
+    The extension verbs (``flush-tube`` ...) are judged by their own table.
     """
-    if command in BY_NAME:
+    if command and command_spec(command) is not None:
         try:
             return decode_reply(command, reply.line).ok
         except UnexpectedReply:
@@ -233,7 +241,7 @@ def reply_ok(command: Optional[str], reply: Reply) -> bool:
 
 def unexpected(command: Optional[str], reply: Reply) -> bool:
     """True when ``reply`` is not one of the replies ``command`` can get."""
-    if command not in BY_NAME:
+    if not command or command_spec(command) is None:
         return False
     try:
         decode_reply(command, reply.line)
@@ -280,10 +288,11 @@ class Connection:
                 sock = socket.create_connection((t.host, t.port), timeout=self.connect_timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if t.scheme == "tls":
-                    ctx = ssl.create_default_context(cafile=t.cafile or None)
-                    if t.insecure:
-                        ctx.check_hostname = False
-                        ctx.verify_mode = ssl.CERT_NONE
+                    try:
+                        ctx = tls_context(t)
+                    except BaseException:
+                        sock.close()
+                        raise
                     try:
                         sock = ctx.wrap_socket(sock, server_hostname=t.host)
                     except BaseException:
@@ -418,8 +427,34 @@ class Connection:
         return replies
 
     def call(self, data: bytes, *, blocking: bool = False) -> Reply:
-        self.send(data)
-        return self.read_reply(blocking=blocking)
+        try:
+            self.send(data)
+            return self.read_reply(blocking=blocking)
+        except KeyboardInterrupt:
+            # Its reply may still come: the next command would read it as its
+            # own.  Close, so that the stream can never be out of step.
+            self.close()
+            raise
+
+
+def tls_context(t: Target) -> ssl.SSLContext:
+    """The client TLS context for ``t``: server verification (``cafile``, or
+    none with ``insecure``) and the client certificate (``cert``/``key``)."""
+    try:
+        ctx = ssl.create_default_context(cafile=t.cafile or None)
+    except (OSError, ssl.SSLError) as e:
+        raise ConnectionFailed(f"cannot load the CA file {t.cafile}: {_oserror(e)}") from None
+    if t.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if t.cert:
+        try:
+            ctx.load_cert_chain(t.cert, t.key or None)
+        except (OSError, ssl.SSLError) as e:
+            what = f"{t.cert} and {t.key}" if t.key else t.cert
+            raise ConnectionFailed(f"cannot load the client certificate {what}: "
+                                   f"{_oserror(e)}") from None
+    return ctx
 
 
 def _oserror(e: BaseException) -> str:
@@ -459,6 +494,9 @@ class Session:
         self.clock = clock
         #: True once a connection has been made (so later ones are reconnects).
         self.ever_connected = False
+        #: The extension verbs the server advertises (``capabilities``, asked
+        #: on each connect); empty for beanstalkd or ours without --extensions.
+        self.capabilities: FrozenSet[str] = frozenset()
 
     @property
     def target(self) -> Target:
@@ -472,11 +510,25 @@ class Session:
         self.conn.wire = hook
 
     def connect(self) -> List[str]:
-        """Connect and restore use/watch; returns the commands replayed."""
+        """Connect, learn the server's extension verbs and restore use/watch;
+        returns the commands replayed."""
         self.conn.connect()
         self.reserved.clear()
+        self.capabilities = frozenset()
         self.ever_connected = True
+        self.learn_capabilities()
         return self.restore()
+
+    def learn_capabilities(self) -> FrozenSet[str]:
+        """Ask ``capabilities`` quietly (not shown by ``\\wire``: a stock
+        server answers UNKNOWN_COMMAND, which means none)."""
+        hook, self.conn.wire = self.conn.wire, None
+        try:
+            reply = self._internal("capabilities")
+        finally:
+            self.conn.wire = hook
+        self.track("capabilities", [], reply)
+        return self.capabilities
 
     def restore(self) -> List[str]:
         replayed: List[str] = []
@@ -552,6 +604,12 @@ class Session:
             self.reserved.pop(_int(args[0]), None)
         elif command == "quit":
             self.reserved.clear()
+        elif command == "capabilities":
+            if word == "OK" and reply.body is not None:
+                from twisted_stalk.protocol.yaml import parse_sequence
+                self.capabilities = frozenset(parse_sequence(reply.body))
+            elif word == "UNKNOWN_COMMAND":
+                self.capabilities = frozenset()
 
     def learn_deadline(self, job_id: int) -> None:
         """Ask the server how long a reserved job has left (stats-job)."""
@@ -604,5 +662,6 @@ __all__ = [
     "Connection", "ConnectionFailed", "ConnectionLost", "InterruptedRequest", "MEANINGS",
     "meaning", "unexpected",
     "Reply", "Reserved", "Session", "StalkError", "Target", "parse_target", "reply_ok",
+    "tls_context",
     "data_home", "state_home", "config_home",
 ]

@@ -18,6 +18,12 @@ Rules for ``put``:
 
 A line starting with ``!`` is sent as raw bytes without any check (C-style
 escapes ``\\r \\n \\t \\0 \\\\ \\xNN`` are decoded), for testing servers.
+
+The extension verbs of our server (``list-jobs``, ``flush-tube``,
+``capabilities``; ``--extensions``) come from their own small table in
+:mod:`twisted_stalk.protocol.replies`, never from ``COMMANDS`` (the stock
+parser's table).  The interactive shell accepts them when the server
+advertises them (``capabilities`` is always accepted: it is how to ask).
 """
 from __future__ import annotations
 
@@ -27,10 +33,17 @@ import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Tuple
 
 from twisted_stalk.protocol import BY_NAME, COMMANDS, CommandSpec, validate_command_args
 from twisted_stalk.protocol.constants import MAX_LINE_CONTENT
+from twisted_stalk.protocol.replies import (
+    EXTENSION_BY_NAME,
+    EXTENSION_COMMANDS,
+    ExtensionSpec,
+    command_spec,
+    validate_extension_args,
+)
 
 #: Default priority, delay and TTR for ``put`` without them.
 DEFAULT_PUT = (1024, 0, 60)
@@ -92,7 +105,7 @@ class Request:
 
     @property
     def spec(self) -> Optional[CommandSpec]:
-        return BY_NAME.get(self.name)
+        return command_spec(self.name)
 
     @property
     def blocks(self) -> bool:
@@ -113,7 +126,26 @@ def arg_label(spec: CommandSpec, index: int) -> str:
     arg = spec.args[index]
     if spec.name == "put" and arg.kind == "bytes":
         return "[bytes]"
+    if isinstance(spec, ExtensionSpec) and index >= spec.min_args:
+        return f"[{arg.name}]"
     return f"<{arg.name}>"
+
+
+#: Which extension verbs to accept: None accepts them all (command-line mode,
+#: where the server decides), a collection only those (the interactive shell
+#: passes what the server advertised).
+Extensions = Optional[Collection[str]]
+
+
+def offered_extensions(extensions: Extensions) -> List[ExtensionSpec]:
+    """The extension specs to complete and list in help."""
+    return [spec for spec in EXTENSION_COMMANDS
+            if extensions is None or spec.name in extensions]
+
+
+def extension_allowed(name: str, extensions: Extensions) -> bool:
+    return name in EXTENSION_BY_NAME and (
+        extensions is None or name in extensions or name == "capabilities")
 
 
 def usage(spec: CommandSpec) -> str:
@@ -126,7 +158,7 @@ def hint_for(text: str) -> str:
     if "\n" in text or not text.strip():
         return ""
     tokens = text.split()
-    spec = BY_NAME.get(tokens[0])
+    spec = command_spec(tokens[0])
     if spec is None:
         return ""
     # Whether the last token is finished or still being typed, the next
@@ -147,7 +179,7 @@ def current_arg(text: str) -> Tuple[Optional[CommandSpec], Optional[int]]:
     tokens = first.split()
     if not tokens:
         return None, None
-    spec = BY_NAME.get(tokens[0])
+    spec = command_spec(tokens[0])
     if spec is None:
         return None, None
     if len(tokens) == 1 and not first[-1:].isspace():
@@ -158,8 +190,9 @@ def current_arg(text: str) -> Tuple[Optional[CommandSpec], Optional[int]]:
     return spec, index
 
 
-def suggest_command(word: str) -> str:
-    names = [c.name for c in COMMANDS] + [m.name for m in META_COMMANDS]
+def suggest_command(word: str, extensions: Extensions = ()) -> str:
+    names = ([c.name for c in COMMANDS] + [c.name for c in offered_extensions(extensions)]
+             + [m.name for m in META_COMMANDS])
     close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
     starts = [n for n in names if n.startswith(word)] if word else []
     options = list(dict.fromkeys(starts[:3] + close))
@@ -286,13 +319,15 @@ Editor = Callable[[bytes], bytes]
 
 def build_request(text: str, *, body: Optional[bytes] = None,
                   put_defaults: Tuple[int, int, int] = DEFAULT_PUT,
-                  editor: Optional[Editor] = None, check_only: bool = False) -> Optional[Request]:
+                  editor: Optional[Editor] = None, check_only: bool = False,
+                  extensions: Extensions = None) -> Optional[Request]:
     """Turn one entry into a :class:`Request` (None for blank lines/comments).
 
     ``text`` is what was typed: the command line, and for a put the body on
     the following lines.  Script mode passes the body it read separately as
     ``body`` (already exact).  ``check_only`` validates without reading files
-    or running the editor.  Raises :class:`InputError`.
+    or running the editor.  ``extensions``: the extension verbs to accept
+    (None: all of them).  Raises :class:`InputError`.
     """
     first, nl, rest = text.partition("\n")
     stripped = first.strip()
@@ -317,7 +352,7 @@ def build_request(text: str, *, body: Optional[bytes] = None,
             req.body = rest.encode("utf-8")
         words = raw.split()
         req.args = words[1:]
-        if req.name not in BY_NAME:
+        if command_spec(req.name) is None:
             req.name = ""
         return req
     tokens = stripped.split()
@@ -327,9 +362,11 @@ def build_request(text: str, *, body: Optional[bytes] = None,
             raise InputError(f"{word} does not take a body")
         meta = META_BY_NAME[word]
         return Request(meta.name, tokens[1:], meta=True, text=stripped[len(word):].strip())
+    if word in EXTENSION_BY_NAME:
+        return _build_extension(word, tokens[1:], first, rest if nl else "", extensions)
     spec = BY_NAME.get(word)
     if spec is None:
-        raise InputError(f"unknown command {word!r}{suggest_command(word)}; "
+        raise InputError(f"unknown command {word!r}{suggest_command(word, extensions)}; "
                          "type help for the list, or prefix the line with ! to send it anyway")
     args = tokens[1:]
     if spec.name == "put":
@@ -343,6 +380,24 @@ def build_request(text: str, *, body: Optional[bytes] = None,
     if len(line) > MAX_LINE_CONTENT:
         raise InputError(f"the command line is {len(line)} bytes; the server takes at most {MAX_LINE_CONTENT}")
     return Request(spec.name, args, line=line)
+
+
+def _build_extension(word: str, args: List[str], first: str, rest: str,
+                     extensions: Extensions) -> Request:
+    spec = EXTENSION_BY_NAME[word]
+    if not extension_allowed(word, extensions):
+        raise InputError(f"{word} is an extension verb (twisted-stalk's server with --extensions) "
+                         "that this server does not advertise (see capabilities); "
+                         "prefix the line with ! to send it anyway")
+    if rest.strip():
+        raise InputError(f"{word} does not take a body (only put does)")
+    problem = validate_extension_args(word, args)
+    if problem:
+        raise InputError(f"{problem}; usage: {spec.usage}", len(first))
+    line = " ".join([word] + args).encode("ascii")
+    if len(line) > MAX_LINE_CONTENT:
+        raise InputError(f"the command line is {len(line)} bytes; the server takes at most {MAX_LINE_CONTENT}")
+    return Request(word, args, line=line)
 
 
 def _build_put(first: str, rest: Optional[str], body: Optional[bytes],

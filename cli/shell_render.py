@@ -15,16 +15,24 @@ import json
 import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from twisted_stalk.protocol.replies import UnexpectedReply, decode_body, decode_reply
+from twisted_stalk.protocol.replies import (
+    EXTENSION_BY_NAME,
+    UnexpectedReply,
+    decode_body,
+    decode_reply,
+)
 from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
 
 from .shell_conn import Reply, meaning, reply_ok, unexpected
 
 Fragments = List[Tuple[str, str]]
 
-#: Commands whose OK body is a YAML mapping / sequence.
+#: Commands whose OK body is a YAML mapping / sequence (the last two are
+#: extension verbs: job ids, verb names).
 MAPPING_COMMANDS = ("stats", "stats-job", "stats-tube")
-SEQUENCE_COMMANDS = ("list-tubes", "list-tubes-watched")
+SEQUENCE_COMMANDS = ("list-tubes", "list-tubes-watched", "list-jobs", "capabilities")
+#: The key of a sequence in --json/--yaml output.
+SEQUENCE_KEYS = {"list-jobs": "ids", "capabilities": "capabilities"}
 
 
 def plain(fragments: Iterable[Tuple[str, ...]]) -> str:
@@ -221,6 +229,9 @@ def render_reply(command: Optional[str], reply: Reply, *, pretty_json: bool = Tr
     word = reply.word
     if unexpected(command, reply):
         frags.append(("class:reply.meaning", f"  (not a reply {command} can get)"))
+    elif not ok and word == "UNKNOWN_COMMAND" and command in EXTENSION_BY_NAME:
+        frags.append(("class:reply.meaning", "  (this server does not serve this extension "
+                      "verb: beanstalkd, or twisted-stalk without --extensions)"))
     elif not ok:
         text = meaning(word)
         if text:
@@ -231,6 +242,8 @@ def render_reply(command: Optional[str], reply: Reply, *, pretty_json: bool = Tr
     if word == "OK":
         if command in MAPPING_COMMANDS or (command not in SEQUENCE_COMMANDS and _looks_mapping(reply.body)):
             frags += render_table(stats_of(command, reply))
+        elif command in SEQUENCE_KEYS:  # job ids or verb names: no tube marks
+            frags += render_list(parse_sequence(reply.body))
         elif command in SEQUENCE_COMMANDS or _looks_sequence(reply.body):
             frags += render_list(parse_sequence(reply.body), use=use, watch=watch)
         else:
@@ -294,6 +307,10 @@ def reply_data(command: Optional[str], reply: Reply) -> Dict[str, Any]:
         if reply.word == "OK" and (command in MAPPING_COMMANDS or
                                    (command not in SEQUENCE_COMMANDS and _looks_mapping(reply.body))):
             data["stats"] = stats_of(command, reply)
+        elif reply.word == "OK" and command == "list-jobs":
+            data["ids"] = [int(i) for i in parse_sequence(reply.body) if i.isdigit()]
+        elif reply.word == "OK" and command == "capabilities":
+            data["capabilities"] = parse_sequence(reply.body)
         elif reply.word == "OK" and (command in SEQUENCE_COMMANDS or _looks_sequence(reply.body)):
             data["tubes"] = parse_sequence(reply.body)
         else:

@@ -1,9 +1,10 @@
 """The interactive shell: a prompt_toolkit REPL over one beanstalk connection."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
 from prompt_toolkit import PromptSession, print_formatted_text
 from prompt_toolkit.application.current import get_app
@@ -15,6 +16,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
 from twisted_stalk.protocol import BY_NAME, COMMANDS
+from twisted_stalk.protocol.replies import EXTENSION_BY_NAME, command_spec
 
 from .shell_conn import (
     ConnectionLost,
@@ -26,13 +28,16 @@ from .shell_conn import (
 )
 from .shell_input import (
     DEFAULT_PUT,
+    arg_label,
     META_BY_NAME,
     META_COMMANDS,
     Editor,
+    Extensions,
     InputError,
     Request,
     build_request,
     needs_more_input,
+    offered_extensions,
     usage,
 )
 from .shell_render import Fragments, render_reply, render_wire
@@ -101,9 +106,9 @@ class Shell:
             message=self.prompt_message,
             history=history or InMemoryHistory(),
             auto_suggest=AutoSuggestFromHistory(),
-            completer=StalkCompleter(self.known, self.refresh_tubes),
+            completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions),
             complete_while_typing=True,
-            validator=StalkValidator(),
+            validator=StalkValidator(self.extensions),
             validate_while_typing=False,
             lexer=StalkLexer(),
             input_processors=[ArgHintProcessor()],
@@ -142,6 +147,10 @@ class Shell:
         self.wire = on
         self.session.set_wire(self._on_wire if on else None)
 
+    def extensions(self) -> Collection[str]:
+        """The extension verbs the server advertised on this connection."""
+        return self.session.capabilities
+
     # ------------------------------------------------------------------
     # Prompt pieces
 
@@ -165,7 +174,7 @@ class Shell:
             text = self.prompt.default_buffer.text
         except Exception:
             text = ""
-        frags = list(syntax_help(text))
+        frags = list(syntax_help(text, self.session.capabilities))
         status: List[tuple] = []
         if self.wire:
             status.append(("class:toolbar.wire", " WIRE "))
@@ -266,6 +275,10 @@ class Shell:
                     break
             except KeyboardInterrupt:
                 self.warn("interrupted")
+                if self.session.ever_connected and not self.session.connected:
+                    # Ctrl-C in the middle of one of the shell's own requests:
+                    # that connection was closed to keep replies in step.
+                    self.reconnect(self.session.drop())
             except Exception as e:  # never a traceback at the prompt
                 if os.environ.get("STALK_DEBUG"):
                     raise
@@ -276,7 +289,8 @@ class Shell:
     def handle(self, text: str) -> bool:
         """Run one entry; False means leave the shell."""
         try:
-            req = build_request(text, put_defaults=self.put_defaults, editor=self.editor)
+            req = build_request(text, put_defaults=self.put_defaults, editor=self.editor,
+                                extensions=self.session.capabilities)
         except InputError as e:
             self.error(e.message)
             return True
@@ -358,7 +372,7 @@ class Shell:
         if name == "exit":
             return False
         if name == "help":
-            self.write(help_text(arg))
+            self.write(help_text(arg, self.session.capabilities))
         elif name in ("\\wire", "\\json"):
             current = self.wire if name == "\\wire" else self.pretty_json
             if arg in ("on", "off", ""):
@@ -392,6 +406,12 @@ class Shell:
             except ValueError as e:
                 self.error(str(e))
                 return True
+            old_target = self.session.target
+            if target.scheme == "tls" and old_target.scheme == "tls":
+                # keep --cafile/--insecure/--cert/--key for the new server
+                target = dataclasses.replace(
+                    target, insecure=old_target.insecure, cafile=old_target.cafile,
+                    cert=old_target.cert, key=old_target.key)
             returned = self.session.drop()
             if returned:
                 self.info(self._returned(returned))
@@ -409,8 +429,12 @@ class Shell:
         return True
 
 
-def help_text(topic: str = "") -> Fragments:
-    """``help`` and ``help <command>``, from the shared table."""
+def help_text(topic: str = "", extensions: Extensions = None) -> Fragments:
+    """``help`` and ``help <command>``, from the shared table.
+
+    ``extensions``: the extension verbs the server advertises (listed in
+    their own group); None when not connected (command-line ``stalk help``:
+    all of them, marked as needing ``--extensions``)."""
     topic = topic.strip()
     if not topic:
         out: Fragments = []
@@ -421,6 +445,14 @@ def help_text(topic: str = "") -> Fragments:
                 spec = BY_NAME[n]
                 out.append(("class:command", "  " + usage(spec).ljust(width)))
                 out.append(("", " " + spec.summary + "\n"))
+        extra = offered_extensions(extensions)
+        if extra:
+            title = ("Extension commands (this server serves them):" if extensions is not None
+                     else "Extension commands (twisted-stalk's server with --extensions):")
+            out.append(("class:table.title", title + "\n"))
+            for spec in extra:
+                out.append(("class:command", "  " + usage(spec).ljust(34)))
+                out.append(("", " " + spec.summary.replace(" (extension)", "") + "\n"))
         out.append(("class:table.title", "Shell commands:\n"))
         for m in META_COMMANDS:
             out.append(("class:meta-command", "  " + m.usage.ljust(34)))
@@ -431,17 +463,18 @@ def help_text(topic: str = "") -> Fragments:
                     "Alt-Enter sends now, Ctrl-X Ctrl-E edits the line in $EDITOR, F4 toggles vi/emacs,\n"
                     "Ctrl-C cancels the line or a waiting reserve, Ctrl-D quits.\n"))
         return out
-    spec = BY_NAME.get(topic)
+    spec = command_spec(topic)
     if spec is None:
         meta = META_BY_NAME.get(topic)
         if meta is None:
-            known = [c.name for c in COMMANDS if c.name.startswith(topic)]
+            names = [c.name for c in list(COMMANDS) + offered_extensions(extensions)]
+            known = [n for n in names if n.startswith(topic)]
             more = f" (did you mean {', '.join(known)}?)" if known else ""
             return [("class:error", f"no command {topic!r}{more}\n")]
         return [("class:meta-command", meta.usage + "\n"), ("", "  " + meta.summary + "\n")]
     out = [("class:command", usage(spec) + "\n"), ("", "  " + spec.summary + "\n")]
     for i, a in enumerate(spec.args):
-        label = f"<{a.name}>" if not (spec.name == "put" and a.kind == "bytes") else "[bytes]"
+        label = arg_label(spec, i)
         out.append(("class:table.key", f"  {label:10}"))
         note = a.help
         if spec.name == "put" and a.kind == "bytes":
@@ -449,6 +482,16 @@ def help_text(topic: str = "") -> Fragments:
         out.append(("", " " + note + "\n"))
     if spec.replies:
         out.append(("class:info", "  replies: " + ", ".join(spec.replies) + "\n"))
+    if spec.name in EXTENSION_BY_NAME:
+        if extensions is None:
+            served = "twisted-stalk's server serves it when started with --extensions"
+        elif spec.name in extensions:
+            served = "this server serves it"
+        else:
+            served = ("this server does not advertise it (beanstalkd, or twisted-stalk "
+                      "without --extensions)")
+        out.append(("class:info", f"  an extension verb, not part of beanstalkd's protocol: "
+                    f"{served}.\n"))
     if spec.name == "put":
         out.append(("class:info",
                     "  body: on the next line(s), ended by an empty line; or put [pri delay ttr] @FILE;\n"

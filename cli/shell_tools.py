@@ -4,6 +4,11 @@ Each tool takes its own arguments (``stalk TOOL --help``), a connected
 :class:`~.shell_conn.Connection` and an :class:`Output`, and returns the exit
 status.  None of them reserves a job it does not move, so ``tail`` and
 ``top`` leave every job counter as it was.
+
+``flush`` and ``move`` ask the server for its extension verbs
+(``capabilities``): with ``flush-tube`` a flush is one command per state, with
+``list-jobs`` a move finds its jobs without peeking at their bodies; on a stock
+server they peek and delete (or move) job by job.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import signal
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from twisted_stalk.protocol import valid_tube_name
 from twisted_stalk.protocol.constants import U32_MAX
@@ -160,6 +165,15 @@ def list_tubes(conn: Connection) -> List[str]:
 
 def use(conn: Connection, tube: str) -> None:
     expect(call(conn, f"use {tube}"), "use")
+
+
+def capabilities(conn: Connection) -> FrozenSet[str]:
+    """The extension verbs the server serves (``capabilities``); empty for a
+    stock server, which answers UNKNOWN_COMMAND."""
+    reply = call(conn, "capabilities")
+    if reply.word == "OK" and reply.body is not None:
+        return frozenset(parse_sequence(reply.body))
+    return frozenset()
 
 
 def _int_arg(text: str, what: str, limit: int = U32_MAX) -> int:
@@ -575,8 +589,10 @@ def show_job(out: Output, job_id: int, st: Dict[str, Any], body: Optional[bytes]
 # stalk flush
 
 def tool_flush(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
-    p = _parser("flush", "Delete the jobs of TUBE in the given states (never reserved ones, "
-                "never jobs that arrive after you confirm).")
+    p = _parser("flush", "Delete the jobs of TUBE in the given states (never reserved ones). "
+                "With the server's flush-tube extension, one command per state deletes the "
+                "jobs there at that moment; otherwise it peeks and deletes job by job, never "
+                "more than were counted when you confirmed.")
     p.add_argument("tube")
     p.add_argument("-s", "--state", default="all", help="ready,delayed,buried or all (default all)")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
@@ -599,8 +615,10 @@ def tool_flush(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -
     if not confirm(f"Delete {plan} job(s) from tube {tube!r} on {conn.target}?", a.yes, out, stdin):
         out.note("nothing deleted")
         return EXIT_REPLY
-    use(conn, tube)
     deleted = {s: 0 for s in states}
+    if "flush-tube" in capabilities(conn):
+        return _flush_tube(conn, out, tube, states, counts)
+    use(conn, tube)
     progress = Progress(f"flush {tube}", total)
     stopped = ""
     with deferred_interrupt() as interrupted:
@@ -631,6 +649,36 @@ def tool_flush(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -
     if out.fmt in ("json", "yaml"):
         out.record({"tube": tube, "deleted": deleted})
     return EXIT_INTERRUPTED if interrupted[0] else EXIT_OK
+
+
+def _flush_tube(conn: Connection, out: Output, tube: str, states: Sequence[str],
+                counts: Dict[str, int]) -> int:
+    """The flush with the server's ``flush-tube``: one command per state."""
+    deleted = {s: 0 for s in states}
+    stopped = ""
+    with deferred_interrupt() as interrupted:
+        for state in states:
+            if interrupted[0]:
+                break
+            reply = call(conn, f"flush-tube {tube} {state}")
+            if reply.word == "FLUSHED" and reply.count is not None:
+                deleted[state] = reply.count
+            elif reply.word != "NOT_FOUND":  # NOT_FOUND: the tube went away, nothing left
+                stopped = f"flush-tube {state} answered {reply.line.decode('utf-8', 'replace')}"
+                break
+    summary = ", ".join(f"{deleted[s]} {s}" for s in states)
+    extra = sum(max(0, deleted[s] - counts[s]) for s in states)
+    if interrupted[0]:
+        out.note(f"interrupted: deleted {summary} so far; run it again to continue")
+    else:
+        note = f" ({extra} more than counted: put meanwhile)" if extra else ""
+        out.note(f"flush {tube}: deleted {summary} with flush-tube{note}"
+                 + (f" ({stopped})" if stopped else ""))
+    if out.fmt in ("json", "yaml"):
+        out.record({"tube": tube, "deleted": deleted})
+    if interrupted[0]:
+        return EXIT_INTERRUPTED
+    return EXIT_REPLY if stopped else EXIT_OK
 
 
 # --------------------------------------------------------------------------
@@ -753,10 +801,25 @@ def resume(conn: Connection, journal: Journal, src: str, out: Output) -> int:
     return fixed
 
 
+def _candidates(conn: Connection, src: str, state: str, want: int, listing: bool) -> List[int]:
+    """Ids of the next jobs to move: up to ``want`` from ``list-jobs`` (the
+    extension: no bodies sent), or the one ``peek-<state>`` shows."""
+    if listing:
+        reply = call(conn, f"list-jobs {src} {state} {max(1, min(want, 1000))}")
+        if reply.word != "OK" or reply.body is None:
+            return []
+        return [int(i) for i in parse_sequence(reply.body) if i.isdigit()]
+    reply = call(conn, f"peek-{state}")
+    if reply.word != "FOUND" or reply.job_id is None:
+        return []
+    return [reply.job_id]
+
+
 def tool_move(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
     p = _parser("move", "Move jobs from one tube to another, safely: each job is reserved, "
                 "put into the target, then deleted from the source, so it is never lost. "
-                "Priority, TTR, remaining delay and buried state are kept. Resumable.")
+                "Priority, TTR, remaining delay and buried state are kept. Resumable. "
+                "Finds the jobs with the server's list-jobs extension when it has it.")
     p.add_argument("source")
     p.add_argument("target")
     p.add_argument("-s", "--state", default="all", help="ready,delayed,buried or all (default all)")
@@ -797,28 +860,41 @@ def tool_move(conn: Connection, argv: Sequence[str], out: Output, stdin=None) ->
         return EXIT_REPLY
     if leftover:
         resume(conn, journal, src, out)
+    listing = "list-jobs" in capabilities(conn)
     use(conn, src)
     moved = {s: 0 for s in states}
     progress = Progress(f"move {src} -> {dst}", total)
     note = ""
+
+    def more(state: str) -> bool:
+        # At most as many as were counted when you confirmed, so that
+        # producers still putting into the source cannot keep it going.
+        return (not interrupted[0] and moved[state] < counts[state]
+                and not (a.max and sum(moved.values()) >= a.max))
+
     with deferred_interrupt() as interrupted:
         for state in states:
             tries = 0
-            # At most as many as were counted when you confirmed, so that
-            # producers still putting into the source cannot keep it going.
-            while (not interrupted[0] and moved[state] < counts[state]
-                   and not (a.max and sum(moved.values()) >= a.max)):
-                reply = call(conn, f"peek-{state}")
-                if reply.word != "FOUND" or reply.job_id is None:
+            gave_up = False
+            while more(state) and not gave_up:
+                want = counts[state] - moved[state]
+                if a.max:
+                    want = min(want, a.max - sum(moved.values()))
+                ids = _candidates(conn, src, state, want, listing)
+                if not ids:
                     break
-                tries += 1
-                if tries > counts[state] + 100:
-                    note = f"gave up on {state} jobs: they keep being taken by others"
-                    break
-                result, _ = move_one(conn, src, dst, state, reply.job_id, journal)
-                if result == "moved":
-                    moved[state] += 1
-                    progress.step()
+                for job_id in ids:
+                    if not more(state):
+                        break
+                    tries += 1
+                    if tries > counts[state] + 100:
+                        note = f"gave up on {state} jobs: they keep being taken by others"
+                        gave_up = True
+                        break
+                    result, _ = move_one(conn, src, dst, state, job_id, journal)
+                    if result == "moved":
+                        moved[state] += 1
+                        progress.step()
     progress.finish()
     summary = ", ".join(f"{moved[s]} {s}" for s in states)
     if interrupted[0]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Collection, Dict, Iterable, List, Optional, Sequence
 
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
@@ -18,19 +18,29 @@ from prompt_toolkit.styles import Style
 from prompt_toolkit.validation import ValidationError, Validator
 
 from twisted_stalk.protocol import BY_NAME, COMMANDS
+from twisted_stalk.protocol.replies import JOB_STATES, command_spec
 from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
 
 from .shell_conn import Reply, reply_ok
 from .shell_input import (
     META_BY_NAME,
     META_COMMANDS,
+    Extensions,
     InputError,
     build_request,
     current_arg,
     hint_for,
     needs_more_input,
+    offered_extensions,
     usage,
 )
+
+#: A callable giving the extension verbs the server advertises.
+ExtensionSource = Callable[[], Collection[str]]
+
+
+def _no_extensions() -> Collection[str]:
+    return ()
 
 STYLE = Style.from_dict({
     "prompt.name": "ansicyan bold",
@@ -124,6 +134,11 @@ class Known:
                         if name not in names:
                             del self.tubes[name]
                     self.tubes_fetched = time.monotonic()
+            elif command == "list-jobs":
+                state = args[1] if len(args) > 1 else "listed"
+                for listed in reversed(parse_sequence(reply.body)):
+                    if listed.isdigit():
+                        self.add_job(int(listed), state)
             elif command in ("stats-tube", "stats-job"):
                 stats = parse_mapping(reply.body)
                 name = stats.get("name") or stats.get("tube")
@@ -140,11 +155,14 @@ class Known:
 
 
 class StalkCompleter(Completer):
-    """Commands, meta commands, tube names, job ids and @file paths."""
+    """Commands, meta commands, tube names, job ids and @file paths; the
+    extension verbs (and their states) when the server advertises them."""
 
-    def __init__(self, known: Known, refresh_tubes: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, known: Known, refresh_tubes: Optional[Callable[[], None]] = None,
+                 extensions: ExtensionSource = _no_extensions) -> None:
         self.known = known
         self.refresh_tubes = refresh_tubes
+        self.extensions = extensions
         self.paths = PathCompleter(expanduser=True)
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
@@ -154,9 +172,10 @@ class StalkCompleter(Completer):
         word = document.get_word_before_cursor(WORD=True)
         tokens = text.split()
         at_first = not tokens or (len(tokens) == 1 and not text[-1:].isspace())
+        extensions = offered_extensions(self.extensions())
         if at_first:
             lead = text.lstrip()
-            for spec in COMMANDS:
+            for spec in list(COMMANDS) + extensions:
                 if spec.name.startswith(lead):
                     yield Completion(spec.name, -len(lead), display_meta=spec.summary)
             for meta in META_COMMANDS:
@@ -169,7 +188,7 @@ class StalkCompleter(Completer):
         if first in META_BY_NAME:
             meta = META_BY_NAME[first]
             if meta.name == "help" and len(tokens) <= 2:
-                for spec in COMMANDS:
+                for spec in list(COMMANDS) + extensions:
                     if spec.name.startswith(word):
                         yield Completion(spec.name, -len(word), display_meta=spec.summary)
                 for m in META_COMMANDS:
@@ -183,6 +202,8 @@ class StalkCompleter(Completer):
         spec, index = current_arg(text)
         if spec is None or index is None:
             return
+        if spec.name not in BY_NAME and spec not in extensions:
+            return  # an extension verb this server does not serve
         arg = spec.args[index]
         if spec.name == "put" and word.startswith("@"):
             sub = Document(word[1:], len(word) - 1)
@@ -203,6 +224,10 @@ class StalkCompleter(Completer):
             for name in self.known.tubes:
                 if name.startswith(word):
                     yield Completion(name, -len(word), display_meta="tube")
+        elif arg.kind == "state":
+            for state in JOB_STATES:
+                if state.startswith(word):
+                    yield Completion(state, -len(word), display_meta="job state")
         elif arg.kind == "u64" and arg.name == "id":
             for jid, note in self.known.jobs.items():
                 s = str(jid)
@@ -214,12 +239,15 @@ class StalkValidator(Validator):
     """Explains a malformed command before it is sent (the same rules as
     :func:`build_request`)."""
 
+    def __init__(self, extensions: ExtensionSource = _no_extensions) -> None:
+        self.extensions = extensions
+
     def validate(self, document: Document) -> None:
         text = document.text
         if needs_more_input(text):
             return
         try:
-            build_request(text, check_only=True)
+            build_request(text, check_only=True, extensions=self.extensions())
         except InputError as e:
             pos = e.position if e.position is not None else len(text.split("\n", 1)[0])
             raise ValidationError(cursor_position=min(pos, len(text)), message=e.message)
@@ -248,7 +276,7 @@ class StalkLexer(Lexer):
                     continue
                 if first:
                     first = False
-                    spec = BY_NAME.get(part)
+                    spec = command_spec(part)
                     if spec is not None:
                         style = "class:command"
                     elif part in META_BY_NAME:
@@ -298,8 +326,9 @@ class ArgHintProcessor(Processor):
         return Transformation(list(ti.fragments) + [("class:arg-hint", hint)])
 
 
-def syntax_help(text: str) -> List[tuple]:
-    """The toolbar's first line: the syntax and meaning of what is being typed."""
+def syntax_help(text: str, extensions: Extensions = ()) -> List[tuple]:
+    """The toolbar's first line: the syntax and meaning of what is being typed
+    (``extensions``: the extension verbs the server advertises)."""
     first = text.split("\n", 1)[0]
     tokens = first.split()
     if not tokens:
@@ -311,9 +340,10 @@ def syntax_help(text: str) -> List[tuple]:
     if tokens[0] in META_BY_NAME:
         meta = META_BY_NAME[tokens[0]]
         return [("class:toolbar.syntax", " " + meta.usage), ("class:toolbar.help", "  " + meta.summary)]
-    spec = BY_NAME.get(tokens[0])
+    spec = command_spec(tokens[0])
     if spec is None:
-        matches = [c.name for c in COMMANDS if c.name.startswith(tokens[0])]
+        names = [c.name for c in list(COMMANDS) + offered_extensions(extensions)]
+        matches = [n for n in names if n.startswith(tokens[0])]
         if matches and len(tokens) == 1:
             return [("class:toolbar.help", " " + "  ".join(matches))]
         return [("class:toolbar.help", f" unknown command {tokens[0]!r}: type help for the list")]

@@ -1,8 +1,8 @@
 """The REPL driven through prompt_toolkit's pipe input against real servers."""
-import os
 import signal
 import socket
 import threading
+import time
 
 import pytest
 from prompt_toolkit.history import InMemoryHistory
@@ -123,6 +123,31 @@ def test_repl_put_from_file_and_editor(ours, tmp_path):
     assert "edited body" in text
 
 
+class CtrlC(threading.Thread):
+    """Presses Ctrl-C (SIGINT to the main thread) once the shell waits in a
+    blocking reserve: after it has said so and the server counts a waiting
+    connection.  A fixed delay raced with the shell's own 0.3 s pause before
+    "waiting for a job" under load (the interrupt then came before the
+    message).  Gives up waiting after ``limit`` seconds and presses anyway,
+    so a broken shell fails the test instead of hanging it."""
+
+    def __init__(self, server, out, limit=10.0):
+        super().__init__(daemon=True)
+        self.server, self.out, self.limit = server, out, limit
+        self.main = threading.main_thread().ident
+        self.stop = threading.Event()
+
+    def run(self):
+        deadline = time.monotonic() + self.limit
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            if ("waiting for a job" in self.out.text
+                    and "current-waiting: 1" in ask(self.server, "stats")):
+                break
+            self.stop.wait(0.02)
+        if not self.stop.is_set():
+            signal.pthread_kill(self.main, signal.SIGINT)
+
+
 def test_ctrl_c_out_of_a_blocking_reserve(any_server):
     """Ctrl-C drops the connection, reconnects, restores use/watch and says
     that the jobs reserved on the old connection went back to ready."""
@@ -133,12 +158,13 @@ def test_ctrl_c_out_of_a_blocking_reserve(any_server):
             assert shell.handle(line)
         assert "RESERVED 1 5" in out.text
         assert list(shell.session.reserved) == [1]
-        timer = threading.Timer(0.4, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
+        ctrl_c = CtrlC(any_server, out)
+        ctrl_c.start()
         try:
             assert shell.handle("reserve")  # nothing ready: blocks until Ctrl-C
         finally:
-            timer.cancel()
+            ctrl_c.stop.set()
+            ctrl_c.join(5)
         text = out.text
         assert "reserve: waiting for a job (Ctrl-C to give up)" in text
         assert "reserve interrupted: dropped that connection" in text
@@ -248,3 +274,29 @@ def test_toolbar_counts_down_reserved_jobs_and_forgets_expired_ones():
         assert "#5" not in plain(shell.toolbar()) and session.reserved == {}
         shell.prompt.default_buffer.text = "release 5 "
         assert "<pri>: priority" in plain(shell.toolbar())
+
+
+def test_ctrl_c_during_the_shells_own_request_keeps_replies_in_step(ours, monkeypatch):
+    """Ctrl-C after the shell sent one of its own commands (here the stats-job
+    that reads a reserved job's TTR) and before its reply came: that
+    connection is closed and a new one made, so the late reply can never be
+    taken for the answer to the next command."""
+    from twisted_stalk_cli import shell_conn
+    send = shell_conn.Connection.send
+    pressed = []
+
+    def send_then_ctrl_c(self, data):
+        send(self, data)
+        if data.startswith(b"stats-job") and not pressed:
+            pressed.append(data)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(shell_conn.Connection, "send", send_then_ctrl_c)
+    keys = "put" + ENTER + "x" + ENTER + ENTER + "reserve" + ENTER + "list-tube-used" + ENTER + CTRL_D
+    shell, text, status = run_keys(ours, keys)
+    assert status == 0 and pressed
+    assert "RESERVED 1 1" in text
+    assert "interrupted\n" in text
+    assert "the server returned the jobs reserved on it to ready: #1" in text
+    assert text.endswith("USING default\n")
+    assert "state: ready" in ask(ours, "stats-job 1")

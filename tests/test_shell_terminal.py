@@ -3,6 +3,7 @@ against a real server on loopback: put with a body, reserve, Ctrl-C out of a
 blocking reserve, history across runs, Ctrl-R search."""
 import os
 import sys
+import time
 
 import pytest
 
@@ -16,9 +17,17 @@ CTRL_C, CTRL_D, CTRL_R, UP = "\x03", "\x04", "\x12", "\x1b[A"
 
 def expect(child, pattern, timeout=15):
     """child.expect, answering prompt_toolkit's cursor position requests the
-    way a terminal does (without answers it hides the bottom toolbar)."""
+    way a terminal does (without answers it hides the bottom toolbar).
+
+    ``timeout`` bounds the whole wait, however many requests come meanwhile
+    (the prompt redraws its toolbar every 0.5 s), so this never loops forever."""
+    deadline = time.monotonic() + timeout
     while True:
-        if child.expect([pattern, "\x1b\\[6n"], timeout=timeout) == 0:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise pexpect.TIMEOUT(f"{pattern!r} not seen within {timeout} s; "
+                                  f"last output: {child.before!r}")
+        if child.expect([pattern, "\x1b\\[6n"], timeout=left) == 0:
             return
         child.send("\x1b[1;1R")
 
@@ -31,9 +40,19 @@ def spawn(server, tmp_path):
                TERM="xterm-256color", PYTHONUNBUFFERED="1")
     child = pexpect.spawn(sys.executable, ["-m", "twisted_stalk_cli.shell", "-a", f"127.0.0.1:{server.port}"],
                           env=env, dimensions=(30, 140), encoding="utf-8", timeout=15)
-    expect(child, "connected to 127.0.0.1:%d" % server.port)
-    expect(child, "watch=default")
+    try:
+        expect(child, "connected to 127.0.0.1:%d" % server.port)
+        expect(child, "watch=default")
+    except BaseException:
+        child.close(force=True)  # never leave the program running
+        raise
     return child
+
+
+def leave(child):
+    """Ctrl-D, then the program must exit within 15 s (EOF)."""
+    child.send(CTRL_D)
+    child.expect(pexpect.EOF, timeout=15)
 
 
 def job_state(server, job_id):
@@ -77,8 +96,7 @@ def test_interactive_session_in_a_terminal(any_server, tmp_path):
         # still usable, with the state restored on the new connection
         child.send("list-tube-used\r")
         expect(child, "USING e2e")
-        child.send(CTRL_D)
-        child.expect(pexpect.EOF)
+        leave(child)
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
@@ -96,8 +114,7 @@ def test_interactive_session_in_a_terminal(any_server, tmp_path):
             child.send("\r")  # accept the search
             child.send("\r")  # run it
             expect(child, reply)
-        child.send(CTRL_D)
-        child.expect(pexpect.EOF)
+        leave(child)
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
