@@ -450,9 +450,9 @@ def help_text(topic: str = "", extensions: Extensions = None) -> Fragments:
             title = ("Extension commands (this server serves them):" if extensions is not None
                      else "Extension commands (twisted-stalk's server with --extensions):")
             out.append(("class:table.title", title + "\n"))
-            for spec in extra:
-                out.append(("class:command", "  " + usage(spec).ljust(34)))
-                out.append(("", " " + spec.summary.replace(" (extension)", "") + "\n"))
+            for ext in extra:
+                out.append(("class:command", "  " + usage(ext).ljust(34)))
+                out.append(("", " " + ext.summary.replace(" (extension)", "") + "\n"))
         out.append(("class:table.title", "Shell commands:\n"))
         for m in META_COMMANDS:
             out.append(("class:meta-command", "  " + m.usage.ljust(34)))

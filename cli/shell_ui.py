@@ -175,9 +175,9 @@ class StalkCompleter(Completer):
         extensions = offered_extensions(self.extensions())
         if at_first:
             lead = text.lstrip()
-            for spec in list(COMMANDS) + extensions:
-                if spec.name.startswith(lead):
-                    yield Completion(spec.name, -len(lead), display_meta=spec.summary)
+            for cand in list(COMMANDS) + extensions:
+                if cand.name.startswith(lead):
+                    yield Completion(cand.name, -len(lead), display_meta=cand.summary)
             for meta in META_COMMANDS:
                 names = (meta.name,) + (meta.aliases if lead else ())
                 for name in names:
@@ -188,9 +188,9 @@ class StalkCompleter(Completer):
         if first in META_BY_NAME:
             meta = META_BY_NAME[first]
             if meta.name == "help" and len(tokens) <= 2:
-                for spec in list(COMMANDS) + extensions:
-                    if spec.name.startswith(word):
-                        yield Completion(spec.name, -len(word), display_meta=spec.summary)
+                for cand in list(COMMANDS) + extensions:
+                    if cand.name.startswith(word):
+                        yield Completion(cand.name, -len(word), display_meta=cand.summary)
                 for m in META_COMMANDS:
                     if m.name.startswith(word) and m.name != "help":
                         yield Completion(m.name, -len(word), display_meta=m.summary)
