@@ -123,19 +123,36 @@ def test_repl_put_from_file_and_editor(ours, tmp_path):
     assert "edited body" in text
 
 
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler (KeyboardInterrupt), as the stalk program
+    has.  Trial tests that ran the global reactor earlier in this pytest
+    process (test_client_wire, test_client_tls ...) leave the reactor's
+    handler installed, which only schedules reactor.stop(): the blocking recv
+    would then never be interrupted (the old test hung until DEADLINE_SOON,
+    about 60 s, and failed, depending on which tests ran before it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class CtrlC(threading.Thread):
     """Presses Ctrl-C (SIGINT to the main thread) once the shell waits in a
     blocking reserve: after it has said so and the server counts a waiting
     connection.  A fixed delay raced with the shell's own 0.3 s pause before
     "waiting for a job" under load (the interrupt then came before the
-    message).  Gives up waiting after ``limit`` seconds and presses anyway,
-    so a broken shell fails the test instead of hanging it."""
+    message).  Never hangs: it presses anyway after ``limit`` seconds, and if
+    the shell is still blocked ``limit`` seconds after the press it shuts its
+    socket down (``unblocked``), so the test fails at once instead."""
 
-    def __init__(self, server, out, limit=10.0):
+    def __init__(self, server, out, conn, limit=10.0):
         super().__init__(daemon=True)
-        self.server, self.out, self.limit = server, out, limit
+        self.server, self.out, self.conn, self.limit = server, out, conn, limit
         self.main = threading.main_thread().ident
         self.stop = threading.Event()
+        self.unblocked = False
 
     def run(self):
         deadline = time.monotonic() + self.limit
@@ -144,11 +161,18 @@ class CtrlC(threading.Thread):
                     and "current-waiting: 1" in ask(self.server, "stats")):
                 break
             self.stop.wait(0.02)
-        if not self.stop.is_set():
-            signal.pthread_kill(self.main, signal.SIGINT)
+        if self.stop.is_set():
+            return
+        signal.pthread_kill(self.main, signal.SIGINT)
+        if not self.stop.wait(self.limit):
+            self.unblocked = True
+            try:
+                self.conn.sock.shutdown(socket.SHUT_RDWR)
+            except (AttributeError, OSError):
+                pass
 
 
-def test_ctrl_c_out_of_a_blocking_reserve(any_server):
+def test_ctrl_c_out_of_a_blocking_reserve(any_server, python_sigint):
     """Ctrl-C drops the connection, reconnects, restores use/watch and says
     that the jobs reserved on the old connection went back to ready."""
     with create_pipe_input() as inp:
@@ -158,13 +182,14 @@ def test_ctrl_c_out_of_a_blocking_reserve(any_server):
             assert shell.handle(line)
         assert "RESERVED 1 5" in out.text
         assert list(shell.session.reserved) == [1]
-        ctrl_c = CtrlC(any_server, out)
+        ctrl_c = CtrlC(any_server, out, shell.session.conn)
         ctrl_c.start()
         try:
             assert shell.handle("reserve")  # nothing ready: blocks until Ctrl-C
         finally:
             ctrl_c.stop.set()
             ctrl_c.join(5)
+        assert not ctrl_c.unblocked, "SIGINT did not interrupt the blocking reserve"
         text = out.text
         assert "reserve: waiting for a job (Ctrl-C to give up)" in text
         assert "reserve interrupted: dropped that connection" in text
