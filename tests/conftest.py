@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 
 import pytest
@@ -32,3 +33,10 @@ def any_server(request):
     server = start_server(request.param)
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _restore_sigint():
+    """Trial-based tests leave Twisted's SIGINT handler installed; put Python's back."""
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)
