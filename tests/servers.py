@@ -52,14 +52,20 @@ class RunningServer:
         return s
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> Optional[int]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc, sig, timeout)
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM,
+                 timeout: float = 10.0) -> Optional[int]:
+    """Signal ``proc``, wait up to ``timeout`` s, then kill it; its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 def start_server(kind: str, *extra: str, port: Optional[int] = None,
@@ -89,3 +95,19 @@ def start_server(kind: str, *extra: str, port: Optional[int] = None,
                 raise RuntimeError(f"{kind} server did not start listening on {port}")
             time.sleep(0.01)
     return RunningServer(kind, port, proc, list(extra))
+
+
+class RecordingListener:
+    """A core SessionListener that records what the queue tells it."""
+
+    def __init__(self) -> None:
+        self.events: List[object] = []
+
+    def reserved(self, job) -> None:
+        self.events.append(("RESERVED", job.id))
+
+    def timed_out(self) -> None:
+        self.events.append("TIMED_OUT")
+
+    def deadline_soon(self) -> None:
+        self.events.append("DEADLINE_SOON")

@@ -17,23 +17,12 @@ from twisted.internet.task import Clock
 from twisted_stalk.binlog import BinlogError, BinlogJournal
 from twisted_stalk.binlog import format as fmt
 from twisted_stalk.binlog.writer import ROOM_RETRY_SECONDS, RETRY_SECONDS
+from servers import RecordingListener
 from twisted_stalk.core import BURIED, DELAYED, READY, RESERVED, JournalError, WorkQueue
 
 T0 = 1_700_000_000.0
 
 
-class Listener:
-    def __init__(self) -> None:
-        self.events: List[object] = []
-
-    def reserved(self, job) -> None:
-        self.events.append(("RESERVED", job.id))
-
-    def timed_out(self) -> None:
-        self.events.append("TIMED_OUT")
-
-    def deadline_soon(self) -> None:
-        self.events.append("DEADLINE_SOON")
 
 
 class Server:
@@ -44,7 +33,7 @@ class Server:
         self.journal = BinlogJournal(str(directory), clock, **options).open()
         self.queue = WorkQueue(clock, journal=self.journal)
         self.journal.attach(self.queue)
-        self.s = self.queue.open_session(Listener())
+        self.s = self.queue.open_session(RecordingListener())
 
     def put(self, body: bytes, pri: int = 10, delay: int = 0, ttr: int = 60,
             tube: bytes = b"default") -> int:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import List
 
 import pytest
 
+from servers import RecordingListener
 from twisted_stalk.core import (
     BURIED,
     DEADLINE_SOON,
@@ -29,18 +29,6 @@ class FakeClock:
         return self.now
 
 
-class Listener:
-    def __init__(self) -> None:
-        self.events: List[object] = []
-
-    def reserved(self, job) -> None:
-        self.events.append(("RESERVED", job.id))
-
-    def timed_out(self) -> None:
-        self.events.append("TIMED_OUT")
-
-    def deadline_soon(self) -> None:
-        self.events.append("DEADLINE_SOON")
 
 
 @pytest.fixture
@@ -66,7 +54,7 @@ def advance(q: WorkQueue, clock: FakeClock, seconds: float) -> None:
 
 
 def session(q: WorkQueue):
-    listener = Listener()
+    listener = RecordingListener()
     return q.open_session(listener), listener.events
 
 

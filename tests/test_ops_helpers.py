@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from servers import free_port, ours_command
+from servers import free_port, ours_command, stop_process
 
 try:
     from cryptography import x509
@@ -138,14 +138,7 @@ class Stalkd:
             time.sleep(0.01)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> Optional[int]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc, sig, timeout)
 
 
 def start_stalkd(tmp_path, *flags: str, plain_probe: bool = True, wait: float = 10.0) -> Stalkd:
