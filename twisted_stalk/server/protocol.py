@@ -62,6 +62,10 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Transports whose socket we may write to directly (plain TCP and unix).
 _DIRECT_WRITE_TRANSPORTS = (tcp.Server,)
 
+#: Bytes read per recv: Twisted's 64 KiB allocates and shrinks a 64 KiB
+#: buffer on every read, while a command is usually tens of bytes.
+_READ_SIZE = 16384
+
 #: Bytes a client may send ahead while its reserve waits before reading pauses.
 MAX_BUFFERED_WHILE_WAITING = 256 * 1024
 
@@ -116,6 +120,7 @@ class BeanstalkServerProtocol(LineReceiver):
             # Replies are small and latency matters: no Nagle delay, and
             # write straight to the socket when nothing is queued (_send).
             transport.setTcpNoDelay(True)
+            transport.bufferSize = _READ_SIZE
             self._direct = True
 
     def connectionLost(self, reason=None) -> None:
