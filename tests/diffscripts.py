@@ -961,30 +961,40 @@ add(script(
     timed=True))
 
 
+def two_waiters(name: str, third_to: int) -> Script:
+    """Two clients wait, get a job each, wait again: who gets the third job?
+
+    Ours serves waiters in arrival order (connection 1); beanstalkd 1.12 moves a
+    cursor round-robin over the tube's waiters (connection 2).
+    """
+    fourth_to = 3 - third_to
+    return script(
+        name,
+        S("reserve\r\n", conn=1, silent=True),
+        S("reserve\r\n", conn=2, silent=True),
+        S(put("a"), "INSERTED 1"),
+        S(b"", job("RESERVED", 1, "a"), conn=1),
+        S(put("b"), "INSERTED 2"),
+        S(b"", job("RESERVED", 2, "b"), conn=2),
+        S("reserve\r\n", conn=1, silent=True),
+        S("reserve\r\n", conn=2, silent=True),
+        S("stats-tube default\r\n", tube_stats(current_jobs_reserved=2, total_jobs=2,
+                                               current_using=3, current_watching=3,
+                                               current_waiting=2)),
+        S(put("c"), "INSERTED 3"),
+        S(b"", job("RESERVED", 3, "c"), conn=third_to),
+        S(put("d"), "INSERTED 4"),
+        S(b"", job("RESERVED", 4, "d"), conn=fourth_to),
+        S("stats\r\n", stats(current_waiting=0, current_workers=2, current_jobs_reserved=4)),
+    )
+
+
 # --- where ours intentionally differs from the 1.12 binary (run against ours only) ------
 
 OURS_ONLY: List[Script] = [
     # Waiting reserves are served in arrival order; beanstalkd 1.12 serves a tube's
     # waiters round-robin from a moving cursor (see REFERENCE_ONLY, docs/compat.md).
-script(
-    "ours-waiters-fifo",
-    S("reserve\r\n", conn=1, silent=True),
-    S("reserve\r\n", conn=2, silent=True),
-    S(put("a"), "INSERTED 1"),
-    S(b"", job("RESERVED", 1, "a"), conn=1),
-    S(put("b"), "INSERTED 2"),
-    S(b"", job("RESERVED", 2, "b"), conn=2),
-    S("reserve\r\n", conn=1, silent=True),
-    S("reserve\r\n", conn=2, silent=True),
-    S("stats-tube default\r\n", tube_stats(current_jobs_reserved=2, total_jobs=2,
-                                           current_using=3, current_watching=3,
-                                           current_waiting=2)),
-    S(put("c"), "INSERTED 3"),
-    S(b"", job("RESERVED", 3, "c"), conn=1),
-    S(put("d"), "INSERTED 4"),
-    S(b"", job("RESERVED", 4, "d"), conn=2),
-    S("stats\r\n", stats(current_waiting=0, current_workers=2, current_jobs_reserved=4)),
-),
+    two_waiters("ours-waiters-fifo", third_to=1),
     # beanstalkd 1.12 answers BAD_FORMAT to a 225-byte line but then swallows the next
     # command (its CR is the 224th byte, its LF starts the "next" line).
     script("ours-225-byte-line",
@@ -1008,23 +1018,5 @@ script(
 # reference only, so a change in the C server is still noticed.
 REFERENCE_ONLY: List[Script] = [
     # beanstalkd's ms_take() hands the job to the waiter after the last one served.
-script(
-    "two-waiters-round-robin",
-    S("reserve\r\n", conn=1, silent=True),
-    S("reserve\r\n", conn=2, silent=True),
-    S(put("a"), "INSERTED 1"),
-    S(b"", job("RESERVED", 1, "a"), conn=1),
-    S(put("b"), "INSERTED 2"),
-    S(b"", job("RESERVED", 2, "b"), conn=2),
-    S("reserve\r\n", conn=1, silent=True),
-    S("reserve\r\n", conn=2, silent=True),
-    S("stats-tube default\r\n", tube_stats(current_jobs_reserved=2, total_jobs=2,
-                                           current_using=3, current_watching=3,
-                                           current_waiting=2)),
-    S(put("c"), "INSERTED 3"),
-    S(b"", job("RESERVED", 3, "c"), conn=2),
-    S(put("d"), "INSERTED 4"),
-    S(b"", job("RESERVED", 4, "d"), conn=1),
-    S("stats\r\n", stats(current_waiting=0, current_workers=2, current_jobs_reserved=4)),
-),
+    two_waiters("two-waiters-round-robin", third_to=2),
 ]
