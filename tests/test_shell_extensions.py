@@ -16,7 +16,7 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from servers import REFERENCE, start_server
-from twisted_stalk.protocol.yaml import parse_mapping
+from test_shell_cli import Probe as CliProbe
 from twisted_stalk_cli.shell_conn import Connection, Session, Target, parse_target
 from twisted_stalk_cli.shell_input import InputError, build_request, hint_for
 from twisted_stalk_cli.shell_render import plain, render_reply, reply_data
@@ -56,18 +56,8 @@ def fresh(name):
     return f"{name}-{os.getpid()}-{next(_tubes)}"
 
 
-class Probe:
-    def __init__(self, server):
-        self.conn = Connection(parse_target(f"127.0.0.1:{server.port}"), reply_timeout=5)
-        self.conn.connect()
-
-    def __call__(self, line, body=None):
-        data = line.encode() + b"\r\n" + (body + b"\r\n" if body is not None else b"")
-        return self.conn.call(data)
-
-    def stats(self, line):
-        reply = self(line)
-        return parse_mapping(reply.body) if reply.word == "OK" else None
+class Probe(CliProbe):
+    """The CLI tests' probe, plus helpers to fill a tube."""
 
     def put(self, tube, body, pri=1024, delay=0, ttr=60):
         self(f"use {tube}")
