@@ -191,7 +191,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ValueError:
             raise UsageError(f"--shutdown-grace needs a number of seconds, got {grace!r}")
     except UsageError as e:
-        sys.stderr.write(f"stalkd: {e}\n{USAGE}")
+        sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
         return 5
     if opts.get("h"):
         sys.stdout.write(USAGE)

@@ -283,7 +283,7 @@ def test_stalkd_bad_flag_and_busy_port():
     bad = subprocess.run([sys.executable, "-m", "twisted_stalk_cli.stalkd", "-x"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 5
-    assert bad.stderr.splitlines()[0] == "stalkd: unknown flag: -x"
+    assert bad.stderr.splitlines() == ["stalkd: unknown flag: -x (stalkd -h lists the flags)"]
     assert "Traceback" not in bad.stderr
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
