@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import os
 import resource
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 from ..protocol import yaml
 from ..protocol.constants import (
@@ -628,12 +628,12 @@ class WorkQueue:
                     kicked += 1
             else:
                 while kicked < bound:
-                    job = self._delayed_top(t.delayed)
-                    if job is None:
+                    delayed = self._delayed_top(t.delayed)
+                    if delayed is None:
                         break
-                    self.journal.job_updated(job, UPDATE_KICK)
+                    self.journal.job_updated(delayed, UPDATE_KICK)
                     heappop(t.delayed)
-                    self._kick(job)
+                    self._kick(delayed)
                     kicked += 1
         except JournalError:
             if not kicked:
@@ -700,29 +700,29 @@ class WorkQueue:
             return []
         jobs = self.jobs
         if state == BURIED:
-            out = []
+            out: List[int] = []
             for job_id in t.buried:
                 if len(out) >= limit:
                     break
                 out.append(job_id)
             return out
         if state == READY:
-            live = []
+            ready: List[Tuple[int, int]] = []
             for pri in sorted(t.ready):
                 for job_id in t.ready[pri]:
                     job = jobs.get(job_id)
                     if job is not None and job.state == READY and job.heap_key == pri:
-                        live.append((pri, job_id))
-                if len(live) >= limit:
+                        ready.append((pri, job_id))
+                if len(ready) >= limit:
                     break
-            return [job_id for _, job_id in heapq.nsmallest(limit, live)]
+            return [job_id for _, job_id in heapq.nsmallest(limit, ready)]
         if state == DELAYED:
             entries = ((e[0], e[1]) for e in t.delayed)
         elif state == RESERVED:
             entries = ((e[0], e[1]) for e in self.ttr_heap)
         else:
             return []
-        live = {}
+        live: Dict[int, float] = {}
         for deadline, job_id in entries:
             job = jobs.get(job_id)
             if (job is not None and job.state == state and job.tube is t
@@ -747,7 +747,7 @@ class WorkQueue:
                 if job_id in s.reserved:
                     holders[job_id] = s
         doomed = [jobs[job_id] for state in states
-                  for job_id in self.list_jobs(name, state, everything)]
+                  for job_id in self.list_jobs(name, state, everything) or ()]
         deleted = 0
         try:
             for job in doomed:
@@ -777,64 +777,61 @@ class WorkQueue:
         return at
 
     def _next_deadline(self) -> Optional[float]:
-        best = None
-        heap = self.delay_heap
-        if heap:
-            top = self._delayed_top(heap)
-            if top is not None:
-                best = top.deadline_at
-        heap = self.ttr_heap
+        best: Optional[float] = None
+        top = self._delayed_top(self.delay_heap) if self.delay_heap else None
+        if top is not None:
+            best = top.deadline_at
+        ttrs = self.ttr_heap
         jobs = self.jobs
-        while heap:
-            deadline, job_id, _ = heap[0]
+        while ttrs:
+            deadline, job_id, _ = ttrs[0]
             job = jobs.get(job_id)
             if job is not None and job.state == RESERVED and job.deadline_at == deadline:
                 if best is None or deadline < best:
                     best = deadline
                 break
-            heappop(heap)
-        heap = self.wait_heap
-        while heap:
-            when, token, s = heap[0]
+            heappop(ttrs)
+        waits = self.wait_heap
+        while waits:
+            when, token, s = waits[0]
             if s.waiting and s.wait_token == token:
                 if best is None or when < best:
                     best = when
                 break
-            heappop(heap)
-        heap = self.pause_heap
-        while heap:
-            when, name = heap[0]
+            heappop(waits)
+        pauses = self.pause_heap
+        while pauses:
+            when, name = pauses[0]
             t = self.tubes.get(name)
             if t is not None and t.pause and t.unpause_at == when:
                 if best is None or when < best:
                     best = when
                 break
-            heappop(heap)
+            heappop(pauses)
         return best
 
     def tick(self) -> None:
         """Do everything that is due: delays end, TTRs expire, waits end, pauses end."""
         now = self.clock.seconds()
         jobs = self.jobs
-        heap = self.delay_heap
-        while heap and heap[0][0] <= now:
-            deadline, job_id = heappop(heap)
+        delays = self.delay_heap
+        while delays and delays[0][0] <= now:
+            deadline, job_id = heappop(delays)
             job = jobs.get(job_id)
             if job is None or job.state != DELAYED or job.deadline_at != deadline:
                 continue
             self._detach(job)
             self._make_ready(job)
-        heap = self.ttr_heap
-        while heap and heap[0][0] <= now:
-            deadline, job_id, s = heappop(heap)
+        # _make_ready may serve a waiter, which may compact these heaps:
+        # read them from self on every turn.
+        while self.ttr_heap and self.ttr_heap[0][0] <= now:
+            deadline, job_id, s = heappop(self.ttr_heap)
             job = jobs.get(job_id)
             if job is None or job.state != RESERVED or job.deadline_at != deadline:
                 continue
             self._time_out(job, s)
-            heap = self.ttr_heap  # _make_ready may have compacted it
-        heap = self.wait_heap
-        while heap and heap[0][0] <= now:
-            _, token, s = heappop(heap)
+        while self.wait_heap and self.wait_heap[0][0] <= now:
+            _, token, s = heappop(self.wait_heap)
             if not s.waiting or s.wait_token != token:
                 continue
             soonest = s.soonest_deadline() if s.reserved else None
@@ -846,10 +843,9 @@ class WorkQueue:
                 s.listener.timed_out()
             else:
                 self._schedule_wait(s)
-            heap = self.wait_heap
-        heap = self.pause_heap
-        while heap and heap[0][0] <= now:
-            when, name = heappop(heap)
+        pauses = self.pause_heap
+        while pauses and pauses[0][0] <= now:
+            when, name = heappop(pauses)
             t = self.tubes.get(name)
             if t is None or not t.pause or t.unpause_at != when:
                 continue
@@ -925,7 +921,7 @@ class WorkQueue:
         facts = self.facts
         utime, stime = facts.rusage()
         binlog = self.journal.stats()
-        items = [
+        items: List[Tuple[bytes, Union[int, bytes]]] = [
             (b"current-jobs-urgent", self.urgent_count),
             (b"current-jobs-ready", self.ready_count),
             (b"current-jobs-reserved", self.reserved_count),
