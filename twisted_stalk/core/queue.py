@@ -436,9 +436,6 @@ class WorkQueue:
 
     # ---------------------------------------------------------------- reserve
 
-    def _is_paused(self, t: Tube, now: float) -> bool:
-        return bool(t.pause) and t.unpause_at > now
-
     def _best_ready(self, s: Session, now: float) -> Optional[Job]:
         best = None
         for t in s.watch:
@@ -514,6 +511,10 @@ class WorkQueue:
                 self.wait_heap = [e for e in self.wait_heap
                                   if e[2].waiting and e[2].wait_token == e[1]]
                 heapq.heapify(self.wait_heap)
+
+    def cancel_wait(self, s: Session) -> None:
+        """Withdraw ``s``'s waiting reserve, if any; its listener hears nothing."""
+        self._stop_waiting(s)
 
     def _stop_waiting(self, s: Session) -> None:
         if not s.waiting:

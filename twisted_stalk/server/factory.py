@@ -55,9 +55,6 @@ class BeanstalkServerFactory(Factory):
     def connection_closed(self, proto: BeanstalkServerProtocol) -> None:
         self.connections.discard(proto)
 
-    def waiting_started(self, proto: BeanstalkServerProtocol) -> None:
-        """A reserve now waits; its timeout may be the next deadline."""
-
     def resume_later(self, proto: BeanstalkServerProtocol) -> None:
         """``proto`` was woken with input buffered: process it once the
         current operation is over (never re-entering the queue)."""

@@ -132,10 +132,8 @@ class BeanstalkServerProtocol(LineReceiver):
     def readConnectionLost(self) -> None:
         """The client half-closed: a waiting reserve times out, then we close."""
         self._eof = True
-        if self._blocked:
-            self.queue._stop_waiting(self.session)
+        if self.withdraw_wait():
             self._write(TIMED_OUT)
-            self._unblock()
         if not self._blocked:
             self._close()
         self.factory.after_input()
@@ -277,6 +275,14 @@ class BeanstalkServerProtocol(LineReceiver):
                 self._write(BAD_FORMAT)
         self._buf = buf[pos:] if pos < end else b""
 
+    def withdraw_wait(self) -> bool:
+        """Withdraw a waiting reserve without replying; True if one was waiting."""
+        if not self._blocked:
+            return False
+        self.queue.cancel_wait(self.session)
+        self._unblock()
+        return True
+
     def _unblock(self) -> None:
         self._blocked = False
         if self._paused_reading:
@@ -325,9 +331,6 @@ class BeanstalkServerProtocol(LineReceiver):
             self._write(e.reply)
             return
         _HANDLERS[spec.name](self, *args)
-
-    def lineLengthExceeded(self, line: bytes) -> None:  # pragma: no cover - not used
-        self._write(BAD_FORMAT)
 
     def _count(self, name: str) -> None:
         self.queue.cmd_counts[name] += 1
@@ -382,12 +385,11 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def _reserve_result(self, result) -> None:
         if result is None:
-            if self._eof:
-                self.queue._stop_waiting(self.session)
+            if self._eof:  # a half-closed client cannot wait
+                self.queue.cancel_wait(self.session)
                 self._write(TIMED_OUT)
                 return
             self._blocked = True
-            self.factory.waiting_started(self)
         elif result is _TIMED_OUT_RESULT:
             self._write(TIMED_OUT)
         elif result is _DEADLINE_SOON_RESULT:

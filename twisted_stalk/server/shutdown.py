@@ -111,7 +111,6 @@ class GracefulShutdown:
             return
         now = self.clock.seconds()
         late = now >= self._deadline
-        queue = self.factory.queue
         busy = 0
         for proto in list(self.factory.connections):
             if proto._closing:
@@ -123,10 +122,8 @@ class GracefulShutdown:
                     busy += 1
                 continue
             busy += 1
-            if proto._blocked:
-                # A waiting reserve: withdraw it and close cleanly.
-                queue._stop_waiting(proto.session)
-                proto._blocked = False
+            if proto.withdraw_wait():
+                # A waiting reserve: withdrawn; close cleanly.
                 self._close(proto)
             elif proto._mode == _LINE and not proto._buf and not proto.session.reserved:
                 self._close(proto)

@@ -7,7 +7,7 @@ service per endpoint string (tcp, tcp6, unix, ssl, systemd: anything
 from __future__ import annotations
 
 import signal
-from typing import List, Optional
+from typing import List
 
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
