@@ -319,7 +319,10 @@ class WorkQueue:
     def _make_reserved(self, s: Session, job: Job, now: float) -> None:
         job.state = RESERVED
         deadline = job.deadline_at = now + job.ttr
-        job.count(RESERVES)
+        counts = job.counts  # job.count(RESERVES), inline on the hot path
+        if counts is None:
+            counts = job.counts = [0, 0, 0, 0, 0]
+        counts[RESERVES] += 1
         s.reserved[job.id] = job
         heappush(self.ttr_heap, (deadline, job.id, s))
         heappush(s.ttr_heap, (deadline, job.id))
@@ -353,7 +356,8 @@ class WorkQueue:
         elif state == RESERVED:
             if s is not None:
                 s.reserved.pop(job.id, None)
-            self._unreserve_counts(job)
+            t.reserved_count -= 1
+            self.reserved_count -= 1
         elif state == DELAYED:
             t.delayed_count -= 1
             self.delayed_count -= 1
@@ -467,7 +471,8 @@ class WorkQueue:
         the result then arrives through its listener.  ``timeout`` None or
         negative waits for ever.
         """
-        self.set_worker(s)
+        if not s.is_worker:
+            self.set_worker(s)
         now = self.clock.seconds()
         if s.reserved:
             soonest = s.soonest_deadline()
@@ -565,7 +570,8 @@ class WorkQueue:
         del self.jobs[job_id]
         t = job.tube
         t.cmd_delete += 1
-        self._maybe_drop_tube(t)
+        if not (t.using_count or t.watching_count):
+            self._maybe_drop_tube(t)
         return True
 
     def release(self, s: Session, job_id: int, pri: int, delay: int) -> bool:

@@ -38,7 +38,8 @@ class BeanstalkServerFactory(Factory):
         self.connections: Set[BeanstalkServerProtocol] = set()
         self._timer: Optional[IDelayedCall] = None
         self._timer_at: Optional[float] = None
-        self._to_resume: List[BeanstalkServerProtocol] = []
+        #: Connections woken with input buffered, to process after this batch.
+        self.resume_queue: List[BeanstalkServerProtocol] = []
         self._resuming = False
 
     # Connections.
@@ -58,12 +59,12 @@ class BeanstalkServerFactory(Factory):
     def resume_later(self, proto: BeanstalkServerProtocol) -> None:
         """``proto`` was woken with input buffered: process it once the
         current operation is over (never re-entering the queue)."""
-        self._to_resume.append(proto)
+        self.resume_queue.append(proto)
 
     def after_input(self) -> None:
         """Called after each batch of input: resume woken clients, re-arm the
         timer if the queue gained an earlier deadline."""
-        if self._to_resume:
+        if self.resume_queue:
             self._drain_resumes()
         if self.queue.wake_changed:
             self.rearm()
@@ -73,8 +74,8 @@ class BeanstalkServerFactory(Factory):
             return
         self._resuming = True
         try:
-            while self._to_resume:
-                batch, self._to_resume = self._to_resume, []
+            while self.resume_queue:
+                batch, self.resume_queue = self.resume_queue, []
                 for proto in batch:
                     proto.resume()
         finally:

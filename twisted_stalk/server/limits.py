@@ -10,7 +10,7 @@ Everything here is installed at start and costs nothing per command:
   in /metrics) and logged (at most one line per :data:`LOG_EVERY` seconds);
 * the memory limit swaps the queue's class for :class:`MemoryAccountingQueue`
   (which keeps a running count of stored body bytes, ``job_bytes``) and the
-  factory's protocol class for a subclass whose ``_body`` answers
+  factory's protocol class for a subclass whose ``_store_put`` answers
   ``OUT_OF_MEMORY`` instead of storing a job that would take that count over
   the limit; without ``--max-memory`` the stock classes run unchanged and
   put/delete do no accounting at all;
@@ -192,14 +192,14 @@ class MemoryLimitedProtocol(BeanstalkServerProtocol):
 
     max_memory = 0
 
-    def _body(self, body: bytes) -> None:
+    def _store_put(self, body: bytes) -> None:
         q = self.queue
         if (q.job_bytes + len(body) > self.max_memory and not q.draining
                 and body.endswith(b"\r\n")):
             self._put = None
             self._write(OUT_OF_MEMORY)
             return
-        BeanstalkServerProtocol._body(self, body)
+        BeanstalkServerProtocol._store_put(self, body)
 
 
 def install_memory_limit(factory, max_bytes: int) -> None:

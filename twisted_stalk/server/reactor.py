@@ -9,6 +9,14 @@ subclass handles the common case, a plain read event, directly, and hands
 everything else (writes, hang-ups, errors) to Twisted's own
 ``_doReadOrWrite``; error handling is unchanged: an exception from
 ``doRead`` is logged and disconnects that descriptor.
+
+``mainLoop`` is also leaner: Twisted's runs ``runUntilCurrent`` and
+``timeout`` (each re-checking the thread-call queue, the new and pending
+timed calls and the clock) and a context manager on every turn; ours checks
+those few attributes inline and calls ``runUntilCurrent`` only when there is
+something for it to do, so a turn that only has I/O costs one ``epoll_wait``
+and the handlers it dispatches.  Timed calls, ``callFromThread``, shutdown
+and error logging behave as in Twisted.
 """
 from __future__ import annotations
 
@@ -17,7 +25,13 @@ import sys
 from select import EPOLLIN
 
 from twisted.internet.epollreactor import EPollReactor
+from twisted.logger import Logger
 from twisted.python import log
+
+_log = Logger()
+
+#: epoll_wait's timeout is a C int of milliseconds (as Twisted's ``timeout``).
+_LONGEST_WAIT = 2147483
 
 
 class LeanEPollReactor(EPollReactor):
@@ -50,6 +64,48 @@ class LeanEPollReactor(EPollReactor):
                 slow(selectable, fd, event)
 
     doIteration = doPoll
+
+    def mainLoop(self) -> None:
+        poll = self._poller.poll
+        selectables = self._selectables
+        seconds = self.seconds
+        slow = self._doReadOrWrite
+        while self._started:
+            try:
+                pending = self._pendingTimedCalls
+                if (self._newTimedCalls or self.threadCallQueue or self._justStopped
+                        or (pending and pending[0].time <= seconds())):
+                    self.runUntilCurrent()
+                    # Calls scheduled by what just ran count for the wait below.
+                    self._insertNewDelayedCalls()
+                    pending = self._pendingTimedCalls
+                if not self.running:
+                    timeout = 0.0
+                elif pending:
+                    timeout = max(0.0, min(_LONGEST_WAIT, pending[0].time - seconds()))
+                else:
+                    timeout = -1
+                try:
+                    events = poll(timeout, len(selectables))
+                except InterruptedError:
+                    continue
+                for fd, event in events:
+                    selectable = selectables.get(fd)
+                    if selectable is None:
+                        continue
+                    if event == EPOLLIN:
+                        try:
+                            why = selectable.doRead()
+                        except BaseException:
+                            why = sys.exc_info()[1]
+                            log.err()
+                        if why:
+                            self._disconnectSelectable(selectable, why, True)
+                    else:
+                        slow(selectable, fd, event)
+            except BaseException:
+                _log.failure("Unexpected error in main loop")
+        _log.info("Main loop terminated.")
 
 
 def install() -> LeanEPollReactor:
