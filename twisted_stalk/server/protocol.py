@@ -203,8 +203,8 @@ class BeanstalkServerProtocol(LineReceiver):
             self._journal.when_settled(self._send_held)
             return
         t = self.transport
-        if self._direct and not t._tempDataLen and not t.dataBuffer and t.connected \
-                and not t.disconnecting:
+        if self._direct and not (t.dataBuffer or t._tempDataLen or t.disconnecting) \
+                and t.connected:
             try:
                 sent = _os_write(self._fd, data)
             except OSError:
@@ -242,7 +242,7 @@ class BeanstalkServerProtocol(LineReceiver):
             return
         self._reading = True
         try:
-            self._process(self._buf + data if self._buf else data)
+            self._frame(self._buf + data if self._buf else data)
         finally:
             self._reading = False
             out = self._out
@@ -254,11 +254,14 @@ class BeanstalkServerProtocol(LineReceiver):
         if factory.resume_queue or self.queue.wake_changed:
             factory.after_input()
 
-    def _process(self, buf: bytes) -> None:
+    def _frame(self, buf: bytes) -> None:
+        """Split ``buf`` (buffered input first) into commands and bodies and run them."""
         pos = 0
         end = len(buf)
         find = buf.find
-        while pos < end and not self._blocked and not self._closing:
+        while pos < end:
+            if self._blocked or self._closing:
+                break
             mode = self._mode
             if mode == _LINE:
                 i = find(b"\r\n", pos)
@@ -362,7 +365,7 @@ class BeanstalkServerProtocol(LineReceiver):
     def lineReceived(self, line: bytes) -> None:
         """Run one command line (without its CRLF) through the exact parser.
 
-        :meth:`_process` runs the hot commands' fast paths itself and sends
+        :meth:`_frame` runs the hot commands' fast paths itself and sends
         everything else here: unusual arguments, rare commands, errors and
         extension verbs.
         """
