@@ -319,10 +319,7 @@ class WorkQueue:
     def _make_reserved(self, s: Session, job: Job, now: float) -> None:
         job.state = RESERVED
         deadline = job.deadline_at = now + job.ttr
-        counts = job.counts  # job.count(RESERVES), inline on the hot path
-        if counts is None:
-            counts = job.counts = [0, 0, 0, 0, 0]
-        counts[RESERVES] += 1
+        job.count(RESERVES)
         s.reserved[job.id] = job
         heappush(self.ttr_heap, (deadline, job.id, s))
         heappush(s.ttr_heap, (deadline, job.id))
@@ -356,8 +353,7 @@ class WorkQueue:
         elif state == RESERVED:
             if s is not None:
                 s.reserved.pop(job.id, None)
-            t.reserved_count -= 1
-            self.reserved_count -= 1
+            self._unreserve_counts(job)
         elif state == DELAYED:
             t.delayed_count -= 1
             self.delayed_count -= 1

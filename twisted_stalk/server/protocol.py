@@ -443,19 +443,16 @@ class BeanstalkServerProtocol(LineReceiver):
         self._write(b"USING %s\r\n" % name)
 
     def do_reserve(self) -> None:
-        q = self.queue
-        q.cmd_counts["reserve"] += 1
-        self._reserve_result(q.reserve(self.session, None))
+        self._count("reserve")
+        self._reserve_result(self.queue.reserve(self.session, None))
 
     def do_reserve_with_timeout(self, timeout: int) -> None:
-        q = self.queue
-        q.cmd_counts["reserve-with-timeout"] += 1
-        self._reserve_result(q.reserve(self.session, None if timeout < 0 else timeout))
+        self._count("reserve-with-timeout")
+        self._reserve_result(self.queue.reserve(self.session, None if timeout < 0 else timeout))
 
     def _reserve_result(self, result) -> None:
         if result.__class__ is Job:
-            body = result.body
-            self._write(b"RESERVED %d %d\r\n%s" % (result.id, len(body) - 2, body))
+            self._write(_job_reply(b"RESERVED", result))
         elif result is None:
             if self._eof:  # a half-closed client cannot wait
                 self.queue.cancel_wait(self.session)
@@ -476,20 +473,18 @@ class BeanstalkServerProtocol(LineReceiver):
         self._write(NOT_FOUND if job is None else _job_reply(b"RESERVED", job))
 
     def do_delete(self, job_id: int) -> None:
-        q = self.queue
-        q.cmd_counts["delete"] += 1
+        self._count("delete")
         try:
-            ok = q.delete(self.session, job_id)
+            ok = self.queue.delete(self.session, job_id)
         except JournalError:
             self._write(INTERNAL_ERROR)
             return
         self._write(DELETED if ok else NOT_FOUND)
 
     def do_release(self, job_id: int, pri: int, delay: int) -> None:
-        q = self.queue
-        q.cmd_counts["release"] += 1
+        self._count("release")
         try:
-            ok = q.release(self.session, job_id, pri, delay)
+            ok = self.queue.release(self.session, job_id, pri, delay)
         except JournalError:
             self._write(INTERNAL_ERROR)
             return
@@ -593,8 +588,7 @@ class BeanstalkServerProtocol(LineReceiver):
     # ------------------------------------------- SessionListener (async replies)
 
     def reserved(self, job: Job) -> None:
-        body = job.body
-        self._write(b"RESERVED %d %d\r\n%s" % (job.id, len(body) - 2, body))
+        self._write(_job_reply(b"RESERVED", job))
         self._unblock()
 
     def timed_out(self) -> None:
@@ -647,10 +641,8 @@ _PUT_HEADERS_MAX = 1024
 
 
 def _put_header(line: bytes) -> Optional[Tuple[int, int, int, int]]:
-    """``pri delay ttr bytes`` of a well-formed ``put`` line, else None."""
-    header = _put_headers.get(line)
-    if header is not None:
-        return header
+    """Parse and memoise ``pri delay ttr bytes`` of a well-formed ``put`` line
+    not yet in :data:`_put_headers` (the caller looked); None if malformed."""
     parts = line.split(b" ")
     if len(parts) == 5:
         _, a, b, c, d = parts

@@ -1,26 +1,21 @@
 """A leaner epoll reactor for the server process.
 
-Twisted's ``EPollReactor.doPoll`` wraps every ready descriptor's event in
-``log.callWithLogger`` (three nested context calls that only set the prefix of
-legacy log messages) and re-checks ``fileno()``.  On a server doing one read
-per command, that wrapping is about a tenth of the CPU per command (measured
-with cProfile on the mixed-50c benchmark; see docs/performance.md).  This
-subclass handles the common case, a plain read event, directly, and hands
-everything else (writes, hang-ups, errors) to Twisted's own
-``_doReadOrWrite``; error handling is unchanged: an exception from
-``doRead`` is logged and disconnects that descriptor.
-
-``mainLoop`` is also leaner: Twisted's runs ``runUntilCurrent`` and
-``timeout`` (each re-checking the thread-call queue, the new and pending
-timed calls and the clock) and a context manager on every turn; ours checks
-those few attributes inline and calls ``runUntilCurrent`` only when there is
-something for it to do, so a turn that only has I/O costs one ``epoll_wait``
-and the handlers it dispatches.  Timed calls, ``callFromThread``, shutdown
-and error logging behave as in Twisted.
+Twisted's ``mainLoop`` runs ``runUntilCurrent`` and ``timeout`` (each
+re-checking the thread-call queue, the new and pending timed calls and the
+clock) and a context manager on every turn, and its ``doPoll`` wraps every
+ready descriptor's event in ``log.callWithLogger`` (three nested context calls
+that only set the prefix of legacy log messages).  On a server doing one read
+per command that is a noticeable share of the CPU per command (see
+docs/performance.md).  ``LeanEPollReactor.mainLoop`` checks those few
+attributes inline, calls ``runUntilCurrent`` only when there is something for
+it to do, and dispatches a plain read event directly; everything else
+(writes, hang-ups, errors) goes to Twisted's own ``_doReadOrWrite``.  Timed
+calls, ``callFromThread``, shutdown and error logging behave as in Twisted:
+an exception from ``doRead`` is logged and disconnects that descriptor.
+``doPoll`` (used by ``iterate()``) is Twisted's own.
 """
 from __future__ import annotations
 
-import errno
 import sys
 from select import EPOLLIN
 
@@ -35,35 +30,7 @@ _LONGEST_WAIT = 2147483
 
 
 class LeanEPollReactor(EPollReactor):
-    """``EPollReactor`` without per-event log-context wrapping."""
-
-    def doPoll(self, timeout):
-        if timeout is None:
-            timeout = -1
-        try:
-            events = self._poller.poll(timeout, len(self._selectables))
-        except OSError as err:
-            if err.errno == errno.EINTR:
-                return
-            raise
-        selectables = self._selectables
-        slow = self._doReadOrWrite
-        for fd, event in events:
-            selectable = selectables.get(fd)
-            if selectable is None:
-                continue
-            if event == EPOLLIN:
-                try:
-                    why = selectable.doRead()
-                except BaseException:
-                    why = sys.exc_info()[1]
-                    log.err()
-                if why:
-                    self._disconnectSelectable(selectable, why, True)
-            else:
-                slow(selectable, fd, event)
-
-    doIteration = doPoll
+    """``EPollReactor`` with a main loop that does only what each turn needs."""
 
     def mainLoop(self) -> None:
         poll = self._poller.poll
