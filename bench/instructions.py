@@ -8,6 +8,7 @@ work (syscalls, TCP) is not counted: the figure is the interpreter's share.
     python bench/instructions.py                       # put-seq, mixed-50c, wake-20
     python bench/instructions.py --mode put --conns 1 --ops 3000
     python bench/instructions.py --server 'beanstalkd -l 127.0.0.1 -p {port}'
+    python bench/instructions.py --keep /tmp/cg && callgrind_annotate /tmp/cg/wait-wake-20-*
 
 The server runs under ``valgrind --tool=callgrind --instr-atstart=no``; after a
 warm-up of 500 jobs instrumentation is switched on for the measured jobs only
@@ -54,7 +55,8 @@ def load(port: int, mode: str, conns: int, ops: int, *extra: str) -> None:
                     "--quiet", *extra], check=True, stdout=subprocess.DEVNULL)
 
 
-def instructions_per_job(server: str, port: int, mode: str, conns: int, ops: int) -> float:
+def instructions_per_job(server: str, port: int, mode: str, conns: int, ops: int,
+                         keep: str = "") -> float:
     outdir = tempfile.mkdtemp(prefix="stalk-ir-")
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
             f"--callgrind-out-file={outdir}/cg.%p"] + shlex.split(server.format(port=port))
@@ -78,6 +80,10 @@ def instructions_per_job(server: str, port: int, mode: str, conns: int, ops: int
             for line in f:
                 if line.startswith("totals:"):
                     total += int(line.split()[1])
+    if keep:  # for callgrind_annotate: where the instructions go
+        os.makedirs(keep, exist_ok=True)
+        for path in glob.glob(os.path.join(outdir, "cg.*")):
+            shutil.move(path, os.path.join(keep, f"{mode}-{conns}-{os.path.basename(path)}"))
     shutil.rmtree(outdir, ignore_errors=True)
     return total / ops
 
@@ -90,6 +96,8 @@ def main() -> int:
     parser.add_argument("--mode", help="generator mode instead of --scenarios")
     parser.add_argument("--conns", type=int, default=1)
     parser.add_argument("--ops", type=int, default=3000)
+    parser.add_argument("--keep", default="", metavar="DIR",
+                        help="keep the callgrind files here (callgrind_annotate)")
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
@@ -100,7 +108,8 @@ def main() -> int:
     rows = ([(args.mode, args.mode, args.conns)] if args.mode else
             [(name, *SCENARIOS[name]) for name in args.scenarios.split(",")])
     for name, mode, conns in rows:
-        per_job = instructions_per_job(args.server, args.port, mode, conns, args.ops)
+        per_job = instructions_per_job(args.server, args.port, mode, conns, args.ops,
+                                       args.keep)
         print(f"{name:10s} {per_job:10,.0f} instructions/job (user space, {args.ops} jobs)")
     return 0
 

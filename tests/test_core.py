@@ -304,3 +304,70 @@ def test_stats_shape(q):
     assert b'\nversion: "' in body and b'\nhostname: "' in body
     tube = q.stats_tube(b"default")
     assert tube.startswith(b'---\nname: "default"\ncurrent-jobs-urgent: 1\n')
+
+
+def test_put_builds_the_same_job_as_the_job_class(q, clock):
+    """WorkQueue.put builds jobs without calling Job.__init__; both must agree."""
+    from twisted_stalk.core.job import Job
+
+    s, _ = session(q)
+    job = q.put(s, 7, 5, 0, 0, b"body\r\n")
+    expected = Job(7, 5, 0, 1, b"body\r\n", s.use, job.created_at)
+    expected.heap_key = job.heap_key  # set by the ready heap, not the constructor
+    for name in Job.__slots__:
+        assert getattr(job, name) == getattr(expected, name), name
+
+
+def test_put_hands_job_to_lone_waiter_with_counters_right(q):
+    producer, _ = session(q)
+    worker, events = session(q)
+    assert q.reserve(worker, None) is None
+    job = put(q, producer)
+    assert events == [("RESERVED", job.id)]
+    assert job.state == RESERVED and job.counter(0) == 1
+    assert (q.ready_count, q.reserved_count, q.waiting_count) == (0, 1, 0)
+    t = q.default_tube
+    assert (t.ready_count, t.reserved_count, len(t.waiting)) == (0, 1, 0)
+    assert q.delete(worker, job.id)
+    assert q.reserved_count == 0 and t.reserved_count == 0
+    # Released later, the job goes through the ready heap as usual.
+    job2 = put(q, producer)
+    assert q.reserve(worker, 0) is job2
+    assert q.release(worker, job2.id, 0, 0)
+    assert q.ready_count == 1 and q.reserve(worker, 0) is job2
+
+
+def test_no_hand_off_past_a_better_job_or_a_pause(q, clock):
+    producer, _ = session(q)
+    worker, events = session(q)
+    urgent = put(q, producer, pri=1)
+    q.pause_tube(b"default", 10)
+    assert q.reserve(worker, None) is None  # paused: waits
+    later = put(q, producer, pri=0)
+    assert events == []  # a paused tube serves no one
+    advance(q, clock, 11)
+    assert events == [("RESERVED", later.id)]  # pri 0 beats pri 1
+    assert urgent.state == READY and q.ready_count == 1
+
+
+def test_deadline_soon_tracks_the_soonest_of_several_reservations(q, clock):
+    """The session's deadline heap starts with its second job: the first
+    job's deadline (touched before) must still count."""
+    s, events = session(q)
+    short = put(q, s, ttr=3)
+    long = put(q, s, ttr=100)
+    assert q.reserve(s, 0) is short
+    advance(q, clock, 1)
+    assert q.touch(s, short.id)  # deadline now 4 s from the start
+    assert q.reserve(s, 0) is long
+    assert q.reserve(s, None) is None
+    advance(q, clock, 1.9)
+    assert events == []
+    advance(q, clock, 0.2)  # 3.1 s: short's margin began at 3 s
+    assert events == ["DEADLINE_SOON"]
+    assert q.delete(s, short.id)
+    assert q.reserve(s, 0) is TIMED_OUT  # long alone: far from its margin
+    advance(q, clock, 96.8)  # 99.9 s: long's margin begins at 100 s
+    assert q.reserve(s, 0) is TIMED_OUT
+    advance(q, clock, 0.2)
+    assert q.reserve(s, 0) is DEADLINE_SOON

@@ -52,6 +52,7 @@ from .session import Session, SessionListener
 from .tube import Tube
 
 heappush = heapq.heappush
+_new_job = object.__new__
 heappop = heapq.heappop
 
 #: Sentinel results of :meth:`WorkQueue.reserve`.
@@ -133,6 +134,17 @@ class WorkQueue:
         self.producers = 0
         self.workers = 0
         self.draining = False
+
+    @property
+    def journal(self):
+        """Where changes are recorded before they are acknowledged (the binlog)."""
+        return self._journal
+
+    @journal.setter
+    def journal(self, journal) -> None:
+        self._journal = journal
+        #: False for the in-memory NullJournal: the hot paths skip its no-op calls.
+        self._journaled = type(journal) is not NullJournal
 
     # ------------------------------------------------------------------ tubes
 
@@ -247,13 +259,31 @@ class WorkQueue:
         if not 0.0 <= now - created < 0.001:
             created = self._created = now
         t = s.use
-        job = Job(job_id, pri, delay, ttr or 1, body, t, created)
-        self.journal.job_put(job)
+        # Job(job_id, pri, delay, ttr or 1, body, t, created), without the
+        # cost of calling a Python __init__ (a third of a put's queue work);
+        # tests/test_core.py checks that both build the same job.
+        job = _new_job(Job)
+        job.id = job_id
+        job.pri = pri
+        job.delay = delay
+        job.ttr = ttr or 1
+        job.body = body
+        job.tube = t
+        job.state = READY
+        job.created_at = created
+        job.deadline_at = 0.0
+        job.counts = None
+        job.heap_key = None
+        job.binlog_file = 0
+        if self._journaled:
+            self._journal.job_put(job)
         self.jobs[job_id] = job
         self.total_jobs += 1
         t.total_jobs += 1
         if delay:
             self._make_delayed(job, now + delay)
+        elif t.waiting:
+            self._make_ready_or_hand_off(job, now)
         else:
             self._make_ready(job)
         return job
@@ -294,6 +324,23 @@ class WorkQueue:
         if t.waiting:
             self._serve_waiters(t)
 
+    def _make_ready_or_hand_off(self, job: Job, now: float) -> None:
+        """:meth:`_make_ready`, or, when the first client waiting on the job's
+        tube watches only that tube and the tube has nothing else ready (so
+        this job is what it would reserve), reserve the job for it at once
+        without a round trip through the ready heap."""
+        t = job.tube
+        waiting = t.waiting
+        if waiting and not t.ready_count and not t.pause:
+            for s in waiting:
+                break
+            if len(s.watch) == 1:
+                self._stop_waiting(s)
+                self._make_reserved(s, job, now)
+                s.listener.reserved(job)
+                return
+        self._make_ready(job)
+
     def _make_delayed(self, job: Job, deadline_at: float) -> None:
         job.state = DELAYED
         job.deadline_at = deadline_at
@@ -318,25 +365,47 @@ class WorkQueue:
 
     def _make_reserved(self, s: Session, job: Job, now: float) -> None:
         job.state = RESERVED
+        job_id = job.id
         deadline = job.deadline_at = now + job.ttr
-        job.count(RESERVES)
-        s.reserved[job.id] = job
-        heappush(self.ttr_heap, (deadline, job.id, s))
-        heappush(s.ttr_heap, (deadline, job.id))
+        counts = job.counts  # Job.count(RESERVES), inline on this hot path
+        if counts is None:
+            counts = job.counts = [0, 0, 0, 0, 0]
+        counts[RESERVES] += 1
+        reserved = s.reserved
+        if reserved:
+            self._track_session_deadline(s, job_id, deadline)
+        reserved[job_id] = job
+        ttrs = self.ttr_heap
+        heappush(ttrs, (deadline, job_id, s))
         if deadline < self.wake_at:
             self.wake_at = deadline
             self.wake_changed = True
         job.tube.reserved_count += 1
         self.reserved_count += 1
-        if len(self.ttr_heap) > 2 * self.reserved_count + 32:
-            self.ttr_heap = self._live_deadlines(self.ttr_heap, RESERVED)
-        if len(s.ttr_heap) > 2 * len(s.reserved) + 32:
-            s.ttr_heap = self._live_deadlines(s.ttr_heap, RESERVED)
+        if len(ttrs) > 2 * self.reserved_count + 32:
+            self.ttr_heap = self._live_deadlines(ttrs, RESERVED)
+
+    def _track_session_deadline(self, s: Session, job_id: int, deadline: float) -> None:
+        """Record a deadline in the session's own heap (for DEADLINE_SOON).
+
+        A session holding one job needs no heap (its soonest deadline is that
+        job's); the heap is kept only while it holds more, so when a second
+        job arrives the first one's entry goes in too.
+        """
+        heap = s.ttr_heap
+        reserved = s.reserved
+        if len(reserved) == 1:
+            for other in reserved.values():
+                heappush(heap, (other.deadline_at, other.id))
+        heappush(heap, (deadline, job_id))
+        if len(heap) > 2 * len(reserved) + 32:
+            s.ttr_heap = self._live_deadlines(heap, RESERVED)
 
     def _touch_deadline(self, s: Session, job: Job, deadline: float) -> None:
         job.deadline_at = deadline
         heappush(self.ttr_heap, (deadline, job.id, s))
-        heappush(s.ttr_heap, (deadline, job.id))
+        if len(s.reserved) > 1:
+            heappush(s.ttr_heap, (deadline, job.id))
 
     # State exit.  _detach takes a job out of whatever state it is in.
 
@@ -475,7 +544,13 @@ class WorkQueue:
             if (soonest is not None and now >= soonest - SAFETY_MARGIN
                     and not any(t.ready_count for t in s.watch)):
                 return DEADLINE_SOON
-        job = self._best_ready(s, now)
+        watch = s.watch
+        if len(watch) == 1:
+            t = watch[0]
+            job = (self._ready_top(t) if t.ready_count and not (t.pause and t.unpause_at > now)
+                   else None)
+        else:
+            job = self._best_ready(s, now)
         if job is not None:
             self._take_ready(job)
             self._make_reserved(s, job, now)
@@ -490,7 +565,15 @@ class WorkQueue:
         self.waiting_count += 1
         for t in s.watch:
             t.waiting[s] = None
-        s.wait_deadline = now + timeout if timeout is not None and timeout > 0 else None
+        if timeout is not None and timeout > 0:
+            s.wait_deadline = now + timeout
+        elif s.reserved:
+            s.wait_deadline = None
+        else:
+            # Nothing can end this wait but a job: no timer entry, and no
+            # token (it stays 0, which no wait_heap entry carries).
+            s.wait_deadline = None
+            return
         self._schedule_wait(s)
 
     def _schedule_wait(self, s: Session) -> None:
@@ -558,13 +641,28 @@ class WorkQueue:
     # ------------------------------------------------------- job commands
 
     def delete(self, s: Session, job_id: int) -> bool:
-        job = self.jobs.get(job_id)
-        if job is None or (job.state == RESERVED and s.reserved.get(job_id) is not job):
+        jobs = self.jobs
+        job = jobs.get(job_id)
+        if job is None:
             return False
-        self.journal.job_deleted(job)
-        self._detach(job, s)
-        del self.jobs[job_id]
-        t = job.tube
+        if job.state == RESERVED:
+            reserved = s.reserved
+            if reserved.get(job_id) is not job:
+                return False
+            if self._journaled:
+                self._journal.job_deleted(job)
+            # _detach's reserved case, inline: this is the hot path.
+            del reserved[job_id]
+            job.state = INVALID
+            t = job.tube
+            t.reserved_count -= 1
+            self.reserved_count -= 1
+        else:
+            if self._journaled:
+                self._journal.job_deleted(job)
+            self._detach(job, s)
+            t = job.tube
+        del jobs[job_id]
         t.cmd_delete += 1
         if not (t.using_count or t.watching_count):
             self._maybe_drop_tube(t)

@@ -43,7 +43,8 @@ class Session:
         self.watch: List["Tube"] = [default]
         #: Jobs this session has reserved, by id.
         self.reserved: Dict[int, "Job"] = {}
-        #: Lazy heap of (deadline_at, id) of reserved jobs, for DEADLINE_SOON.
+        #: Lazy heap of (deadline_at, id) of reserved jobs, for DEADLINE_SOON;
+        #: kept only while the session holds two or more.
         self.ttr_heap: List[Tuple[float, int]] = []
         #: True while a reserve is waiting for a job.
         self.waiting = False
@@ -61,8 +62,12 @@ class Session:
 
     def soonest_deadline(self) -> Optional[float]:
         """The earliest TTR deadline among this session's reservations."""
-        heap = self.ttr_heap
         reserved = self.reserved
+        if len(reserved) == 1:
+            # One job: the heap is kept only for two or more (WorkQueue._make_reserved).
+            for job in reserved.values():
+                return job.deadline_at
+        heap = self.ttr_heap
         while heap:
             deadline, job_id = heap[0]
             job = reserved.get(job_id)

@@ -75,6 +75,10 @@ MAX_BUFFERED_WHILE_WAITING = 256 * 1024
 # Framer states.
 _LINE, _BODY, _DISCARD, _SKIP_LINE = range(4)
 
+#: Unread input up to this size is split with ``bytes.partition`` (which
+#: copies the rest); above it, with ``find`` by offset (see dataReceived).
+_SMALL_REST = 1024
+
 
 def _job_reply(word: bytes, job: Job) -> bytes:
     body = job.body
@@ -94,7 +98,9 @@ class BeanstalkServerProtocol(LineReceiver):
         self._buf = b""
         self._mode = _LINE
         self._need = 0
+        #: The header (pri, delay, ttr, bytes) and id of the put whose body is next.
         self._put: Optional[Tuple[int, int, int, int]] = None
+        self._put_id = 0
         self._after_discard = b""
         #: Replies gathered while processing one read, written together.
         self._out: List[bytes] = []
@@ -106,6 +112,9 @@ class BeanstalkServerProtocol(LineReceiver):
         self._eof = False
         self._closing = False
         self._direct = False
+        #: True while replies may go straight to the socket: a plain TCP or
+        #: unix transport with nothing queued in Twisted (see _send).
+        self._direct_now = False
         #: Replies held until the journal has written what they acknowledge.
         self._held: Optional[List[bytes]] = None
         self._close_when_sent = False
@@ -124,7 +133,7 @@ class BeanstalkServerProtocol(LineReceiver):
             # write straight to the socket when nothing is queued (_send).
             transport.setTcpNoDelay(True)
             transport.bufferSize = _READ_SIZE
-            self._direct = True
+            self._direct = self._direct_now = True
             # os.read/os.write on the descriptor: the same syscalls as
             # recv/send without their tuple-parsed arguments (measured).
             self._fd = transport.socket.fileno()
@@ -145,6 +154,7 @@ class BeanstalkServerProtocol(LineReceiver):
         return None
 
     def connectionLost(self, reason=None) -> None:
+        self._direct_now = False
         if self.session is not None:
             self.queue.close_session(self.session)
             self.factory.connection_closed(self)
@@ -164,6 +174,7 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def _close(self) -> None:
         self._closing = True
+        self._direct_now = False
         out = self._out
         if out:
             # Send this read's replies first: a TLS transport drops writes
@@ -194,6 +205,21 @@ class BeanstalkServerProtocol(LineReceiver):
         it settles: no reply can acknowledge a change that is not durable,
         and the records of a whole reactor turn share one write and one fsync.
         """
+        if self._direct_now and self._held is None and not self._journal.pending:
+            try:
+                sent = _os_write(self._fd, data)
+            except OSError:
+                sent = 0  # EAGAIN, or an error Twisted will report on its own write
+            if sent == len(data):
+                return
+            # Twisted queues the rest; later replies go after it (_send_slow).
+            self._direct_now = False
+            self.transport.write(data[sent:])
+        else:
+            self._send_slow(data)
+
+    def _send_slow(self, data: bytes) -> None:
+        """:meth:`_send` when replies are held, or Twisted has output queued."""
         held = self._held
         if held is not None:
             held.append(data)
@@ -203,16 +229,12 @@ class BeanstalkServerProtocol(LineReceiver):
             self._journal.when_settled(self._send_held)
             return
         t = self.transport
-        if self._direct and not (t.dataBuffer or t._tempDataLen or t.disconnecting) \
-                and t.connected:
-            try:
-                sent = _os_write(self._fd, data)
-            except OSError:
-                sent = 0  # EAGAIN, or an error Twisted will report on its own write
-            if sent == len(data):
-                return
-            data = data[sent:]
-        t.write(data)
+        if self._direct and not (t.dataBuffer or t._tempDataLen or t.disconnecting
+                                 or self._closing) and t.connected:
+            self._direct_now = True  # Twisted's queue has drained
+            self._send(data)
+        else:
+            t.write(data)
 
     def _send_held(self) -> None:
         """The journal settled: send the replies held meanwhile."""
@@ -226,26 +248,104 @@ class BeanstalkServerProtocol(LineReceiver):
     # ------------------------------------------------------------- framing
 
     def dataReceived(self, data: bytes) -> None:
-        if self._closing:
+        """Split the input (buffered bytes first) into commands and bodies and
+        run them; the replies to one read go out in one write.
+
+        The hot commands take short paths here: lines seen before (commands
+        without arguments, and put lines, whose parsed header is memoised by
+        the exact line) are one dict lookup, and a put whose body is already
+        in this read is stored without a mode change.
+        """
+        if self._blocked or self._closing:
+            if not self._closing:
+                self._buffer_while_waiting(data)
             return
-        if self._blocked:
-            self._buf += data
-            if len(self._buf) > MAX_BUFFERED_WHILE_WAITING:
-                if not self._paused_reading:
-                    self._paused_reading = True
-                    self.transport.pauseProducing()
-                elif len(self._buf) > 4 * MAX_BUFFERED_WHILE_WAITING:
-                    # A transport that ignores pauseProducing: give up on
-                    # this client rather than grow without bound.
-                    self._buf = b""
-                    self.transport.abortConnection()
-            return
+        buf = self._buf
+        if buf:
+            buf += data
+        else:
+            buf = data
+        # Input is consumed from ``buf[pos:]``.  A small remainder is kept
+        # at pos 0 and split with ``partition`` (one cheap call that also
+        # hands back the rest, often exactly a put body); a large one is
+        # scanned by offset with ``find``, so pipelined input is not copied
+        # once per command.  Both give the same lines (tests/test_wire.py).
+        pos = 0
+        end = len(buf)
+        out = self._out
         self._reading = True
         try:
-            self._frame(self._buf + data if self._buf else data)
+            while pos < end:
+                if pos and end - pos <= _SMALL_REST:
+                    buf = buf[pos:]
+                    end -= pos
+                    pos = 0
+                if self._mode:  # not _LINE: a body, a discard, an over-long line
+                    moved = self._frame_raw(buf, pos, end)
+                    if moved == pos:
+                        break  # needs more input
+                    pos = moved
+                    continue
+                if pos:
+                    i = buf.find(b"\r\n", pos)
+                    if i >= 0:
+                        line = buf[pos:i]
+                        pos = i + 2
+                elif end <= _SMALL_REST:
+                    line, crlf, rest = buf.partition(b"\r\n")
+                    if crlf:
+                        i = len(line)
+                        buf = rest
+                        end = len(rest)
+                    else:
+                        i = -1
+                else:
+                    i = buf.find(b"\r\n")
+                    if i >= 0:
+                        line = buf[:i]
+                        pos = i + 2
+                if i < 0:
+                    if end - pos >= MAX_LINE:
+                        # Too long: discard through its CRLF, then answer.
+                        self._mode = _SKIP_LINE
+                        continue
+                    break
+                if len(line) > MAX_LINE_CONTENT:
+                    out.append(BAD_FORMAT)
+                    continue
+                entry = _LINES.get(line)
+                if entry is None:
+                    if line[:7] == b"delete ":
+                        text = line[7:]
+                        if text.isdigit() and len(text) < 20:  # 19 digits fit a u64
+                            self.do_delete(int(text))
+                            continue
+                    entry = self._uncommon_line(line)
+                    if entry is None:
+                        if self._blocked or self._closing:
+                            break
+                        continue
+                elif entry.__class__ is not tuple:
+                    entry(self)  # a command without arguments
+                    if self._blocked or self._closing:
+                        break
+                    continue
+                # A put line (entry is its header).
+                need = self._put_started(entry)
+                if need:
+                    if end - pos >= need:
+                        if end == need:  # the body is all that is left (pos is 0)
+                            self._store_put(buf)
+                            pos = end
+                        else:
+                            self._store_put(buf[pos:pos + need])
+                            pos += need
+                    else:
+                        self._mode = _BODY
+                        self._need = need
         finally:
             self._reading = False
-            out = self._out
+            self._buf = buf[pos:] if pos < end else b""
             if out:
                 data = out[0] if len(out) == 1 else b"".join(out)
                 out.clear()
@@ -254,85 +354,63 @@ class BeanstalkServerProtocol(LineReceiver):
         if factory.resume_queue or self.queue.wake_changed:
             factory.after_input()
 
-    def _frame(self, buf: bytes) -> None:
-        """Split ``buf`` (buffered input first) into commands and bodies and run them."""
-        pos = 0
-        end = len(buf)
-        find = buf.find
-        while pos < end:
-            if self._blocked or self._closing:
-                break
-            mode = self._mode
-            if mode == _LINE:
-                i = find(b"\r\n", pos)
-                if i < 0:
-                    if end - pos >= MAX_LINE:
-                        # Too long: discard through its CRLF, then answer.
-                        self._mode = _SKIP_LINE
-                        continue
-                    break
-                if i - pos > MAX_LINE_CONTENT:
-                    self._write(BAD_FORMAT)
-                    pos = i + 2
-                    continue
-                line = buf[pos:i]
-                pos = i + 2
-                # Exact lines first: argument-less commands, then put lines
-                # seen before (their parsed header is memoised by the line).
-                handler = _NO_ARGS.get(line)
-                if handler is not None:
-                    handler(self)
-                    continue
-                header = _put_headers.get(line)
-                if header is None:
-                    sp = line.find(b" ")
-                    if sp < 0:
-                        self.lineReceived(line)
-                        continue
-                    word = line[:sp]
-                    if word != b"put":
-                        fast = _FAST.get(word)
-                        if fast is None or not fast(self, line[sp + 1:]):
-                            self.lineReceived(line)
-                        continue
-                    header = _put_header(line)
-                    if header is None:
-                        self.lineReceived(line)
-                        continue
-                # The hot command: when its body is already in this read,
-                # store the job without a mode change.
-                need = self._put_started(header)
-                if need:
-                    if end - pos >= need:
-                        self._store_put(buf[pos:pos + need])
-                        pos += need
-                    else:
-                        self._mode = _BODY
-                        self._need = need
-            elif mode == _BODY:
-                need = self._need
-                if end - pos < need:
-                    break
+    def _uncommon_line(self, line: bytes) -> Optional[Tuple[int, int, int, int]]:
+        """Run a line that is not in :data:`_LINES`; a well-formed put line is
+        not run but memoised, and its header returned."""
+        sp = line.find(b" ")
+        if sp > 0:
+            word = line[:sp]
+            if word == b"put":
+                header = _put_header(line)
+                if header is not None:
+                    return header
+            else:
+                fast = _FAST.get(word)
+                if fast is not None and fast(self, line[sp + 1:]):
+                    return None
+        self.lineReceived(line)
+        return None
+
+    def _buffer_while_waiting(self, data: bytes) -> None:
+        """Input that arrives while a reserve waits: keep it, within bounds."""
+        self._buf += data
+        if len(self._buf) > MAX_BUFFERED_WHILE_WAITING:
+            if not self._paused_reading:
+                self._paused_reading = True
+                self.transport.pauseProducing()
+            elif len(self._buf) > 4 * MAX_BUFFERED_WHILE_WAITING:
+                # A transport that ignores pauseProducing: give up on
+                # this client rather than grow without bound.
+                self._buf = b""
+                self.transport.abortConnection()
+
+    def _frame_raw(self, buf: bytes, pos: int, end: int) -> int:
+        """Consume input in the non-line modes; return the new position
+        (unchanged when nothing more can be done until more input comes)."""
+        mode = self._mode
+        if mode == _BODY:
+            need = self._need
+            if end - pos < need:
+                return pos  # wait for the rest
+            self._mode = _LINE
+            self._store_put(buf[pos:pos + need])
+            return pos + need
+        if mode == _DISCARD:
+            take = min(self._need, end - pos)
+            pos += take
+            self._need -= take
+            if self._need == 0:
                 self._mode = _LINE
-                self._store_put(buf[pos:pos + need])
-                pos += need
-            elif mode == _DISCARD:
-                take = min(self._need, end - pos)
-                pos += take
-                self._need -= take
-                if self._need == 0:
-                    self._mode = _LINE
-                    self._write(self._after_discard)
-            else:  # _SKIP_LINE: drop the rest of an over-long line
-                i = find(b"\r\n", pos)
-                if i < 0:
-                    # Keep a trailing CR: its LF may come in the next read.
-                    pos = end - 1 if buf[end - 1:end] == b"\r" else end
-                    break
-                pos = i + 2
-                self._mode = _LINE
-                self._write(BAD_FORMAT)
-        self._buf = buf[pos:] if pos < end else b""
+                self._write(self._after_discard)
+            return pos
+        # _SKIP_LINE: drop the rest of an over-long line
+        i = buf.find(b"\r\n", pos)
+        if i < 0:
+            # Keep a trailing CR: its LF may come in the next read.
+            return end - 1 if buf[end - 1:end] == b"\r" else end
+        self._mode = _LINE
+        self._write(BAD_FORMAT)
+        return i + 2
 
     def withdraw_wait(self) -> bool:
         """Withdraw a waiting reserve without replying; True if one was waiting."""
@@ -365,7 +443,7 @@ class BeanstalkServerProtocol(LineReceiver):
     def lineReceived(self, line: bytes) -> None:
         """Run one command line (without its CRLF) through the exact parser.
 
-        :meth:`_frame` runs the hot commands' fast paths itself and sends
+        :meth:`dataReceived` runs the hot commands' fast paths itself and sends
         everything else here: unusual arguments, rare commands, errors and
         extension verbs.
         """
@@ -417,12 +495,14 @@ class BeanstalkServerProtocol(LineReceiver):
             q.set_producer(self.session)
         job_id = q.next_id
         q.next_id = job_id + 1
-        self._put = (job_id, pri, delay, ttr)
+        self._put = header
+        self._put_id = job_id
         return nbytes + 2
 
     def _store_put(self, body: bytes) -> None:
         """The body of the pending put arrived (with what should be its CRLF)."""
-        job_id, pri, delay, ttr = self._put
+        pri, delay, ttr, _ = self._put
+        job_id = self._put_id
         self._put = None
         q = self.queue
         if body[-2:] != b"\r\n":
@@ -443,8 +523,9 @@ class BeanstalkServerProtocol(LineReceiver):
         self._write(b"USING %s\r\n" % name)
 
     def do_reserve(self) -> None:
-        self._count("reserve")
-        self._reserve_result(self.queue.reserve(self.session, None))
+        q = self.queue
+        q.cmd_counts["reserve"] += 1
+        self._reserve_result(q.reserve(self.session, None))
 
     def do_reserve_with_timeout(self, timeout: int) -> None:
         self._count("reserve-with-timeout")
@@ -452,7 +533,8 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def _reserve_result(self, result) -> None:
         if result.__class__ is Job:
-            self._write(_job_reply(b"RESERVED", result))
+            body = result.body  # _job_reply, inline on this hot path
+            self._write(b"RESERVED %d %d\r\n%s" % (result.id, len(body) - 2, body))
         elif result is None:
             if self._eof:  # a half-closed client cannot wait
                 self.queue.cancel_wait(self.session)
@@ -473,9 +555,10 @@ class BeanstalkServerProtocol(LineReceiver):
         self._write(NOT_FOUND if job is None else _job_reply(b"RESERVED", job))
 
     def do_delete(self, job_id: int) -> None:
-        self._count("delete")
+        q = self.queue
+        q.cmd_counts["delete"] += 1
         try:
-            ok = self.queue.delete(self.session, job_id)
+            ok = q.delete(self.session, job_id)
         except JournalError:
             self._write(INTERNAL_ERROR)
             return
@@ -588,7 +671,8 @@ class BeanstalkServerProtocol(LineReceiver):
     # ------------------------------------------- SessionListener (async replies)
 
     def reserved(self, job: Job) -> None:
-        self._write(_job_reply(b"RESERVED", job))
+        body = job.body  # _job_reply, inline on this hot path
+        self._write(b"RESERVED %d %d\r\n%s" % (job.id, len(body) - 2, body))
         self._unblock()
 
     def timed_out(self) -> None:
@@ -632,26 +716,28 @@ def _fast_id_command(handler: Callable) -> Callable[[BeanstalkServerProtocol, by
     return fast
 
 
-#: Parsed put lines (``b"put 1024 0 120 100"`` -> its four values).
-#: Producers repeat the same few lines, and one dict lookup of the whole line
-#: costs a fraction of splitting it and converting four numbers; the memo is
-#: emptied when it reaches :data:`_PUT_HEADERS_MAX` entries, so it stays small.
-_put_headers: Dict[bytes, Tuple[int, int, int, int]] = {}
+#: Exact lines: the commands without arguments (-> handler) and memoised put
+#: lines (``b"put 1024 0 120 100"`` -> its four values).  Producers repeat the
+#: same few put lines, and one dict lookup of the whole line costs a fraction
+#: of splitting it and converting four numbers; the put entries are dropped
+#: when they reach :data:`_PUT_HEADERS_MAX`, so the table stays small.
+_LINES: Dict[bytes, object] = dict(_NO_ARGS)
 _PUT_HEADERS_MAX = 1024
 
 
 def _put_header(line: bytes) -> Optional[Tuple[int, int, int, int]]:
     """Parse and memoise ``pri delay ttr bytes`` of a well-formed ``put`` line
-    not yet in :data:`_put_headers` (the caller looked); None if malformed."""
+    not yet in :data:`_LINES` (the caller looked); None if malformed."""
     parts = line.split(b" ")
     if len(parts) == 5:
         _, a, b, c, d = parts
         if a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
             header = int(a), int(b), int(c), int(d)
             if max(header) <= U32_MAX:
-                if len(_put_headers) >= _PUT_HEADERS_MAX:
-                    _put_headers.clear()
-                _put_headers[line] = header
+                if len(_LINES) >= len(_NO_ARGS) + _PUT_HEADERS_MAX:
+                    _LINES.clear()
+                    _LINES.update(_NO_ARGS)
+                _LINES[line] = header
                 return header
     return None
 

@@ -40,18 +40,20 @@ class LeanEPollReactor(EPollReactor):
         while self._started:
             try:
                 pending = self._pendingTimedCalls
-                if (self._newTimedCalls or self.threadCallQueue or self._justStopped
-                        or (pending and pending[0].time <= seconds())):
+                timeout = pending[0].time - seconds() if pending else -1
+                if (timeout <= 0 and pending) or self._newTimedCalls or self.threadCallQueue \
+                        or self._justStopped:
                     self.runUntilCurrent()
                     # Calls scheduled by what just ran count for the wait below.
                     self._insertNewDelayedCalls()
                     pending = self._pendingTimedCalls
+                    timeout = pending[0].time - seconds() if pending else -1
+                    if timeout < 0 and pending:
+                        timeout = 0.0
                 if not self.running:
                     timeout = 0.0
-                elif pending:
-                    timeout = max(0.0, min(_LONGEST_WAIT, pending[0].time - seconds()))
-                else:
-                    timeout = -1
+                elif timeout > _LONGEST_WAIT:
+                    timeout = _LONGEST_WAIT
                 try:
                     events = poll(timeout, len(selectables))
                 except InterruptedError:
