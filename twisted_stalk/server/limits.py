@@ -156,7 +156,7 @@ class MemoryAccountingQueue(WorkQueue):
     existing queue by :func:`install_memory_limit` (``__class__`` swap), so the
     stock queue's put and delete stay free of the bookkeeping."""
 
-    job_bytes = 0
+    __slots__ = ()  # the same layout as WorkQueue, whose job_bytes slot this sets
 
     def put(self, s, job_id, pri, delay, ttr, body):
         job = WorkQueue.put(self, s, job_id, pri, delay, ttr, body)

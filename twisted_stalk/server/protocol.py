@@ -515,17 +515,25 @@ class BeanstalkServerProtocol(LineReceiver):
             except JournalError:
                 self._write(INTERNAL_ERROR)
                 return
-            self._write(b"INSERTED %d\r\n" % job_id)
+            self._out.append(b"INSERTED %d\r\n" % job_id)
 
     def do_use(self, name: bytes) -> None:
         self._count("use")
         self.queue.use(self.session, name)
         self._write(b"USING %s\r\n" % name)
 
+    # The do_* handlers run inside dataReceived: their replies go straight to
+    # the read's reply list (what _write does while reading).
+
     def do_reserve(self) -> None:
         q = self.queue
         q.cmd_counts["reserve"] += 1
-        self._reserve_result(q.reserve(self.session, None))
+        job = q.reserve(self.session, None)
+        if job.__class__ is Job:
+            body = job.body  # _job_reply, inline on this hot path
+            self._out.append(b"RESERVED %d %d\r\n%s" % (job.id, len(body) - 2, body))
+        else:
+            self._reserve_result(job)
 
     def do_reserve_with_timeout(self, timeout: int) -> None:
         self._count("reserve-with-timeout")
@@ -562,7 +570,7 @@ class BeanstalkServerProtocol(LineReceiver):
         except JournalError:
             self._write(INTERNAL_ERROR)
             return
-        self._write(DELETED if ok else NOT_FOUND)
+        self._out.append(DELETED if ok else NOT_FOUND)
 
     def do_release(self, job_id: int, pri: int, delay: int) -> None:
         self._count("release")
@@ -672,7 +680,11 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def reserved(self, job: Job) -> None:
         body = job.body  # _job_reply, inline on this hot path
-        self._write(b"RESERVED %d %d\r\n%s" % (job.id, len(body) - 2, body))
+        reply = b"RESERVED %d %d\r\n%s" % (job.id, len(body) - 2, body)
+        if self._reading:  # _write, inline
+            self._out.append(reply)
+        else:
+            self._send(reply)
         self._unblock()
 
     def timed_out(self) -> None:
