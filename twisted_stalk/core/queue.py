@@ -354,7 +354,11 @@ class WorkQueue:
             for s in waiting:
                 break
             if len(s.watch) == 1:
-                self._stop_waiting(s)
+                # _stop_waiting(s) for a session that waits on t alone:
+                s.waiting = False
+                s.wait_token = 0
+                self.waiting_count -= 1
+                del waiting[s]
                 self._make_reserved(s, job, now)
                 s.listener.reserved(job)
                 return

@@ -532,6 +532,8 @@ class BeanstalkServerProtocol(LineReceiver):
         if job.__class__ is Job:
             body = job.body  # _job_reply, inline on this hot path
             self._out.append(b"RESERVED %d %d\r\n%s" % (job.id, len(body) - 2, body))
+        elif job is None and not self._eof:
+            self._blocked = True  # waits (_reserve_result's common case)
         else:
             self._reserve_result(job)
 

@@ -37,6 +37,7 @@ class LeanEPollReactor(EPollReactor):
         selectables = self._selectables
         seconds = self.seconds
         slow = self._doReadOrWrite
+        readable = EPOLLIN
         while self._started:
             try:
                 pending = self._pendingTimedCalls
@@ -59,10 +60,11 @@ class LeanEPollReactor(EPollReactor):
                 except InterruptedError:
                     continue
                 for fd, event in events:
-                    selectable = selectables.get(fd)
-                    if selectable is None:
+                    try:
+                        selectable = selectables[fd]
+                    except KeyError:  # removed by an earlier event of this batch
                         continue
-                    if event == EPOLLIN:
+                    if event == readable:
                         try:
                             why = selectable.doRead()
                         except BaseException:
