@@ -301,8 +301,6 @@ class WorkQueue:
         t.total_jobs += 1
         if delay:
             self._make_delayed(job, now + delay)
-        elif t.waiting:
-            self._make_ready_or_hand_off(job, now)
         else:
             self._make_ready(job)
         return job
@@ -322,8 +320,20 @@ class WorkQueue:
     # State entry.  Each _make_* puts a detached job into a state and counts it.
 
     def _make_ready(self, job: Job) -> None:
-        job.state = READY
         t = job.tube
+        waiting = t.waiting
+        if waiting and not t.ready_count and not t.pause:
+            # The first waiting client would reserve this job straight away
+            # when it watches only this tube (nothing else is ready here):
+            # reserve it now, without the round trip through the ready heap.
+            for s in waiting:
+                break
+            if len(s.watch) == 1:
+                self._stop_waiting(s)
+                self._make_reserved(s, job, self._now())
+                s.listener.reserved(job)
+                return
+        job.state = READY
         pri = job.pri
         if job.heap_key != pri:
             bucket = t.ready.get(pri)
@@ -340,29 +350,8 @@ class WorkQueue:
         if job.pri < URGENT_THRESHOLD:
             t.urgent_count += 1
             self.urgent_count += 1
-        if t.waiting:
+        if waiting:
             self._serve_waiters(t)
-
-    def _make_ready_or_hand_off(self, job: Job, now: float) -> None:
-        """:meth:`_make_ready`, or, when the first client waiting on the job's
-        tube watches only that tube and the tube has nothing else ready (so
-        this job is what it would reserve), reserve the job for it at once
-        without a round trip through the ready heap."""
-        t = job.tube
-        waiting = t.waiting
-        if waiting and not t.ready_count and not t.pause:
-            for s in waiting:
-                break
-            if len(s.watch) == 1:
-                # _stop_waiting(s) for a session that waits on t alone:
-                s.waiting = False
-                s.wait_token = 0
-                self.waiting_count -= 1
-                del waiting[s]
-                self._make_reserved(s, job, now)
-                s.listener.reserved(job)
-                return
-        self._make_ready(job)
 
     def _make_delayed(self, job: Job, deadline_at: float) -> None:
         job.state = DELAYED
@@ -390,10 +379,7 @@ class WorkQueue:
         job.state = RESERVED
         job_id = job.id
         deadline = job.deadline_at = now + job.ttr
-        counts = job.counts  # Job.count(RESERVES), inline on this hot path
-        if counts is None:
-            counts = job.counts = [0, 0, 0, 0, 0]
-        counts[RESERVES] += 1
+        job.count(RESERVES)
         reserved = s.reserved
         if reserved:
             self._track_session_deadline(s, job_id, deadline)
@@ -590,16 +576,11 @@ class WorkQueue:
         self.waiting_count += 1
         for t in s.watch:
             t.waiting[s] = None
-        if timeout is not None and timeout > 0:
-            s.wait_deadline = now + timeout
-        elif s.reserved:
-            s.wait_deadline = None
-        else:
-            # Nothing can end this wait but a job: no timer entry, and no
-            # token (it stays 0, which no wait_heap entry carries).
-            s.wait_deadline = None
-            return
-        self._schedule_wait(s)
+        s.wait_deadline = now + timeout if timeout is not None and timeout > 0 else None
+        if s.wait_deadline is not None or s.reserved:
+            self._schedule_wait(s)
+        # Otherwise only a job ends this wait: no timer entry, and its token
+        # stays 0, which no wait_heap entry carries.
 
     def _schedule_wait(self, s: Session) -> None:
         wake = s.wait_deadline
@@ -670,24 +651,13 @@ class WorkQueue:
         job = jobs.get(job_id)
         if job is None:
             return False
-        if job.state == RESERVED:
-            reserved = s.reserved
-            if reserved.get(job_id) is not job:
-                return False
-            if self._journaled:
-                self._journal.job_deleted(job)
-            # _detach's reserved case, inline: this is the hot path.
-            del reserved[job_id]
-            job.state = INVALID
-            t = job.tube
-            t.reserved_count -= 1
-            self.reserved_count -= 1
-        else:
-            if self._journaled:
-                self._journal.job_deleted(job)
-            self._detach(job, s)
-            t = job.tube
+        if job.state == RESERVED and s.reserved.get(job_id) is not job:
+            return False
+        if self._journaled:
+            self._journal.job_deleted(job)
+        self._detach(job, s)
         del jobs[job_id]
+        t = job.tube
         t.cmd_delete += 1
         if not (t.using_count or t.watching_count):
             self._maybe_drop_tube(t)

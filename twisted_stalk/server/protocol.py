@@ -256,9 +256,10 @@ class BeanstalkServerProtocol(LineReceiver):
         the exact line) are one dict lookup, and a put whose body is already
         in this read is stored without a mode change.
         """
-        if self._blocked or self._closing:
-            if not self._closing:
-                self._buffer_while_waiting(data)
+        if self._closing:
+            return
+        if self._blocked:
+            self._buffer_while_waiting(data)
             return
         buf = self._buf
         if buf:
@@ -469,6 +470,10 @@ class BeanstalkServerProtocol(LineReceiver):
         self.queue.cmd_counts[name] += 1
 
     # ------------------------------------------------------------ commands
+    #
+    # Commands run only inside dataReceived, so the hot replies (INSERTED,
+    # RESERVED, DELETED) go straight onto the read's reply list: what _write
+    # does while reading, without the call.
 
     def do_put(self, pri: int, delay: int, ttr: int, nbytes: int, trailing_ok: bool = True) -> None:
         need = self._put_started((pri, delay, ttr, nbytes), trailing_ok)
@@ -522,20 +527,10 @@ class BeanstalkServerProtocol(LineReceiver):
         self.queue.use(self.session, name)
         self._write(b"USING %s\r\n" % name)
 
-    # The do_* handlers run inside dataReceived: their replies go straight to
-    # the read's reply list (what _write does while reading).
-
     def do_reserve(self) -> None:
         q = self.queue
         q.cmd_counts["reserve"] += 1
-        job = q.reserve(self.session, None)
-        if job.__class__ is Job:
-            body = job.body  # _job_reply, inline on this hot path
-            self._out.append(b"RESERVED %d %d\r\n%s" % (job.id, len(body) - 2, body))
-        elif job is None and not self._eof:
-            self._blocked = True  # waits (_reserve_result's common case)
-        else:
-            self._reserve_result(job)
+        self._reserve_result(q.reserve(self.session, None))
 
     def do_reserve_with_timeout(self, timeout: int) -> None:
         self._count("reserve-with-timeout")
@@ -543,8 +538,7 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def _reserve_result(self, result) -> None:
         if result.__class__ is Job:
-            body = result.body  # _job_reply, inline on this hot path
-            self._write(b"RESERVED %d %d\r\n%s" % (result.id, len(body) - 2, body))
+            self._out.append(_job_reply(b"RESERVED", result))
         elif result is None:
             if self._eof:  # a half-closed client cannot wait
                 self.queue.cancel_wait(self.session)
@@ -681,12 +675,7 @@ class BeanstalkServerProtocol(LineReceiver):
     # ------------------------------------------- SessionListener (async replies)
 
     def reserved(self, job: Job) -> None:
-        body = job.body  # _job_reply, inline on this hot path
-        reply = b"RESERVED %d %d\r\n%s" % (job.id, len(body) - 2, body)
-        if self._reading:  # _write, inline
-            self._out.append(reply)
-        else:
-            self._send(reply)
+        self._write(_job_reply(b"RESERVED", job))
         self._unblock()
 
     def timed_out(self) -> None:
