@@ -36,14 +36,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, List, Optional, Tuple
 
 from twisted_stalk.protocol import BY_NAME, COMMANDS, CommandSpec, validate_command_args
+from twisted_stalk.protocol.commands import EXTENSION_BY_NAME, EXTENSION_COMMANDS, command_spec
 from twisted_stalk.protocol.constants import MAX_LINE_CONTENT
-from twisted_stalk.protocol.replies import (
-    EXTENSION_BY_NAME,
-    EXTENSION_COMMANDS,
-    ExtensionSpec,
-    command_spec,
-    validate_extension_args,
-)
 
 #: Default priority, delay and TTR for ``put`` without them.
 DEFAULT_PUT = (1024, 0, 60)
@@ -126,7 +120,7 @@ def arg_label(spec: CommandSpec, index: int) -> str:
     arg = spec.args[index]
     if spec.name == "put" and arg.kind == "bytes":
         return "[bytes]"
-    if isinstance(spec, ExtensionSpec) and index >= spec.min_args:
+    if spec.extension and index >= spec.min_args:
         return f"[{arg.name}]"
     return f"<{arg.name}>"
 
@@ -137,7 +131,7 @@ def arg_label(spec: CommandSpec, index: int) -> str:
 Extensions = Optional[Collection[str]]
 
 
-def offered_extensions(extensions: Extensions) -> List[ExtensionSpec]:
+def offered_extensions(extensions: Extensions) -> List[CommandSpec]:
     """The extension specs to complete and list in help."""
     return [spec for spec in EXTENSION_COMMANDS
             if extensions is None or spec.name in extensions]
@@ -391,7 +385,7 @@ def _build_extension(word: str, args: List[str], first: str, rest: str,
                          "prefix the line with ! to send it anyway")
     if rest.strip():
         raise InputError(f"{word} does not take a body (only put does)")
-    problem = validate_extension_args(word, args)
+    problem = validate_command_args(word, args)
     if problem:
         raise InputError(f"{problem}; usage: {spec.usage}", len(first))
     line = " ".join([word] + args).encode("ascii")

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from twisted_stalk.protocol import valid_tube_name
-from twisted_stalk.protocol.constants import U32_MAX
+from twisted_stalk.protocol.constants import U32_MAX, UNRESERVED_STATES
 from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
 
 from .shell_conn import Connection, Reply, StalkError, reply_ok, state_home
@@ -40,7 +40,7 @@ from .shell_render import (
 )
 
 EXIT_OK, EXIT_REPLY, EXIT_USAGE, EXIT_CONNECTION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-STATES = ("ready", "delayed", "buried")
+STATES = UNRESERVED_STATES
 
 
 class ToolError(Exception):

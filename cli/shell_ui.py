@@ -18,7 +18,8 @@ from prompt_toolkit.styles import Style
 from prompt_toolkit.validation import ValidationError, Validator
 
 from twisted_stalk.protocol import BY_NAME, COMMANDS
-from twisted_stalk.protocol.replies import JOB_STATES, command_spec
+from twisted_stalk.protocol.commands import command_spec
+from twisted_stalk.protocol.constants import JOB_STATES
 from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
 
 from .shell_conn import Reply, reply_ok

@@ -26,8 +26,8 @@ from twisted_stalk.protocol.replies import (
     decode_body,
     decode_reply,
     success_reply,
-    validate_extension_args,
 )
+from twisted_stalk.protocol.commands import validate_command_args as validate_extension_args
 from twisted_stalk.server import admin
 from twisted_stalk.testing import MemoryBeanstalk
 

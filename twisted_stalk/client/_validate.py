@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from ..protocol.commands import valid_tube_name
-from ..protocol.constants import MAX_TUBE_NAME, U32_MAX, U64_MAX
+from ..protocol.constants import JOB_STATES, MAX_TUBE_NAME, U32_MAX, U64_MAX
 from .errors import InvalidArgument
 
 TubeName = Union[str, bytes]
@@ -71,8 +71,6 @@ def body(value: Any, codec: Any, max_job_size: Optional[int]) -> bytes:
     return raw
 
 
-#: The job states ``list-jobs`` and ``flush-tube`` take.
-JOB_STATES = ("ready", "delayed", "buried", "reserved")
 
 
 def job_state(value: Any) -> str:

@@ -19,6 +19,7 @@ import resource
 from typing import Dict, List, Optional, Tuple, Union
 
 from ..protocol import yaml
+from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.constants import (
     DEFAULT_MAX_JOB_SIZE,
     DEFAULT_TUBE,
@@ -58,15 +59,6 @@ heappop = heapq.heappop
 #: Sentinel results of :meth:`WorkQueue.reserve`.
 TIMED_OUT = "TIMED_OUT"
 DEADLINE_SOON = "DEADLINE_SOON"
-
-#: The cmd-* counters of the stats command, in beanstalkd's order.
-COUNTED_COMMANDS = (
-    "put", "peek", "peek-ready", "peek-delayed", "peek-buried", "reserve",
-    "reserve-with-timeout", "delete", "release", "use", "watch", "ignore", "bury",
-    "kick", "touch", "stats", "stats-job", "stats-tube", "list-tubes",
-    "list-tube-used", "list-tubes-watched", "pause-tube",
-)
-
 
 class ProcessFacts:
     """The stats fields that describe the process rather than the queue."""

@@ -23,10 +23,11 @@ Argument parsing reproduces beanstalkd byte for byte:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .constants import (
     BAD_FORMAT,
+    JOB_STATES,
     MAX_TUBE_NAME,
     NAME_CHARS,
     U32_MAX,
@@ -40,13 +41,23 @@ class Arg:
     """One argument of a command: its name, kind and meaning."""
 
     name: str
-    kind: str  # "u32", "u64", "seconds", "tube", "timeout", "bound", "bytes"
+    #: "u32", "u64", "seconds", "tube", "timeout", "bound", "bytes" (stock
+    #: commands); "state" (extension verbs: one of :data:`JOB_STATES`).
+    kind: str
     help: str
 
 
 @dataclass(frozen=True)
 class CommandSpec:
-    """A beanstalk command as the protocol defines it."""
+    """A beanstalk command as the protocol defines it.
+
+    Everything the server, the client and the shell need to know about a
+    command is here, so no other table repeats it: how the server finds it in
+    a line (``match``), whether a body follows it (``has_body``), whether it
+    can wait (``blocks``), whether ``stats`` counts it (``counted``), its
+    replies and what the data block of its success reply holds
+    (``reply_body``).
+    """
 
     name: str
     args: Tuple[Arg, ...]
@@ -58,11 +69,29 @@ class CommandSpec:
     blocks: bool = False
     #: Beanstalkd matches command words by prefix; commands with arguments
     #: need the space after the word ("put "), the others match the bare word.
+    #: Empty for extension verbs, which match their exact first word.
     match: bytes = field(default=b"")
+    #: True when ``stats`` has a ``cmd-<name>`` counter for the command.
+    counted: bool = True
+    #: What the data block of the success reply holds: "job" (a job body),
+    #: "mapping" (stats YAML), "sequence" (a YAML list of names), "ids" (a
+    #: YAML list of job ids), or "" (no data block).
+    reply_body: str = ""
+    #: Extension verbs only: how many trailing arguments may be left out.
+    optional: int = 0
+    #: True for our server's extension verbs (``--extensions``), which are
+    #: not part of beanstalkd's protocol.
+    extension: bool = False
+
+    @property
+    def min_args(self) -> int:
+        return len(self.args) - self.optional
 
     @property
     def usage(self) -> str:
-        parts = [self.name] + [f"<{a.name}>" for a in self.args]
+        parts = [self.name]
+        for i, a in enumerate(self.args):
+            parts.append(f"[{a.name}]" if i >= self.min_args else f"<{a.name}>")
         return " ".join(parts)
 
 
@@ -71,76 +100,110 @@ _PRI = Arg("pri", "u32", "priority, 0 (most urgent) .. 4294967295")
 _DELAY = Arg("delay", "seconds", "seconds to wait before the job becomes ready")
 _TTR = Arg("ttr", "seconds", "seconds a worker may hold the job (time to run); 0 means 1")
 _TUBE = Arg("tube", "tube", "tube name: up to 200 of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with -")
+_JOB = ("RESERVED <id> <bytes>",)
 
+#: The stock commands, in beanstalkd's order of the ``cmd-*`` stats counters
+#: (the three commands without a counter follow their siblings).
 COMMANDS: Tuple[CommandSpec, ...] = (
     CommandSpec("put", (_PRI, _DELAY, _TTR, Arg("bytes", "bytes", "body length in bytes")),
                 "Insert a job into the tube in use; the body follows on the next line.",
                 ("INSERTED <id>", "BURIED <id>", "EXPECTED_CRLF", "JOB_TOO_BIG", "DRAINING"),
                 has_body=True, match=b"put "),
-    CommandSpec("use", (_TUBE,), "Use a tube for subsequent puts (creating it if needed).",
-                ("USING <tube>",), match=b"use "),
+    CommandSpec("peek", (_ID,), "Show a job by id.", ("FOUND <id> <bytes>", "NOT_FOUND"),
+                match=b"peek ", reply_body="job"),
+    CommandSpec("peek-ready", (), "Show the next ready job in the tube in use.",
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-ready", reply_body="job"),
+    CommandSpec("peek-delayed", (), "Show the delayed job with the shortest delay left in the tube in use.",
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-delayed", reply_body="job"),
+    CommandSpec("peek-buried", (), "Show the next buried job in the tube in use.",
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-buried", reply_body="job"),
     CommandSpec("reserve", (), "Wait for and reserve a ready job from the watched tubes.",
-                ("RESERVED <id> <bytes>", "DEADLINE_SOON", "TIMED_OUT"), blocks=True,
-                match=b"reserve"),
+                _JOB + ("DEADLINE_SOON", "TIMED_OUT"), blocks=True, match=b"reserve",
+                reply_body="job"),
     CommandSpec("reserve-with-timeout", (Arg("seconds", "timeout", "seconds to wait; 0 answers at once"),),
                 "Reserve a job, waiting at most the given number of seconds.",
-                ("RESERVED <id> <bytes>", "DEADLINE_SOON", "TIMED_OUT"), blocks=True,
-                match=b"reserve-with-timeout "),
+                _JOB + ("DEADLINE_SOON", "TIMED_OUT"), blocks=True,
+                match=b"reserve-with-timeout ", reply_body="job"),
     CommandSpec("reserve-job", (_ID,), "Reserve a specific ready, delayed or buried job by id.",
-                ("RESERVED <id> <bytes>", "NOT_FOUND"), match=b"reserve-job "),
+                _JOB + ("NOT_FOUND",), match=b"reserve-job ", counted=False, reply_body="job"),
     CommandSpec("delete", (_ID,), "Delete a job (ready, delayed, buried, or reserved by you).",
                 ("DELETED", "NOT_FOUND"), match=b"delete "),
     CommandSpec("release", (_ID, _PRI, _DELAY), "Put a job you reserved back into the ready (or delayed) queue.",
                 ("RELEASED", "BURIED", "NOT_FOUND"), match=b"release "),
-    CommandSpec("bury", (_ID, _PRI), "Bury a job you reserved.", ("BURIED", "NOT_FOUND"),
-                match=b"bury "),
-    CommandSpec("touch", (_ID,), "Ask for more time to work on a job you reserved.",
-                ("TOUCHED", "NOT_FOUND"), match=b"touch "),
+    CommandSpec("use", (_TUBE,), "Use a tube for subsequent puts (creating it if needed).",
+                ("USING <tube>",), match=b"use "),
     CommandSpec("watch", (_TUBE,), "Add a tube to the watch list for reserve.",
                 ("WATCHING <count>",), match=b"watch "),
     CommandSpec("ignore", (_TUBE,), "Remove a tube from the watch list.",
                 ("WATCHING <count>", "NOT_IGNORED"), match=b"ignore "),
-    CommandSpec("peek", (_ID,), "Show a job by id.", ("FOUND <id> <bytes>", "NOT_FOUND"),
-                match=b"peek "),
-    CommandSpec("peek-ready", (), "Show the next ready job in the tube in use.",
-                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-ready"),
-    CommandSpec("peek-delayed", (), "Show the delayed job with the shortest delay left in the tube in use.",
-                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-delayed"),
-    CommandSpec("peek-buried", (), "Show the next buried job in the tube in use.",
-                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-buried"),
+    CommandSpec("bury", (_ID, _PRI), "Bury a job you reserved.", ("BURIED", "NOT_FOUND"),
+                match=b"bury "),
     CommandSpec("kick", (Arg("bound", "bound", "most jobs to kick"),),
                 "Move buried (or, if none, delayed) jobs of the tube in use to ready.",
                 ("KICKED <count>",), match=b"kick "),
     CommandSpec("kick-job", (_ID,), "Move one buried or delayed job to ready.",
-                ("KICKED", "NOT_FOUND"), match=b"kick-job "),
+                ("KICKED", "NOT_FOUND"), match=b"kick-job ", counted=False),
+    CommandSpec("touch", (_ID,), "Ask for more time to work on a job you reserved.",
+                ("TOUCHED", "NOT_FOUND"), match=b"touch "),
+    CommandSpec("stats", (), "Statistics of the server (YAML).", ("OK <bytes>",), match=b"stats",
+                reply_body="mapping"),
     CommandSpec("stats-job", (_ID,), "Statistics of a job (YAML).", ("OK <bytes>", "NOT_FOUND"),
-                match=b"stats-job "),
+                match=b"stats-job ", reply_body="mapping"),
     CommandSpec("stats-tube", (_TUBE,), "Statistics of a tube (YAML).", ("OK <bytes>", "NOT_FOUND"),
-                match=b"stats-tube "),
-    CommandSpec("stats", (), "Statistics of the server (YAML).", ("OK <bytes>",), match=b"stats"),
+                match=b"stats-tube ", reply_body="mapping"),
     CommandSpec("list-tubes", (), "List all existing tubes (YAML).", ("OK <bytes>",),
-                match=b"list-tubes"),
+                match=b"list-tubes", reply_body="sequence"),
     CommandSpec("list-tube-used", (), "Show the tube in use.", ("USING <tube>",),
                 match=b"list-tube-used"),
     CommandSpec("list-tubes-watched", (), "List the watched tubes (YAML).", ("OK <bytes>",),
-                match=b"list-tubes-watched"),
+                match=b"list-tubes-watched", reply_body="sequence"),
     CommandSpec("pause-tube", (_TUBE, Arg("delay", "seconds", "seconds to pause reserves for")),
                 "Hold back reserves from a tube for some seconds.", ("PAUSED", "NOT_FOUND"),
                 match=b"pause-tube"),
-    CommandSpec("quit", (), "Close the connection.", (), match=b"quit"),
+    CommandSpec("quit", (), "Close the connection.", (), match=b"quit", counted=False),
 )
 
-#: Command specs by name.
+#: Stock command specs by name.
 BY_NAME: Dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
 
-# beanstalkd's which_cmd() order: the longer words sharing a prefix come first.
-_PREFIX_ORDER = (
-    "put", "peek", "peek-ready", "peek-delayed", "peek-buried",
-    "reserve-with-timeout", "reserve-job", "reserve", "delete", "release", "bury",
-    "kick", "kick-job", "touch", "stats-job", "stats-tube", "stats", "use", "watch",
-    "ignore", "list-tubes-watched", "list-tube-used", "list-tubes", "quit", "pause-tube",
+#: The commands ``stats`` counts, in the order of its ``cmd-*`` keys.
+COUNTED_COMMANDS: Tuple[str, ...] = tuple(c.name for c in COMMANDS if c.counted)
+
+_EXT_STATE = Arg("state", "state", "ready, delayed, buried or reserved")
+
+#: Our server's extension verbs (``--extensions``), in the order
+#: ``capabilities`` lists them.  The server looks them up only for lines no
+#: stock command matches, and by their exact first word: none starts with a
+#: stock command's prefix.
+EXTENSION_COMMANDS: Tuple[CommandSpec, ...] = (
+    CommandSpec("list-jobs", (_TUBE, _EXT_STATE,
+                              Arg("limit", "u32", "most ids to list, 0 .. 4294967295")),
+                "List ids of a tube's jobs in a state, without reserving (extension).",
+                ("OK <bytes>", "NOT_FOUND"), counted=False, reply_body="ids", extension=True),
+    CommandSpec("flush-tube", (_TUBE, Arg("state", "state",
+                                          "ready, delayed, buried or reserved; "
+                                          "leave it out for ready, delayed and buried")),
+                "Delete a tube's jobs in a state (default: all but reserved) (extension).",
+                ("FLUSHED <count>", "NOT_FOUND"), counted=False, optional=1, extension=True),
+    CommandSpec("capabilities", (), "List the extension verbs this server serves (extension).",
+                ("OK <bytes>",), counted=False, reply_body="sequence", extension=True),
 )
-_PREFIXES = tuple((BY_NAME[n].match, BY_NAME[n]) for n in _PREFIX_ORDER)
+
+#: Extension verb specs by name.
+EXTENSION_BY_NAME: Dict[str, CommandSpec] = {c.name: c for c in EXTENSION_COMMANDS}
+
+
+def command_spec(name: str) -> Optional[CommandSpec]:
+    """The spec of a stock command or an extension verb (None if neither)."""
+    return BY_NAME.get(name) or EXTENSION_BY_NAME.get(name)
+
+
+# beanstalkd's which_cmd() tries the words in an order where, of two words
+# one of which is a prefix of the other ("reserve" / "reserve-with-timeout ",
+# "stats" / "stats-job ", "list-tubes" / "list-tubes-watched"), the longer
+# comes first; trying the longest first therefore finds the same command
+# (tests/test_protocol_table.py checks this against beanstalkd's list).
+_PREFIXES = tuple((c.match, c) for c in sorted(COMMANDS, key=lambda c: -len(c.match)))
 # Words that must be followed by a space to be recognised.
 _EXACT: Dict[bytes, CommandSpec] = {c.name.encode(): c for c in COMMANDS}
 
@@ -172,6 +235,16 @@ def identify(line: bytes) -> Tuple[Optional[CommandSpec], bytes]:
         if line.startswith(prefix):
             return spec, line[len(prefix):]
     return None, b""
+
+
+def identify_extension(line: bytes) -> Tuple[Optional[CommandSpec], bytes]:
+    """The extension verb a line names (by its exact first word) and the
+    rest of the line after the word, or ``(None, b"")``.  The server asks
+    only for lines :func:`identify` does not know."""
+    sp = line.find(b" ")
+    word = line if sp < 0 else line[:sp]
+    spec = EXTENSION_BY_NAME.get(word.decode("ascii", "replace"))
+    return (spec, line[len(word):]) if spec is not None else (None, b"")
 
 
 def _skip_spaces(text: bytes, pos: int) -> int:
@@ -243,6 +316,8 @@ def parse_args(spec: CommandSpec, text: bytes) -> Tuple[ArgValue, ...]:
     against the limit (JOB_TOO_BIG) before it rejects trailing bytes.
     """
     name = spec.name
+    if spec.extension:
+        return _parse_extension_args(spec, text)
     if not spec.args:
         if text and name != "quit":
             raise CommandError(BAD_FORMAT)
@@ -286,6 +361,34 @@ def parse_args(spec: CommandSpec, text: bytes) -> Tuple[ArgValue, ...]:
     return tuple(values)
 
 
+def _parse_extension_args(spec: CommandSpec, text: bytes) -> Tuple[ArgValue, ...]:
+    """An extension verb's arguments: single spaces between them, each of its
+    kind (``tube``, ``state``, ``u32`` of at most ten digits); the last
+    ``spec.optional`` may be left out.  ``text`` is everything after the verb
+    (its space included, empty for the bare verb)."""
+    if not text:
+        parts: List[bytes] = []
+    elif text[:1] == b" ":
+        parts = text[1:].split(b" ")
+    else:
+        raise CommandError(BAD_FORMAT)
+    if not spec.min_args <= len(parts) <= len(spec.args):
+        raise CommandError(BAD_FORMAT)
+    values: List[ArgValue] = []
+    for arg, part in zip(spec.args, parts):
+        if arg.kind == "tube":
+            values.append(_tube_arg(part))
+        elif arg.kind == "state":
+            if part.decode("ascii", "replace") not in JOB_STATES:
+                raise CommandError(BAD_FORMAT)
+            values.append(part)
+        elif part.isdigit() and len(part) <= 10 and int(part) <= U32_MAX:
+            values.append(int(part))
+        else:
+            raise CommandError(BAD_FORMAT)
+    return tuple(values)
+
+
 def parse_command(line: bytes) -> Tuple[CommandSpec, Tuple[ArgValue, ...]]:
     """Parse one command line (without CRLF) into its spec and arguments.
 
@@ -316,29 +419,41 @@ def encode_command(name: str, *args: Union[int, str, bytes]) -> bytes:
     return b" ".join(parts) + b"\r\n"
 
 
-def validate_command_args(name: str, args: List[str]) -> Optional[str]:
-    """Explain what is wrong with ``name args`` before it is sent, or None.
+def validate_command_args(name: str, args: Sequence[str]) -> Optional[str]:
+    """Explain what is wrong with ``name args`` (a stock command or an
+    extension verb) before it is sent, or None.
 
     Used by the shell and the client so that a malformed command is caught
     locally with a readable message.
     """
-    spec = BY_NAME.get(name)
+    spec = command_spec(name)
     if spec is None:
         return f"unknown command {name!r}"
-    expected = [a for a in spec.args]
+    expected = list(spec.args)
     if name == "put" and len(args) in (0, 3):
         # The shell may count the body's bytes itself.
         expected = expected[: len(args)]
-    if len(args) != len(expected):
-        return f"{name} takes {len(spec.args)} argument(s): {spec.usage}"
+    if not len(expected) - spec.optional <= len(args) <= len(expected):
+        count = (f"{spec.min_args} or {len(spec.args)}" if spec.optional
+                 else str(len(spec.args)))
+        return f"{name} takes {count} argument(s): {spec.usage}"
     for arg, text in zip(expected, args):
         if arg.kind == "tube":
             if not valid_tube_name(text.encode("ascii", "replace")):
                 return f"<{arg.name}>: {arg.help}"
             continue
+        if arg.kind == "state":
+            if text not in JOB_STATES:
+                return f"<{arg.name}> must be one of {', '.join(JOB_STATES)}"
+            continue
         if arg.kind == "timeout":
             if not text.lstrip("-").isdigit():
                 return f"<{arg.name}> must be a whole number of seconds"
+            continue
+        if spec.extension:
+            if not (text.isascii() and text.isdigit() and len(text) <= 10
+                    and int(text) <= U32_MAX):
+                return f"<{arg.name}> must be a whole number 0 .. {U32_MAX}"
             continue
         if not (text.isascii() and text.isdigit()):
             return f"<{arg.name}> must be a non-negative whole number ({arg.help})"

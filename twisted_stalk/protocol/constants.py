@@ -21,6 +21,10 @@ U64_MAX = 2**64 - 1
 #: Characters allowed in tube names.
 NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-+/;.$_()")
 DEFAULT_TUBE = b"default"
+#: The job states, in the order commands and messages list them.
+JOB_STATES = ("ready", "delayed", "buried", "reserved")
+#: The states of the jobs no worker holds (``flush-tube`` without a state).
+UNRESERVED_STATES = JOB_STATES[:3]
 DEFAULT_PORT = 11300
 DEFAULT_BINLOG_SIZE = 10485760
 

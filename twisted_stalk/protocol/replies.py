@@ -23,9 +23,9 @@ a client must then drop the connection, because every later reply would be
 matched to the wrong command.
 
 The extension verbs of our server (``--extensions``, compat.md "Extensions")
-are described by a separate small table, :data:`EXTENSION_COMMANDS`: never
-part of ``COMMANDS``, which drives the server's stock parser, so stock
-decoding is unchanged.  ``decode_reply``/``decode_body`` accept their names
+are described in the same command table, :data:`EXTENSION_COMMANDS` (kept
+apart from ``COMMANDS``, which drives the server's stock parser, so stock
+decoding is unchanged).  ``decode_reply``/``decode_body`` accept their names
 too: ``capabilities`` -> ``OK <bytes>`` (a list of verb names),
 ``list-jobs`` -> ``OK <bytes>`` (a list of job ids) or ``NOT_FOUND``,
 ``flush-tube`` -> ``FLUSHED <count>`` or ``NOT_FOUND``.
@@ -33,10 +33,17 @@ too: ``capabilities`` -> ``OK <bytes>`` (a list of verb names),
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Type, Union
 
-from .commands import BY_NAME, Arg, CommandSpec, valid_tube_name
-from .constants import MAX_JOB_SIZE_LIMIT, MAX_TUBE_NAME, U32_MAX
+from .commands import (
+    BY_NAME,
+    EXTENSION_BY_NAME,
+    EXTENSION_COMMANDS,
+    CommandSpec,
+    command_spec,
+    valid_tube_name,
+)
+from .constants import MAX_JOB_SIZE_LIMIT, MAX_TUBE_NAME
 from .yaml import StatValue, parse_mapping, parse_sequence
 
 #: Longest reply line a server may send (``USING`` + a 200-byte tube name is
@@ -292,83 +299,6 @@ def _table(spec: CommandSpec) -> Dict[bytes, _Entry]:
     return table
 
 
-# ----------------------------------------------------------- extension verbs
-
-@dataclass(frozen=True)
-class ExtensionSpec(CommandSpec):
-    """An extension verb: a :class:`CommandSpec` whose last ``optional``
-    arguments may be left out (``flush-tube <tube> [<state>]``)."""
-
-    optional: int = 0
-
-    @property
-    def min_args(self) -> int:
-        return len(self.args) - self.optional
-
-    @property
-    def usage(self) -> str:
-        parts = [self.name]
-        for i, a in enumerate(self.args):
-            parts.append(f"[{a.name}]" if i >= self.min_args else f"<{a.name}>")
-        return " ".join(parts)
-
-
-#: The job states ``list-jobs`` and ``flush-tube`` take.
-JOB_STATES: Tuple[str, ...] = ("ready", "delayed", "buried", "reserved")
-
-_EXT_TUBE = BY_NAME["use"].args[0]  # the stock commands' <tube>
-_EXT_STATE = Arg("state", "state", "ready, delayed, buried or reserved")
-
-#: Our server's extension verbs (``--extensions``), in the order ``capabilities``
-#: lists them.  Kept apart from ``COMMANDS`` (the stock parser's table).
-EXTENSION_COMMANDS: Tuple[ExtensionSpec, ...] = (
-    ExtensionSpec("list-jobs", (_EXT_TUBE, _EXT_STATE,
-                                Arg("limit", "u32", "most ids to list, 0 .. 4294967295")),
-                  "List ids of a tube's jobs in a state, without reserving (extension).",
-                  ("OK <bytes>", "NOT_FOUND")),
-    ExtensionSpec("flush-tube", (_EXT_TUBE, Arg("state", "state",
-                                                "ready, delayed, buried or reserved; "
-                                                "leave it out for ready, delayed and buried")),
-                  "Delete a tube's jobs in a state (default: all but reserved) (extension).",
-                  ("FLUSHED <count>", "NOT_FOUND"), optional=1),
-    ExtensionSpec("capabilities", (), "List the extension verbs this server serves (extension).",
-                  ("OK <bytes>",)),
-)
-
-#: Extension specs by name.
-EXTENSION_BY_NAME: Dict[str, ExtensionSpec] = {c.name: c for c in EXTENSION_COMMANDS}
-
-
-def command_spec(name: str) -> Optional[CommandSpec]:
-    """The spec of a stock command or an extension verb (None if neither)."""
-    return BY_NAME.get(name) or EXTENSION_BY_NAME.get(name)
-
-
-def validate_extension_args(name: str, args: Sequence[str]) -> Optional[str]:
-    """Explain what is wrong with extension verb ``name args`` before it is
-    sent (the rules of compat.md "Extensions"), or None."""
-    spec = EXTENSION_BY_NAME.get(name)
-    if spec is None:
-        return f"unknown extension verb {name!r}"
-    if not spec.min_args <= len(args) <= len(spec.args):
-        if spec.optional:
-            count = f"{spec.min_args} or {len(spec.args)}"
-        else:
-            count = str(len(spec.args))
-        return f"{name} takes {count} argument(s): {spec.usage}"
-    for arg, text in zip(spec.args, args):
-        if arg.kind == "tube":
-            if not valid_tube_name(text.encode("ascii", "replace")):
-                return f"<{arg.name}>: {arg.help}"
-        elif arg.kind == "state":
-            if text not in JOB_STATES:
-                return f"<{arg.name}> must be one of {', '.join(JOB_STATES)}"
-        elif not (text.isascii() and text.isdigit() and len(text) <= 10
-                  and int(text) <= U32_MAX):
-            return f"<{arg.name}> must be a whole number 0 .. {U32_MAX}"
-    return None
-
-
 _TABLES: Dict[str, Dict[bytes, _Entry]] = {name: _table(spec) for name, spec in BY_NAME.items()}
 _TABLES.update((spec.name, _table(spec)) for spec in EXTENSION_COMMANDS)
 
@@ -447,9 +377,11 @@ def decode_body(command: Union[str, CommandSpec], reply: Reply,
         return (reply.job_id, body if body is not None else b"")
     if word == "OK":
         data = body or b""
-        if name in ("list-tubes", "list-tubes-watched", "capabilities"):
+        spec = command_spec(name)
+        kind = spec.reply_body if spec is not None else "mapping"
+        if kind == "sequence":
             return parse_sequence(data)
-        if name == "list-jobs":
+        if kind == "ids":
             return [int(i) for i in parse_sequence(data) if i.isdigit()]
         stats = parse_mapping(data)
         if name == "stats" and "id" in stats:
@@ -465,6 +397,5 @@ __all__ = [
     "Draining", "JobTooBig", "ExpectedCRLF", "BadFormat", "UnknownCommand", "OutOfMemory",
     "InternalError", "NotIgnored", "UnexpectedReply", "ERRORS", "GENERIC_ERRORS", "Reply",
     "decode_reply", "decode_body", "success_reply", "MAX_REPLY_LINE", "MAX_REPLY_BODY",
-    "EXTENSION_COMMANDS", "EXTENSION_BY_NAME", "ExtensionSpec", "JOB_STATES", "command_spec",
-    "validate_extension_args",
+    "EXTENSION_COMMANDS", "EXTENSION_BY_NAME", "command_spec",
 ]

@@ -26,7 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from ..core.queue import COUNTED_COMMANDS
+from ..protocol.commands import COUNTED_COMMANDS
 from .limits import memory_limit_of, open_fds
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"

@@ -1,0 +1,71 @@
+"""The command table: the facts other code derives from it match beanstalkd."""
+from __future__ import annotations
+
+import pytest
+
+from twisted_stalk.protocol.commands import (
+    BY_NAME,
+    COMMANDS,
+    COUNTED_COMMANDS,
+    EXTENSION_BY_NAME,
+    CommandError,
+    identify,
+    identify_extension,
+    parse_args,
+)
+
+# beanstalkd 1.12 prot.c: which_cmd()'s order, and the op_names order of the
+# cmd-* stats counters.
+WHICH_CMD_ORDER = (
+    "put", "peek", "peek-ready", "peek-delayed", "peek-buried",
+    "reserve-with-timeout", "reserve-job", "reserve", "delete", "release", "bury",
+    "kick", "kick-job", "touch", "stats-job", "stats-tube", "stats", "use", "watch",
+    "ignore", "list-tubes-watched", "list-tube-used", "list-tubes", "quit", "pause-tube",
+)
+STATS_ORDER = (
+    "put", "peek", "peek-ready", "peek-delayed", "peek-buried", "reserve",
+    "reserve-with-timeout", "delete", "release", "use", "watch", "ignore", "bury",
+    "kick", "touch", "stats", "stats-job", "stats-tube", "list-tubes",
+    "list-tube-used", "list-tubes-watched", "pause-tube",
+)
+
+
+def which_cmd(line: bytes):
+    """beanstalkd's lookup, word by word in its own order."""
+    for name in WHICH_CMD_ORDER:
+        if line.startswith(BY_NAME[name].match):
+            return BY_NAME[name]
+    return None
+
+
+def test_counted_commands_in_stats_order():
+    assert COUNTED_COMMANDS == STATS_ORDER
+
+
+def test_every_stock_command_is_in_the_reference_order():
+    assert sorted(WHICH_CMD_ORDER) == sorted(c.name for c in COMMANDS)
+
+
+@pytest.mark.parametrize("suffix", [b"", b" ", b"x", b" 1", b"-ready", b"-job 1", b"s",
+                                    b"-with-timeout 1", b"-tube x", b"-watched", b"-used"])
+def test_longest_match_first_finds_what_which_cmd_finds(suffix):
+    for spec in COMMANDS:
+        for stem in {spec.match, spec.name.encode(), spec.match.rstrip(b" ")}:
+            line = stem + suffix
+            found, _ = identify(line)
+            assert found is which_cmd(line), line
+
+
+def test_extension_verbs_parse_through_the_table():
+    spec, text = identify_extension(b"list-jobs tube ready 5")
+    assert spec is EXTENSION_BY_NAME["list-jobs"]
+    assert parse_args(spec, text) == (b"tube", b"ready", 5)
+    spec, text = identify_extension(b"flush-tube tube")
+    assert parse_args(spec, text) == (b"tube",)
+    for bad in (b"list-jobs tube ready", b"list-jobs tube sleeping 5", b"flush-tube",
+                b"flush-tube -bad", b"capabilities x", b"capabilities ",
+                b"list-jobs tube ready 4294967296", b"flush-tube  tube"):
+        spec, text = identify_extension(bad)
+        with pytest.raises(CommandError):
+            parse_args(spec, text)
+    assert identify_extension(b"list-jobsx a b c") == (None, b"")
