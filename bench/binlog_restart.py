@@ -26,11 +26,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from twisted_stalk.binlog import BinlogJournal  # noqa: E402
-from twisted_stalk.core import WorkQueue  # noqa: E402
+from twisted_stalk.core import MemoryEngine  # noqa: E402
 
 
 class _L:
-    def reserved(self, job):
+    def wake(self, outcome):
         pass
 
 
@@ -38,24 +38,23 @@ def fill(directory: str, jobs: int, size: int) -> int:
     clock = Clock()
     clock.advance(time.time())
     journal = BinlogJournal(directory, clock).open()
-    queue = WorkQueue(clock, journal=journal)
+    queue = MemoryEngine(clock, journal=journal)
     journal.attach(queue)
     s = queue.open_session(_L())
     body = b"b" * size + b"\r\n"
     live = 0
     for i in range(jobs):
-        job_id = queue.new_job_id()
-        queue.put(s, job_id, i % 1000, 0, 120, body)
+        job_id = queue.put(s, i % 1000, 0, 120, body)
         live += 1
         if i % 10 == 3:
-            assert queue.reserve_job(s, job_id)
+            assert queue.reserve_job(s, job_id).id == job_id
             queue.release(s, job_id, 5, 3600)
         elif i % 20 == 7:
-            assert queue.reserve_job(s, job_id)
+            assert queue.reserve_job(s, job_id).id == job_id
             queue.bury(s, job_id, 6)
         elif i % 10 == 9:
             queue.delete(s, job_id)
-            queue.put(s, queue.new_job_id(), 1, 0, 60, body)
+            queue.put(s, 1, 0, 60, body)
         if i % 256 == 0:
             clock.advance(0)
     clock.advance(0)
@@ -68,7 +67,7 @@ def replay_in_process(directory: str) -> float:
     clock.advance(time.time())
     t0 = time.perf_counter()
     journal = BinlogJournal(directory, clock).open()
-    queue = WorkQueue(clock, journal=journal)
+    queue = MemoryEngine(clock, journal=journal)
     journal.attach(queue)
     elapsed = time.perf_counter() - t0
     n = len(queue.jobs)

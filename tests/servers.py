@@ -68,13 +68,22 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM,
     return proc.returncode
 
 
+#: Ways to run our server that the wire tests cover: the speed tricks on
+#: (the default), direct socket I/O off, and Twisted's own epoll reactor.
+IO_VARIANTS = {
+    "fast": {},
+    "plain-io": {"TWISTED_STALK_DIRECT_IO": "0"},
+    "twisted-reactor": {"TWISTED_STALK_REACTOR": "twisted", "TWISTED_STALK_DIRECT_IO": "0"},
+}
+
+
 def start_server(kind: str, *extra: str, port: Optional[int] = None,
-                 wait: float = 10.0) -> RunningServer:
+                 wait: float = 10.0, env: Optional[dict] = None) -> RunningServer:
     """Start ``kind`` ("ours" or "reference") and wait until it accepts."""
     port = port or free_port()
     cmd = ours_command(port, *extra) if kind == "ours" else reference_command(port, *extra)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
     deadline = time.monotonic() + wait
     while True:
         if proc.poll() is not None:
@@ -98,16 +107,16 @@ def start_server(kind: str, *extra: str, port: Optional[int] = None,
 
 
 class RecordingListener:
-    """A core SessionListener that records what the queue tells it."""
+    """A core SessionListener that records the wake-ups delivered to it."""
 
     def __init__(self) -> None:
         self.events: List[object] = []
 
-    def reserved(self, job) -> None:
-        self.events.append(("RESERVED", job.id))
+    def wake(self, outcome) -> None:
+        job_id = getattr(outcome, "id", None)
+        self.events.append(("RESERVED", job_id) if job_id is not None else outcome.name)
 
-    def timed_out(self) -> None:
-        self.events.append("TIMED_OUT")
 
-    def deadline_soon(self) -> None:
-        self.events.append("DEADLINE_SOON")
+def stored_bytes(engine) -> int:
+    """Bytes of all stored job bodies, each with its CRLF, counted the slow way."""
+    return sum(len(job.body) for job in engine.jobs.values())

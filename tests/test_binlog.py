@@ -1,4 +1,4 @@
-"""The binlog in-process: a WorkQueue and a BinlogJournal on a real directory,
+"""The binlog in-process: a MemoryEngine and a BinlogJournal on a real directory,
 driven by ``twisted.internet.task.Clock`` (nothing sleeps).
 
 A "restart" closes the journal (or just abandons it, like a crash) and opens
@@ -18,7 +18,8 @@ from twisted_stalk.binlog import BinlogError, BinlogJournal
 from twisted_stalk.binlog import format as fmt
 from twisted_stalk.binlog.writer import ROOM_RETRY_SECONDS, RETRY_SECONDS
 from servers import RecordingListener
-from twisted_stalk.core import BURIED, DELAYED, READY, RESERVED, JournalError, WorkQueue
+from twisted_stalk.core import BURIED, DELAYED, READY, RESERVED, JournalError, MemoryEngine
+from twisted_stalk.core.outcomes import INTERNAL_ERROR, NOT_FOUND, Outcome
 
 T0 = 1_700_000_000.0
 
@@ -31,21 +32,22 @@ class Server:
     def __init__(self, directory, clock: Clock, **options) -> None:
         self.clock = clock
         self.journal = BinlogJournal(str(directory), clock, **options).open()
-        self.queue = WorkQueue(clock, journal=self.journal)
+        self.queue = MemoryEngine(clock, journal=self.journal)
         self.journal.attach(self.queue)
         self.s = self.queue.open_session(RecordingListener())
 
     def put(self, body: bytes, pri: int = 10, delay: int = 0, ttr: int = 60,
             tube: bytes = b"default") -> int:
         self.queue.use(self.s, tube)
-        job_id = self.queue.new_job_id()
-        self.queue.put(self.s, job_id, pri, delay, ttr, body + b"\r\n")
+        job_id = self.queue.put(self.s, pri, delay, ttr, body + b"\r\n")
+        if job_id is INTERNAL_ERROR:
+            raise JournalError("put refused")
         return job_id
 
     def reserve(self, tube: bytes = b"default"):
         self.queue.watch(self.s, tube)
-        job = self.queue.reserve(self.s, 0)
-        assert job not in (None, "TIMED_OUT", "DEADLINE_SOON"), job
+        job = self.queue.reserve_with_timeout(self.s, 0)
+        assert not isinstance(job, Outcome), job
         return job
 
     def turn(self) -> None:
@@ -56,7 +58,13 @@ class Server:
         self.journal.close()
 
 
-def snapshot(queue: WorkQueue, skip_reserves=()) -> Dict[int, Tuple]:
+def ok(outcome) -> bool:
+    """True for a command's success (anything but NOT_FOUND, INTERNAL_ERROR ...)."""
+    return outcome.__class__ is not Outcome or outcome.name in (
+        "DELETED", "RELEASED", "BURIED", "KICKED", "TOUCHED")
+
+
+def snapshot(queue: MemoryEngine, skip_reserves=()) -> Dict[int, Tuple]:
     """Everything a restart must keep, per job (reserved counts as ready).
 
     A reservation is not journaled (the job is ready again after a restart),
@@ -74,7 +82,7 @@ def snapshot(queue: WorkQueue, skip_reserves=()) -> Dict[int, Tuple]:
     return out
 
 
-def buried_order(queue: WorkQueue) -> Dict[bytes, List[int]]:
+def buried_order(queue: MemoryEngine) -> Dict[bytes, List[int]]:
     return {t.name: list(t.buried) for t in queue.tube_list if t.buried}
 
 
@@ -124,16 +132,16 @@ def test_every_state_survives_a_restart(tmp_path, clock, crash):
     q, s = srv.queue, srv.s
     # bury c with a new priority, bury g then kick it
     q.watch(s, b"other")
-    assert q.reserve_job(s, c) and q.bury(s, c, 70)
-    assert q.reserve_job(s, g) and q.bury(s, g, 71)
+    assert ok(q.reserve_job(s, c)) and ok(q.bury(s, c, 70))
+    assert ok(q.reserve_job(s, g)) and ok(q.bury(s, g, 71))
     q.use(s, b"other")
     assert q.kick(s, 1) == 1  # kicks c (buried first)
-    assert q.reserve_job(s, c) and q.bury(s, c, 72)
-    assert q.kick_job(g)
-    assert q.reserve_job(s, d) and q.release(s, d, 80, 50)
-    assert q.reserve_job(s, h) and q.release(s, h, 81, 0)
-    assert q.delete(s, e)
-    assert q.reserve_job(s, f)
+    assert ok(q.reserve_job(s, c)) and ok(q.bury(s, c, 72))
+    assert ok(q.kick_job(s, g))
+    assert ok(q.reserve_job(s, d)) and ok(q.release(s, d, 80, 50))
+    assert ok(q.reserve_job(s, h)) and ok(q.release(s, h, 81, 0))
+    assert ok(q.delete(s, e))
+    assert ok(q.reserve_job(s, f))
     srv.turn()
     before = snapshot(q, skip_reserves={f})
     order = buried_order(q)
@@ -185,7 +193,7 @@ def test_deleted_jobs_never_return_and_ids_are_not_reused(tmp_path, clock):
     ids = [srv.put(b"j%d" % i) for i in range(300)]
     srv.turn()
     for i in ids:
-        assert srv.queue.delete(srv.s, i)
+        assert ok(srv.queue.delete(srv.s, i))
     srv.turn()
     clock.advance(1)
     srv2 = restart(tmp_path, clock, srv)
@@ -200,7 +208,7 @@ def test_reserve_job_of_a_buried_job_comes_back_ready(tmp_path, clock):
     j = srv.put(b"x")
     srv.reserve()
     srv.queue.bury(srv.s, j, 1)
-    assert srv.queue.reserve_job(srv.s, j)
+    assert ok(srv.queue.reserve_job(srv.s, j))
     srv2 = restart(tmp_path, clock, srv, crash=True)
     assert srv2.queue.jobs[j].state == READY
     assert srv2.queue.jobs[j].counts == [2, 0, 0, 1, 0]
@@ -268,7 +276,7 @@ def test_rotation_and_stats(tmp_path, clock):
     assert len(binlog_files(tmp_path)) == st["current"]
     first = srv.queue.jobs[1]
     assert first.binlog_file == 1
-    assert ("file", 1) in srv.queue.stats_job(1)
+    assert ("file", 1) in srv.queue.stats_job(srv.s, 1)
     # closed files are cut to their used size; each stays within -s
     for name in binlog_files(tmp_path)[:-1]:
         assert os.path.getsize(tmp_path / name) <= 4096
@@ -296,8 +304,8 @@ def test_churn_keeps_the_directory_bounded(tmp_path, clock):
         clock.advance(1)
         q.tick()
         for _ in range(5):
-            job = q.reserve(s, 0)
-            if job == "TIMED_OUT":
+            job = q.reserve_with_timeout(s, 0)
+            if isinstance(job, Outcome):
                 break
             q.release(s, job.id, job.pri, random.choice((0, 0, 1)))
         clock.advance(0)
@@ -321,14 +329,14 @@ def test_compaction_keeps_burial_order_and_large_live_sets(tmp_path, clock):
     order = ids[:]
     random.Random(3).shuffle(order)
     for j in order:
-        assert q.reserve_job(s, j)
-        assert q.bury(s, j, 2)
+        assert ok(q.reserve_job(s, j))
+        assert ok(q.bury(s, j, 2))
     long_lived = [srv.put(b"K" * 200) for _ in range(30)]
     srv.turn()
     # churn on one more job to force several compactions
     c = srv.put(b"churn")
     for _ in range(4000):
-        assert q.reserve_job(s, c)
+        assert ok(q.reserve_job(s, c))
         q.release(s, c, 3, 0)
         clock.advance(0)
     assert srv.journal.stats()["migrated"] >= 70
@@ -351,10 +359,10 @@ def test_updates_during_compaction_are_full_copies(tmp_path, clock):
     boundary = j._boundary
     victim = ids[0]
     assert q.jobs[victim].binlog_file < boundary
-    assert q.reserve_job(s, victim)
-    assert q.bury(s, victim, 9)
+    assert ok(q.reserve_job(s, victim))
+    assert ok(q.bury(s, victim, 9))
     assert q.jobs[victim].binlog_file == j.seq
-    assert q.kick_job(victim)
+    assert ok(q.kick_job(s, victim))
     j._schedule_compaction()
     clock.advance(0)
     clock.advance(0)
@@ -582,10 +590,10 @@ def test_no_room_for_a_new_file_refuses_then_recovers(tmp_path, clock, monkeypat
     n_jobs = len(q.jobs)
     # the refused put left nothing behind; reads, and releases/deletes in
     # the room kept for them, still work
-    assert q.peek(keep) is not None
+    assert q.peek(s, keep) is not NOT_FOUND
     job = srv.reserve()
-    assert q.release(s, job.id, 1, 0)
-    assert q.delete(s, keep)
+    assert ok(q.release(s, job.id, 1, 0))
+    assert ok(q.delete(s, keep))
     with pytest.raises(JournalError):
         srv.put(b"again")
     clock.advance(ROOM_RETRY_SECONDS)
@@ -621,9 +629,8 @@ def test_write_error_holds_replies_refuses_changes_and_recovers(tmp_path, clock,
     assert not srv.journal.pending  # other replies flow (reads)
     with pytest.raises(JournalError):
         srv.put(b"c")
-    with pytest.raises(JournalError):
-        q.delete(srv.s, a)
-    assert q.peek(a) is not None
+    assert q.delete(srv.s, a) is INTERNAL_ERROR
+    assert q.peek(srv.s, a) is not NOT_FOUND
     clock.advance(RETRY_SECONDS)
     assert not settled
     monkeypatch.setattr(os, "pwrite", real)

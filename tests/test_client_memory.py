@@ -230,7 +230,7 @@ def test_draining_and_job_too_big():
     server = MemoryBeanstalk(max_job_size=10)
     client = server.client(max_job_size=None)
     failure_of(server, client.put(b"x" * 11), JobTooBig)
-    server.factory.queue.draining = True
+    server.factory.engine.draining = True
     failure_of(server, client.put(b"x"), Draining)
 
 

@@ -17,7 +17,7 @@ from test_ops_helpers import start_stalkd
 from twisted_stalk.core import JournalError, NullJournal
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import admin
-from servers import start_server
+from servers import start_server, stored_bytes
 from wire import Wire
 
 EXTENSION_LINES = [
@@ -92,7 +92,7 @@ def test_capabilities_lists_the_verbs():
 def test_list_jobs_in_each_state_without_changing_anything():
     s = Server()
     c, w = populate(s)
-    before = s.factory.queue.stats_tube(b"work")
+    before = s.factory.engine.tube_stats(s.factory.engine.tubes[b"work"])
     assert ids(c.ask(b"list-jobs work ready 10\r\n")) == [1, 3]
     assert ids(c.ask(b"list-jobs work ready 1\r\n")) == [1]
     assert ids(c.ask(b"list-jobs work delayed 10\r\n")) == [6, 5]  # by time left
@@ -100,7 +100,7 @@ def test_list_jobs_in_each_state_without_changing_anything():
     assert ids(c.ask(b"list-jobs work reserved 10\r\n")) == [4]
     assert ids(c.ask(b"list-jobs work ready 0\r\n")) == []
     assert ids(c.ask(b"list-jobs default ready 10\r\n")) == []
-    assert s.factory.queue.stats_tube(b"work") == before
+    assert s.factory.engine.tube_stats(s.factory.engine.tubes[b"work"]) == before
     assert c.ask(b"list-jobs nosuch ready 10\r\n") == b"NOT_FOUND\r\n"
     for bad in (b"list-jobs work ready\r\n", b"list-jobs work waiting 10\r\n",
                 b"list-jobs work ready -1\r\n", b"list-jobs work ready 4294967296\r\n",
@@ -113,14 +113,14 @@ def test_list_jobs_in_each_state_without_changing_anything():
 def test_flush_tube_by_state_and_default():
     s = Server()
     c, w = populate(s)
-    q = s.factory.queue
+    q = s.factory.engine
     assert c.ask(b"flush-tube work buried\r\n") == b"FLUSHED 1\r\n"
     assert c.ask(b"peek 2\r\n") == b"NOT_FOUND\r\n"
     # Without a state: ready and delayed (and buried), never the reserved job.
     assert c.ask(b"flush-tube work\r\n") == b"FLUSHED 4\r\n"
     assert [c.ask(b"peek %d\r\n" % i) for i in (1, 3, 5, 6)] == [b"NOT_FOUND\r\n"] * 4
     assert (q.ready_count, q.delayed_count, q.buried_count, q.reserved_count) == (0, 0, 0, 1)
-    assert q.stored_bytes() == 3
+    assert stored_bytes(q) == 3
     # The worker still owns its job.
     assert w.ask(b"delete 4\r\n") == b"DELETED\r\n"
     assert c.ask(b"flush-tube work\r\n") == b"FLUSHED 0\r\n"
@@ -137,9 +137,9 @@ def test_flush_reserved_takes_jobs_from_their_worker():
     c, w = populate(s)
     assert c.ask(b"flush-tube work reserved\r\n") == b"FLUSHED 1\r\n"
     assert w.ask(b"delete 4\r\n") == b"NOT_FOUND\r\n"
-    assert s.factory.queue.reserved_count == 0
+    assert s.factory.engine.reserved_count == 0
     s.clock.advance(120)  # the TTR entry is stale: no timeout, no crash
-    assert s.factory.queue.job_timeouts == 0
+    assert s.factory.engine.job_timeouts == 0
 
 
 def test_flush_drops_an_unused_tube():
@@ -167,11 +167,11 @@ def test_flush_is_journaled_and_stops_on_a_journal_error(allow, reply):
     s = Server()
     c = s.connect()
     c.ask(b"put 0 0 10 1\r\na\r\nput 0 0 10 1\r\nb\r\nput 0 0 10 1\r\nc\r\n")
-    journal = s.factory.queue.journal = FailingJournal(allow)
+    journal = s.factory.engine.journal = FailingJournal(allow)
     c.proto._journal = journal
     assert c.ask(b"flush-tube default\r\n") == reply
     assert journal.deleted == [1, 2][:allow]
-    assert len(s.factory.queue.jobs) == 3 - allow
+    assert len(s.factory.engine.jobs) == 3 - allow
 
 
 def test_off_in_process_answers_unknown_command():

@@ -14,7 +14,7 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from servers import free_port
+from servers import free_port, stored_bytes
 from test_ops_helpers import http_get, start_stalkd, wait_http
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import limits, ops
@@ -193,7 +193,7 @@ def test_configure_derives_the_limit_from_open_files():
         assert factory.connection_limit.maximum == soft - limits.RESERVED_FDS
         assert not factory.connection_limit.explicit
     assert factory.extensions is None
-    assert factory.protocol.__name__ == "BeanstalkServerProtocol"  # no memory limit: stock
+    assert factory.engine.max_memory == 0
     ops.configure(factory, {"max-connections": 7, "max-memory": 10, "extensions": True}, clock)
     assert factory.connection_limit.maximum == 7 and factory.connection_limit.explicit
     assert limits.memory_limit_of(factory) == 10 and factory.extensions is not None
@@ -216,27 +216,25 @@ def test_memory_limit_counts_bytes_through_every_removal():
     t.clear()
     proto.dataReceived(b"reserve\r\ndelete 1\r\nput 0 0 60 8\r\n12345678\r\n")
     assert t.value().endswith(b"DELETED\r\nINSERTED 5\r\n")
-    q = factory.queue
-    assert q.job_bytes == q.stored_bytes() == 20
+    q = factory.engine
+    assert q.job_bytes == stored_bytes(q) == 20
     # The admin flush keeps the count too.
     from twisted_stalk.server import admin
     admin.enable(factory)
     t.clear()
     proto.dataReceived(b"flush-tube default\r\nput 0 0 60 8\r\n12345678\r\n")
     assert t.value() == b"FLUSHED 2\r\nINSERTED 6\r\n"
-    assert q.job_bytes == q.stored_bytes() == 10
+    assert q.job_bytes == stored_bytes(q) == 10
 
 
-def test_memory_limit_counts_jobs_already_stored_and_costs_nothing_when_off():
-    from twisted_stalk.core import WorkQueue
+def test_memory_limit_counts_jobs_already_stored():
     clock = Clock()
     factory = BeanstalkServerFactory(clock)
     proto, t = _connect(factory)
     proto.dataReceived(b"put 0 0 60 3\r\nabc\r\n")
-    assert type(factory.queue) is WorkQueue and not hasattr(factory.queue, "job_bytes")
+    assert factory.engine.job_bytes == 5
     limits.install_memory_limit(factory, 12)
-    assert isinstance(factory.queue, limits.MemoryAccountingQueue)
-    assert factory.queue.job_bytes == 5
+    assert factory.engine.job_bytes == 5
     proto2, t2 = _connect(factory)
     proto2.dataReceived(b"put 0 0 60 6\r\nabcdef\r\nput 0 0 60 5\r\nabcde\r\n")
     assert t2.value() == b"OUT_OF_MEMORY\r\nINSERTED 3\r\n"

@@ -10,7 +10,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from test_ops_helpers import http_get, start_stalkd, stats_of, wait_http
-from servers import free_port
+from servers import free_port, stored_bytes
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import admin, limits
 from twisted_stalk.server.metrics import INFO_KEYS, STATS_METRICS, Collector, Readiness
@@ -154,7 +154,7 @@ def test_binlog_figures_and_readiness(tmp_path):
 
 def test_every_stats_field_has_a_metric():
     factory = BeanstalkServerFactory(Clock())
-    keys = dict(factory.queue.stats())
+    keys = dict(factory.engine.server_stats())
     unmapped = [k for k in keys
                 if not k.startswith("cmd-") and k not in INFO_KEYS and k not in STATS_METRICS]
     assert unmapped == []
@@ -165,7 +165,7 @@ def test_collector_renders_parseable_text_with_odd_tube_names():
     factory = BeanstalkServerFactory(clock)
     limits.install_connection_limit(factory, 10, clock)
     admin.enable(factory)
-    q = factory.queue
+    q = factory.engine
     proto = factory.buildProtocol(None)
     from twisted.internet.testing import StringTransport
     proto.makeConnection(StringTransport())
@@ -175,7 +175,7 @@ def test_collector_renders_parseable_text_with_odd_tube_names():
     tube = [s for s in families["beanstalk_tube_current_jobs_ready"].samples
             if s.labels == {"tube": "a$b(c)+/;.x"}]
     assert tube and tube[0].value == 1
-    assert q.stored_bytes() == 3
+    assert stored_bytes(q) == 3
 
 
 class _BrokenJournal:
@@ -193,8 +193,8 @@ def test_readiness_reports_each_problem():
     listening = [True]
     ready = Readiness(factory, None, lambda: listening[0])
     assert ready.problems() == []
-    factory.queue.journal = _BrokenJournal()
-    factory.queue.draining = True
+    factory.engine.journal = _BrokenJournal()
+    factory.engine.draining = True
     listening[0] = False
     assert ready.problems() == ["not listening", "draining",
                                 "binlog not writable: No space left on device"]

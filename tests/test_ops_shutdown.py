@@ -72,14 +72,14 @@ def test_drain_closes_quiet_connections_and_waits_for_work_in_flight():
     done = h.shutdown.start()
     fired = []
     done.addCallback(fired.append)
-    assert h.stopped_listening == 1 and h.factory.queue.draining
+    assert h.stopped_listening == 1 and h.factory.engine.draining
     # The waiting reserve and the idle producer are closed at once, with no reply.
     assert wt.disconnecting and take(wt) == b""
     assert pt.disconnecting and take(pt) == b""
     # The worker holding a job and the half-sent put are left to finish.
     assert not ht.disconnecting and not mt.disconnecting
     h.reap()
-    assert h.factory.queue.waiting_count == 0
+    assert h.factory.engine.waiting_count == 0
 
     h.send(midway, b"llo\r\n")
     assert take(mt) == b"DRAINING\r\n"
@@ -95,7 +95,7 @@ def test_drain_closes_quiet_connections_and_waits_for_work_in_flight():
     h.clock.advance(0.05)
     assert fired == [None]
     assert h.shutdown.aborted == 0 and h.shutdown.closed_cleanly == 4
-    assert h.factory.queue.ready_count == 1  # job 2 stays for the next start (binlog)
+    assert h.factory.engine.ready_count == 1  # job 2 stays for the next start (binlog)
 
 
 def test_drain_is_bounded_by_the_grace_period():
@@ -114,7 +114,7 @@ def test_drain_is_bounded_by_the_grace_period():
     h.clock.advance(0)
     assert fired == [None] and h.shutdown.aborted == 2
     # The aborted worker's job went back to ready, as on any disconnect.
-    assert h.factory.queue.ready_count == 1
+    assert h.factory.engine.ready_count == 1
 
 
 def test_second_signal_hurries_and_start_is_idempotent():

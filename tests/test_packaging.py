@@ -40,7 +40,7 @@ def test_tap_options_and_service():
     assert default["endpoints"] == ["tcp:11300"]
     service = makeService(config, reactor=Clock())
     assert len(list(service)) == 2
-    assert service.factory.queue.max_job_size == 100
+    assert service.factory.engine.max_job_size == 100
 
 
 @pytest.mark.skipif(os.environ.get("SKIP_WHEEL_TEST") == "1", reason="wheel build skipped")

@@ -12,10 +12,18 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from servers import free_port, ours_command, start_server
+from servers import IO_VARIANTS, free_port, ours_command, start_server
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server.protocol import MAX_BUFFERED_WHILE_WAITING
 from wire import Wire
+
+
+@pytest.fixture(params=list(IO_VARIANTS))
+def ours(request):
+    """Our server, run each way the wire tests cover (servers.IO_VARIANTS)."""
+    server = start_server("ours", env=IO_VARIANTS[request.param])
+    yield server
+    server.stop()
 
 
 @pytest.fixture
@@ -228,7 +236,7 @@ def test_timers_use_one_delayed_call():
         proto.dataReceived(b"put 0 %d 10 1\r\nx\r\n" % (i + 1))
     assert len(clock.getDelayedCalls()) == 1
     clock.advance(100)
-    assert factory.queue.ready_count == 100
+    assert factory.engine.ready_count == 100
     assert clock.getDelayedCalls() == []
 
 
@@ -251,7 +259,7 @@ def test_reserve_timeout_and_ttr_with_clock():
     assert transport.value() == b"DEADLINE_SOON\r\n"
     transport.clear()
     clock.advance(1.0)
-    assert factory.queue.job_timeouts == 1
+    assert factory.engine.job_timeouts == 1
     proto.dataReceived(b"reserve\r\n")
     assert transport.value() == b"RESERVED 1 1\r\nx\r\n"
 

@@ -175,22 +175,22 @@ class MemoryBeanstalk:
     # -------------------------------------------------------------- inspecting
 
     def stats(self) -> Dict[str, StatValue]:
-        """The server's ``stats``, read directly from the queue."""
-        return as_dict(self.factory.queue.stats())
+        """The server's ``stats``, read directly from the engine."""
+        return as_dict(self.factory.engine.server_stats())
 
     def stats_tube(self, name: str) -> Dict[str, StatValue]:
         """A tube's ``stats-tube`` (empty if there is no such tube)."""
-        pairs = self.factory.queue.stats_tube(name.encode("ascii"))
-        return as_dict(pairs) if pairs is not None else {}
+        tube = self.factory.engine.tubes.get(name.encode("ascii"))
+        return as_dict(self.factory.engine.tube_stats(tube)) if tube is not None else {}
 
     def stats_job(self, job_id: int) -> Dict[str, StatValue]:
         """A job's ``stats-job`` (empty if there is no such job)."""
-        pairs = self.factory.queue.stats_job(job_id)
-        return as_dict(pairs) if pairs is not None else {}
+        job = self.factory.engine.jobs.get(job_id)
+        return as_dict(self.factory.engine.job_stats(job)) if job is not None else {}
 
     def tubes(self) -> List[str]:
         """Existing tubes."""
-        return [name.decode("ascii") for name in self.factory.queue.list_tubes()]
+        return [t.name.decode("ascii") for t in self.factory.engine.tube_list]
 
     def close(self) -> None:
         """Close every client made by :meth:`client` and flush."""

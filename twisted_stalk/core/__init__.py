@@ -1,13 +1,19 @@
-"""The work queue, free of I/O: tubes, jobs, state machine, counters, deadlines."""
+"""The engine, free of I/O: tubes, jobs, their state machine, counters, deadlines.
+
+:class:`~twisted_stalk.core.engine.Engine` is the seam every front end uses;
+:class:`~twisted_stalk.core.memory.MemoryEngine` implements it in memory.
+"""
+from .engine import Engine
+from .facts import Facts
 from .job import BURIED, DELAYED, READY, RESERVED, Job
 from .journal import Journal, JournalError, NullJournal
-from .facts import Facts
-from .queue import DEADLINE_SOON, TIMED_OUT, WorkQueue
+from .memory import MemoryEngine
+from .outcomes import DEADLINE_SOON, NOT_FOUND, TIMED_OUT, WAITING, Outcome
 from .session import Session, SessionListener
 from .tube import Tube
 
 __all__ = [
     "BURIED", "DELAYED", "READY", "RESERVED", "Job", "Journal", "JournalError",
-    "NullJournal", "DEADLINE_SOON", "TIMED_OUT", "Facts", "WorkQueue",
-    "Session", "SessionListener", "Tube",
+    "NullJournal", "DEADLINE_SOON", "NOT_FOUND", "TIMED_OUT", "WAITING", "Outcome",
+    "Engine", "Facts", "MemoryEngine", "Session", "SessionListener", "Tube",
 ]

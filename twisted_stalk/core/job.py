@@ -1,11 +1,15 @@
+# -*- test-case-name: tests.test_core -*-
 """A job and its states."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+from ..protocol.constants import JOB_STATES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tube import Tube
 
+# State codes: stored in the binlog, so they never change.
 READY = 0
 RESERVED = 1
 DELAYED = 2
@@ -13,7 +17,10 @@ BURIED = 3
 #: A job that has been deleted (kept only while a reply still refers to it).
 INVALID = 4
 
+#: The name of each state code (``stats-job``'s ``state``).
 STATE_NAMES = (b"ready", b"reserved", b"delayed", b"buried", b"invalid")
+#: The code of each state name of :data:`~twisted_stalk.protocol.constants.JOB_STATES`.
+STATE_BY_NAME: Dict[str, int] = {name: STATE_NAMES.index(name.encode()) for name in JOB_STATES}
 
 # Indexes into Job.counts.
 RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS = range(5)

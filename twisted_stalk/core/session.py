@@ -1,4 +1,5 @@
-"""A client's state inside the queue: tubes used and watched, reservations."""
+# -*- test-case-name: tests.test_core -*-
+"""A client's state inside the engine: tubes used and watched, reservations, its wait."""
 from __future__ import annotations
 
 import heapq
@@ -15,20 +16,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class SessionListener(Protocol):
-    """What the queue tells a connection outside of a command's reply."""
+    """The front end behind a session: it hears the session's wake-ups."""
 
-    def reserved(self, job: "Job") -> None:
-        """A waiting reserve got ``job``."""
-
-    def timed_out(self) -> None:
-        """A waiting reserve-with-timeout ran out of time."""
-
-    def deadline_soon(self) -> None:
-        """A waiting reserve hit the safety margin of a job it holds."""
+    def wake(self, outcome: object) -> None:
+        """The result of the session's waiting reserve arrived: a
+        :class:`~twisted_stalk.core.job.Job`, ``TIMED_OUT`` or ``DEADLINE_SOON``
+        (:mod:`twisted_stalk.core.outcomes`).  Called by the front end that
+        delivers the engine's wake-ups, never while another command runs."""
 
 
 class Session:
-    """One client of the queue (a connection, or an in-memory test client)."""
+    """One client of the engine (a connection, a console user, a test)."""
 
     __slots__ = (
         "listener", "use", "watch", "reserved", "ttr_heap", "waiting",

@@ -84,6 +84,12 @@ class CommandSpec:
     extension: bool = False
 
     @property
+    def method(self) -> str:
+        """The name of the engine method (and of the server's handler) that
+        serves this command: ``reserve-with-timeout`` -> ``reserve_with_timeout``."""
+        return self.name.replace("-", "_")
+
+    @property
     def min_args(self) -> int:
         return len(self.args) - self.optional
 

@@ -1,25 +1,33 @@
-"""The server factory: owns the queue, its one timer, and the set of connections."""
+# -*- test-case-name: tests.test_wire -*-
+"""The server factory: owns the engine, its one timer, the connections, and the
+delivery of wake-ups."""
 from __future__ import annotations
 
-from typing import List, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
 from .. import PROTOCOL_VERSION
-from ..core import WorkQueue
+from ..core import MemoryEngine
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE
+from . import _fastio
 from .facts import ProcessFacts
-from .protocol import BeanstalkServerProtocol
+from .protocol import RENDER, BeanstalkServerProtocol
+from .render import render_table
 
 
 class BeanstalkServerFactory(Factory):
-    """Builds :class:`BeanstalkServerProtocol` connections sharing one :class:`WorkQueue`.
+    """Builds :class:`BeanstalkServerProtocol` connections sharing one engine.
 
     All deadlines (delays, TTRs, reserve timeouts, DEADLINE_SOON, pauses) live
-    in the queue's heaps; the factory keeps exactly one ``callLater`` armed at
-    the earliest of them and re-arms it after every batch of input.
+    in the engine's heaps; the factory keeps exactly one ``callLater`` armed
+    at the earliest of them and re-arms it after every batch of input.
+
+    Wake-ups (a waiting reserve's result, caused by another connection's
+    command or by the timer) are delivered by :meth:`after_input`, after the
+    reply of the command that caused them has been written.
     """
 
     protocol = BeanstalkServerProtocol
@@ -28,23 +36,27 @@ class BeanstalkServerFactory(Factory):
     extensions = None
     #: :class:`~twisted_stalk.server.limits.ConnectionLimit`, None when unlimited.
     connection_limit = None
-    #: True: string stats values in double quotes, as beanstalkd 1.13 prints
-    #: them; False: bare, as 1.12 does.
-    stats_quoted = True
 
     def __init__(self, reactor: IReactorTime, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
-                 journal=None, queue: Optional[WorkQueue] = None,
-                 version: str = PROTOCOL_VERSION) -> None:
+                 journal=None, engine: Optional[Any] = None,
+                 version: str = PROTOCOL_VERSION, max_memory: int = 0) -> None:
         self.reactor = reactor
-        self.queue = queue or WorkQueue(
+        self.engine = engine or MemoryEngine(
             reactor, max_job_size=max_job_size, journal=journal,
-            facts=ProcessFacts(version, reactor.seconds()))
+            facts=ProcessFacts(version, reactor.seconds()), max_memory=max_memory)
         self.connections: Set[BeanstalkServerProtocol] = set()
+        #: Outcome renderers by command name (see :meth:`set_stats_quoted`).
+        self.render: Dict[str, Callable[[Any], bytes]] = RENDER
+        #: Plain-socket connections read and write through _fastio.DirectIO.
+        self.direct_io = _fastio.ENABLED
         self._timer: Optional[IDelayedCall] = None
         self._timer_at: Optional[float] = None
-        #: Connections woken with input buffered, to process after this batch.
-        self.resume_queue: List[BeanstalkServerProtocol] = []
-        self._resuming = False
+        self._delivering = False
+
+    def set_stats_quoted(self, quoted: bool) -> None:
+        """Stats string values in double quotes (beanstalkd 1.13, the
+        default) or bare (beanstalkd 1.12, ``--stats-yaml=1.12``)."""
+        self.render = RENDER if quoted else render_table(quoted=False)
 
     # Connections.
 
@@ -60,36 +72,33 @@ class BeanstalkServerFactory(Factory):
     def connection_closed(self, proto: BeanstalkServerProtocol) -> None:
         self.connections.discard(proto)
 
-    def resume_later(self, proto: BeanstalkServerProtocol) -> None:
-        """``proto`` was woken with input buffered: process it once the
-        current operation is over (never re-entering the queue)."""
-        self.resume_queue.append(proto)
-
     def after_input(self) -> None:
-        """Called after each batch of input: resume woken clients, re-arm the
-        timer if the queue gained an earlier deadline."""
-        if self.resume_queue:
-            self._drain_resumes()
-        if self.queue.wake_changed:
-            self.rearm()
-
-    def _drain_resumes(self) -> None:
-        if self._resuming:
+        """After a read, a timer or a disconnect: deliver the engine's
+        wake-ups (a woken connection then runs the input it had buffered,
+        which may cause more), and re-arm the timer if the engine gained an
+        earlier deadline.  A call made while delivering returns at once: the
+        delivering loop picks up what it queued."""
+        if self._delivering:
             return
-        self._resuming = True
+        self._delivering = True
+        engine = self.engine
         try:
-            while self.resume_queue:
-                batch, self.resume_queue = self.resume_queue, []
-                for proto in batch:
-                    proto.resume()
+            while engine.wakeups:
+                wakeups = engine.wakeups
+                engine.wakeups = []
+                for s, outcome in wakeups:
+                    if not s.closed:
+                        s.listener.wake(outcome)
         finally:
-            self._resuming = False
+            self._delivering = False
+        if engine.wake_changed:
+            self.rearm()
 
     # The one timer.
 
     def rearm(self) -> None:
-        """Point the one timer at the queue's next deadline."""
-        at = self.queue.next_deadline()
+        """Point the one timer at the engine's next deadline."""
+        at = self.engine.next_deadline()
         timer = self._timer
         if at is None:
             if timer is not None and timer.active():
@@ -107,6 +116,6 @@ class BeanstalkServerFactory(Factory):
 
     def _fire(self) -> None:
         self._timer = self._timer_at = None
-        self.queue.tick()
-        self._drain_resumes()
+        self.engine.tick()
+        self.after_input()
         self.rearm()

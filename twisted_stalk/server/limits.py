@@ -8,12 +8,9 @@ Everything here is installed at start and costs nothing per command:
   that closes it at once (never left hanging in the listen backlog), is counted
   in :attr:`ConnectionLimit.refused` (``beanstalk_refused_connections_total``
   in /metrics) and logged (at most one line per :data:`LOG_EVERY` seconds);
-* the memory limit swaps the queue's class for :class:`MemoryAccountingQueue`
-  (which keeps a running count of stored body bytes, ``job_bytes``) and the
-  factory's protocol class for a subclass whose ``_store_put`` answers
-  ``OUT_OF_MEMORY`` instead of storing a job that would take that count over
-  the limit; without ``--max-memory`` the stock classes run unchanged and
-  put/delete do no accounting at all;
+* the memory limit is the engine's ``max_memory``: the engine counts the
+  bytes of stored bodies (``job_bytes``) and answers a put that would take
+  that count over the limit with ``OUT_OF_MEMORY``;
 * :func:`raise_open_file_limit` lifts ``RLIMIT_NOFILE`` to the hard limit (or
   as far as the kernel allows), so a server can hold tens of thousands of
   connections without the operator remembering ``ulimit -n``.
@@ -27,9 +24,6 @@ from twisted.internet import tcp
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
-from ..core import WorkQueue
-from ..protocol.constants import OUT_OF_MEMORY
-from .protocol import BeanstalkServerProtocol
 
 log = Logger(namespace="twisted_stalk.limits")
 
@@ -150,79 +144,17 @@ def install_connection_limit(factory, maximum: int, clock, explicit: bool = True
 
 # --------------------------------------------------------------------- memory
 
-class MemoryAccountingQueue(WorkQueue):
-    """A :class:`WorkQueue` that counts the bytes of stored job bodies (each
-    with its CRLF) in ``job_bytes``, for ``--max-memory``.  Installed on an
-    existing queue by :func:`install_memory_limit` (``__class__`` swap), so the
-    stock queue's put and delete stay free of the bookkeeping."""
-
-    __slots__ = ()  # the same layout as WorkQueue, whose job_bytes slot this sets
-
-    def put(self, s, job_id, pri, delay, ttr, body):
-        job = WorkQueue.put(self, s, job_id, pri, delay, ttr, body)
-        self.job_bytes += len(body)
-        return job
-
-    def restore(self, job, state, deadline_at=0.0):
-        WorkQueue.restore(self, job, state, deadline_at)
-        self.job_bytes += len(job.body)
-
-    def delete(self, s, job_id):
-        job = self.jobs.get(job_id)
-        if WorkQueue.delete(self, s, job_id):
-            self.job_bytes -= len(job.body)
-            return True
-        return False
-
-    def flush_tube(self, name, *args, **kwargs):
-        try:
-            return WorkQueue.flush_tube(self, name, *args, **kwargs)
-        finally:
-            self.job_bytes = self.stored_bytes()
-
-
-class MemoryLimitedProtocol(BeanstalkServerProtocol):
-    """The stock protocol with a ceiling on stored job bytes.
-
-    ``max_memory`` is set on a per-factory subclass by
-    :func:`install_memory_limit`.  A put whose body would take the queue's
-    stored body bytes (each body with its CRLF) over it is read in full, so
-    the connection stays in step, and answered ``OUT_OF_MEMORY``.
-    """
-
-    max_memory = 0
-
-    def _store_put(self, body: bytes) -> None:
-        q = self.queue
-        if (q.job_bytes + len(body) > self.max_memory and not q.draining
-                and body.endswith(b"\r\n")):
-            self._put = None
-            self._write(OUT_OF_MEMORY)
-            return
-        BeanstalkServerProtocol._store_put(self, body)
-
-
 def install_memory_limit(factory, max_bytes: int) -> None:
     """Make put answer OUT_OF_MEMORY once stored job bytes would exceed
-    ``max_bytes``.  Call before connections are made (jobs already stored,
-    e.g. restored from the binlog, are counted)."""
-    if max_bytes <= 0:
-        return
-    queue = factory.queue
-    if not isinstance(queue, MemoryAccountingQueue):
-        if type(queue) is not WorkQueue:
-            raise TypeError(f"--max-memory needs a WorkQueue, not {type(queue).__name__}")
-        queue.__class__ = MemoryAccountingQueue
-        queue.job_bytes = queue.stored_bytes()
-    factory.protocol = type("MemoryLimitedProtocol", (MemoryLimitedProtocol,),
-                            {"max_memory": max_bytes})
+    ``max_bytes`` (0: no limit).  The engine counts stored bytes always."""
+    factory.engine.max_memory = max(0, max_bytes)
 
 
 def memory_limit_of(factory) -> int:
     """The --max-memory in force for ``factory`` (0: none)."""
-    return getattr(factory.protocol, "max_memory", 0)
+    return factory.engine.max_memory
 
 
-__all__ = ["ConnectionLimit", "MemoryAccountingQueue", "MemoryLimitedProtocol", "RESERVED_FDS",
+__all__ = ["ConnectionLimit", "RESERVED_FDS",
            "connections_allowed_by", "install_connection_limit", "install_memory_limit",
            "memory_limit_of", "open_fds", "raise_open_file_limit"]

@@ -130,10 +130,10 @@ class Readiness:
             problems.append("shutting down")
         elif not self.listening():
             problems.append("not listening")
-        queue = self.factory.queue
-        if queue.draining:
+        engine = self.factory.engine
+        if engine.draining:
             problems.append("draining")
-        why = binlog_problem(queue.journal)
+        why = binlog_problem(engine.journal)
         if why:
             problems.append(f"binlog not writable: {why}")
         return problems
@@ -162,8 +162,8 @@ class Collector:
 
     def render(self) -> str:
         factory = self.factory
-        queue = factory.queue
-        now = queue.clock.seconds()
+        engine = factory.engine
+        now = engine.clock.seconds()
         lines: List[str] = []
 
         def family(name: str, kind: str, help_text: str,
@@ -173,7 +173,7 @@ class Collector:
             for labels, value in samples:
                 lines.append(f"{name}{labels} {_number(value)}")
 
-        stats = as_dict(queue.stats())
+        stats = as_dict(engine.server_stats())
         info = ",".join(f'{k}="{escape_label(str(stats.get(k, "")))}"' for k in INFO_KEYS)
         family("beanstalk_info", "gauge", "Server identity (labels); always 1.",
                [("{" + info + "}", 1)])
@@ -196,17 +196,14 @@ class Collector:
         family("beanstalk_max_memory_bytes", "gauge",
                "--max-memory: put answers OUT_OF_MEMORY above it (0: no limit).",
                [("", memory_limit_of(factory))])
-        job_bytes = getattr(queue, "job_bytes", None)  # counted only with --max-memory
-        if job_bytes is not None:
-            family("beanstalk_job_bytes", "gauge",
-                   "Bytes of stored job bodies, each with its CRLF (with --max-memory).",
-                   [("", job_bytes)])
+        family("beanstalk_job_bytes", "gauge",
+               "Bytes of stored job bodies, each with its CRLF.", [("", engine.job_bytes)])
         ext = factory.extensions
         if ext is not None:
             family("beanstalk_extension_commands_total", "counter",
                    "Extension verbs served (--extensions).",
                    [(f'{{command="{verb}"}}', n) for verb, n in ext.counts.items()])
-        journal = queue.journal
+        journal = engine.journal
         on = hasattr(journal, "directory")
         family("beanstalk_binlog_enabled", "gauge", "1 when a binlog directory is in use.",
                [("", on)])
@@ -218,7 +215,7 @@ class Collector:
                [("", bool(self.shutdown is not None and self.shutdown.started))])
 
         # Per tube.
-        tubes = list(queue.tube_list)
+        tubes = list(engine.tube_list)
         for name, kind, help_text, value_of in TUBE_METRICS:
             family(name, kind, help_text,
                    [('{tube="%s"}' % escape_label(t.name.decode("latin-1")), value_of(t, now))

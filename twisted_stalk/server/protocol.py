@@ -1,76 +1,80 @@
-"""The Twisted side of the server: frame bytes, dispatch commands, write replies.
+# -*- test-case-name: tests.test_wire,tests.test_differential,tests.test_fastpath -*-
+"""The wire front end: frame bytes into commands, call the engine, write replies.
 
-All queue logic lives in :mod:`twisted_stalk.core`; this module only turns
-bytes into calls on the :class:`~twisted_stalk.core.WorkQueue` and results into
-bytes.  Framing follows beanstalkd exactly (see docs/compat.md):
+All rules of a command live in the engine (:mod:`twisted_stalk.core`); this
+module turns bytes into one engine call per command and the outcome into
+reply bytes (:mod:`.render`).  Framing follows beanstalkd exactly (see
+docs/compat.md):
 
 * a command line is at most 224 bytes with its CRLF; a longer one is answered
   ``BAD_FORMAT`` and discarded up to its CRLF, and the connection stays;
 * ``put``'s body is read raw (any bytes, CRLF included) as ``<bytes>`` + 2;
   a body over the size limit is discarded without being parsed as commands
   and answered ``JOB_TOO_BIG``;
-* pipelined commands are answered in order; while a reserve waits, further
-  input is buffered (up to :data:`MAX_BUFFERED_WHILE_WAITING`, then reading
-  pauses) but a disconnect or half-close is still noticed.
+* pipelined commands are answered in order; while a reserve waits (or an
+  engine's answer is outstanding) further input is buffered, up to
+  :data:`MAX_BUFFERED_WHILE_WAITING`, then reading pauses; a disconnect or
+  half-close is still noticed;
+* a client that does not read its replies is not read either: while more
+  than :data:`MAX_UNSENT` bytes of replies wait for it, its input waits too.
 
 ``LineReceiver`` supplies the interface (``delimiter``, ``MAX_LENGTH``,
-``lineReceived``/``rawDataReceived``-style modes); its ``dataReceived`` is
-replaced because it splits the buffer once per line, copying the rest each
-time, which is quadratic for pipelined input, and because it closes the
-connection on long lines where beanstalkd answers BAD_FORMAT.
+``lineReceived``); its ``dataReceived`` is replaced because it splits the
+buffer once per line, copying the rest each time (quadratic for pipelined
+input), and closes the connection on long lines where beanstalkd answers
+BAD_FORMAT.  The speed tricks live in :mod:`._fastio` (socket I/O) and
+:mod:`._fastpath` (hot command lines), each with its contract.
 """
 from __future__ import annotations
 
-from errno import EWOULDBLOCK
-from os import read as _os_read
-from os import write as _os_write
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from twisted.internet import main, tcp
-from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
+from twisted.logger import Logger
 from twisted.protocols.basic import LineReceiver
 from zope.interface import implementer
 
-from ..core import DEADLINE_SOON as _DEADLINE_SOON_RESULT
-from ..core import TIMED_OUT as _TIMED_OUT_RESULT
-from ..core import Job, JournalError
-from ..protocol import yaml
-from ..protocol.commands import BY_NAME, CommandError, identify, parse_args, valid_tube_name
+from ..core.job import Job
+from ..core.outcomes import BAD_FORMAT as BAD_FORMAT_OUTCOME
+from ..core.outcomes import JOB_TOO_BIG as JOB_TOO_BIG_OUTCOME
+from ..core.outcomes import WAITING
+from ..protocol.commands import (
+    COMMANDS,
+    EXTENSION_COMMANDS,
+    CommandError,
+    identify,
+    identify_extension,
+    parse_args,
+)
 from ..protocol.constants import (
     BAD_FORMAT,
-    BURIED,
-    DEADLINE_SOON,
-    DELETED,
-    DRAINING,
-    EXPECTED_CRLF,
     INTERNAL_ERROR,
-    JOB_TOO_BIG,
-    KICKED,
     MAX_LINE,
     MAX_LINE_CONTENT,
-    NOT_FOUND,
-    NOT_IGNORED,
-    PAUSED,
-    RELEASED,
     TIMED_OUT,
-    TOUCHED,
-    U32_MAX,
-    U64_MAX,
     UNKNOWN_COMMAND,
 )
+from . import _fastio
+from ._fastpath import FastPaths
+from .render import LINES, job_reply, render_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from .factory import BeanstalkServerFactory
 
-#: Transports whose socket we may write to directly (plain TCP and unix).
-_DIRECT_WRITE_TRANSPORTS = (tcp.Server,)
-
-#: Bytes read per recv: Twisted's 64 KiB allocates and shrinks a 64 KiB
-#: buffer on every read, while a command is usually tens of bytes.
-_READ_SIZE = 16384
+log = Logger(namespace="twisted_stalk.protocol")
 
 #: Bytes a client may send ahead while its reserve waits before reading pauses.
 MAX_BUFFERED_WHILE_WAITING = 256 * 1024
+#: Unsent reply bytes above which a connection's input is no longer read
+#: (beanstalkd reads a client's next command only once its reply is written).
+MAX_UNSENT = 256 * 1024
+#: Replies gathered from one read before they are written (and the unsent
+#: bound checked), and the size of a reply written at once: a burst of
+#: pipelined commands cannot pile up replies.  (The hot commands' own
+#: replies, INSERTED and DELETED, are a few bytes each and not counted.)
+_FLUSH_EVERY = 32
+_FLUSH_SIZE = 65536
 
 # Framer states.
 _LINE, _BODY, _DISCARD, _SKIP_LINE = range(4)
@@ -80,12 +84,7 @@ _LINE, _BODY, _DISCARD, _SKIP_LINE = range(4)
 _SMALL_REST = 1024
 
 
-def _job_reply(word: bytes, job: Job) -> bytes:
-    body = job.body
-    return b"%s %d %d\r\n%s" % (word, job.id, len(body) - 2, body)
-
-
-@implementer(IHalfCloseableProtocol)
+@implementer(IHalfCloseableProtocol, IPushProducer)
 class BeanstalkServerProtocol(LineReceiver):
     """One client connection of the beanstalk server."""
 
@@ -98,23 +97,28 @@ class BeanstalkServerProtocol(LineReceiver):
         self._buf = b""
         self._mode = _LINE
         self._need = 0
-        #: The header (pri, delay, ttr, bytes) and id of the put whose body is next.
+        #: A body that spans reads, collected in pieces and joined once.
+        self._chunks: List[bytes] = []
+        self._have = 0
+        #: The header (pri, delay, ttr, bytes) of the put whose body is next.
         self._put: Optional[Tuple[int, int, int, int]] = None
-        self._put_id = 0
         self._after_discard = b""
         #: Replies gathered while processing one read, written together.
         self._out: List[bytes] = []
         #: True while dataReceived runs: replies go to _out, written at its end.
         self._reading = False
-        #: True while a reserve waits; input is buffered, not dispatched.
+        #: True while the last command's reply is outstanding (a waiting
+        #: reserve, or an engine answering later): input is buffered.
         self._blocked = False
+        #: True while too many replies are unsent (see MAX_UNSENT).
+        self._stalled = False
+        #: True while no input may be dispatched: closing, blocked or stalled
+        #: (one flag for the hot loop to test).
+        self._halt = False
         self._paused_reading = False
         self._eof = False
         self._closing = False
-        self._direct = False
-        #: True while replies may go straight to the socket: a plain TCP or
-        #: unix transport with nothing queued in Twisted (see _send).
-        self._direct_now = False
+        self._direct: Optional[_fastio.DirectIO] = None
         #: Replies held until the journal has written what they acknowledge.
         self._held: Optional[List[bytes]] = None
         self._close_when_sent = False
@@ -123,40 +127,30 @@ class BeanstalkServerProtocol(LineReceiver):
     # ---------------------------------------------------------- connection
 
     def connectionMade(self) -> None:
-        self.queue = self.factory.queue
-        self._journal = self.queue.journal
-        self.session = self.queue.open_session(self)
-        self.factory.connection_opened(self)
+        factory = self.factory
+        self.engine = factory.engine
+        self._journal = self.engine.journal
+        self._render = factory.render
+        self.session = self.engine.open_session(self)
+        factory.connection_opened(self)
         transport = self.transport
-        if isinstance(transport, _DIRECT_WRITE_TRANSPORTS):
-            # Replies are small and latency matters: no Nagle delay, and
-            # write straight to the socket when nothing is queued (_send).
-            transport.setTcpNoDelay(True)
-            transport.bufferSize = _READ_SIZE
-            self._direct = self._direct_now = True
-            # os.read/os.write on the descriptor: the same syscalls as
-            # recv/send without their tuple-parsed arguments (measured).
-            self._fd = transport.socket.fileno()
-            # The reactor calls the transport's doRead for every readable
-            # event; ours goes from recv straight to dataReceived (one frame
-            # less per command) and reports EOF and errors as Twisted's does.
-            transport.doRead = self._read_socket
-
-    def _read_socket(self):
-        """``doRead`` of a plain TCP or unix transport: recv, then dataReceived."""
-        try:
-            data = _os_read(self._fd, _READ_SIZE)
-        except OSError as e:
-            return None if e.args[0] == EWOULDBLOCK else main.CONNECTION_LOST
-        if not data:
-            return main.CONNECTION_DONE
-        self.dataReceived(data)
-        return None
+        if _fastio.eligible(transport):
+            transport.setTcpNoDelay(True)  # small replies, latency matters
+            # Twisted pauses us (pauseProducing) when its queue for this
+            # client passes bufferSize, which is also its read size: the
+            # unsent-replies bound where DirectIO reads, 16 KiB reads otherwise.
+            if factory.direct_io:
+                self._direct = _fastio.DirectIO.install(self)
+                transport.bufferSize = MAX_UNSENT
+            else:
+                transport.bufferSize = _fastio.READ_SIZE
+        transport.registerProducer(self, True)
 
     def connectionLost(self, reason=None) -> None:
-        self._direct_now = False
+        if self._direct is not None:
+            self._direct.uninstall()
         if self.session is not None:
-            self.queue.close_session(self.session)
+            self.engine.close_session(self.session)
             self.factory.connection_closed(self)
             self.factory.after_input()
 
@@ -173,19 +167,56 @@ class BeanstalkServerProtocol(LineReceiver):
         self._close()
 
     def _close(self) -> None:
-        self._closing = True
-        self._direct_now = False
+        self._closing = self._halt = True
+        if self._direct is not None:
+            self._direct.uninstall()
         out = self._out
         if out:
             # Send this read's replies first: a TLS transport drops writes
             # made after loseConnection (pipelined ``...\r\nquit\r\n``).
-            data = out[0] if len(out) == 1 else b"".join(out)
+            data = b"".join(out)
             del out[:]
             self._send(data)
         if self._held is not None:
             self._close_when_sent = True  # after the held replies
             return
-        self.transport.loseConnection()
+        self._lose()
+
+    def _lose(self) -> None:
+        # A transport with a producer registered waits for it before it
+        # closes (TLS never would): unregister first.
+        transport = self.transport
+        transport.unregisterProducer()
+        transport.loseConnection()
+
+    # --------------------------------------------------- public (shutdown)
+
+    @property
+    def idle(self) -> bool:
+        """True between commands: nothing half-read, nothing buffered, no jobs held."""
+        return (self._mode == _LINE and not self._buf and not self._blocked
+                and not self.session.reserved)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def unsent(self) -> bool:
+        """True while replies are held for the journal or queued in the transport."""
+        return self._held is not None or _write_buffered(self.transport)
+
+    def close(self) -> None:
+        """Close after any replies due (a FIN, never a reset)."""
+        self._close()
+
+    def abort(self) -> None:
+        """Drop the connection now (its reserved jobs go back to ready)."""
+        self._closing = self._halt = True
+        if self.transport is not None:
+            self.transport.abortConnection()
+
+    # ------------------------------------------------------------- writes
 
     def _write(self, data: bytes) -> None:
         if self._reading:
@@ -194,73 +225,48 @@ class BeanstalkServerProtocol(LineReceiver):
             self._send(data)
 
     def _send(self, data: bytes) -> None:
-        """Write ``data`` now if the socket takes it, else queue it in Twisted.
-
-        ``FileDescriptor.write`` always buffers and asks the reactor for a
-        writable event, costing two epoll_ctl calls and a loop turn per reply;
-        like beanstalkd, we first try the write directly.
-
-        While the journal (binlog) has records not yet written (or, with
-        ``-f 0``, not yet synced), replies are held and sent, in order, when
-        it settles: no reply can acknowledge a change that is not durable,
-        and the records of a whole reactor turn share one write and one fsync.
-        """
-        if self._direct_now and self._held is None and not self._journal.pending:
-            try:
-                sent = _os_write(self._fd, data)
-            except OSError:
-                sent = 0  # EAGAIN, or an error Twisted will report on its own write
-            if sent == len(data):
-                return
-            # Twisted queues the rest; later replies go after it (_send_slow).
-            self._direct_now = False
-            self.transport.write(data[sent:])
-        else:
-            self._send_slow(data)
-
-    def _send_slow(self, data: bytes) -> None:
-        """:meth:`_send` when replies are held, or Twisted has output queued."""
+        """Write ``data``, or hold it while the journal has unsettled records:
+        no reply may acknowledge a change that is not durable, and the records
+        of a whole reactor turn share one write and one fsync.
+        (:class:`._fastio.DirectIO` replaces this on plain sockets.)"""
         held = self._held
         if held is not None:
             held.append(data)
-            return
-        if self._journal.pending:
+        elif self._journal.pending:
             self._held = [data]
             self._journal.when_settled(self._send_held)
-            return
-        t = self.transport
-        if self._direct and not (t.dataBuffer or t._tempDataLen or t.disconnecting
-                                 or self._closing) and t.connected:
-            self._direct_now = True  # Twisted's queue has drained
-            self._send(data)
         else:
-            t.write(data)
+            self.transport.write(data)
 
     def _send_held(self) -> None:
         """The journal settled: send the replies held meanwhile."""
         held, self._held = self._held, None
         if held:
-            self._send(held[0] if len(held) == 1 else b"".join(held))
+            self._send(b"".join(held))
         if self._close_when_sent:
             self._close_when_sent = False
-            self.transport.loseConnection()
+            self._lose()
+
+    def _flush(self) -> None:
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._send(data)
 
     # ------------------------------------------------------------- framing
 
     def dataReceived(self, data: bytes) -> None:
         """Split the input (buffered bytes first) into commands and bodies and
-        run them; the replies to one read go out in one write.
-
-        The hot commands take short paths here: lines seen before (commands
-        without arguments, and put lines, whose parsed header is memoised by
-        the exact line) are one dict lookup, and a put whose body is already
-        in this read is stored without a mode change.
-        """
-        if self._closing:
+        run them; the replies to one read go out in one write, then the
+        wake-ups they caused (the factory delivers them)."""
+        if self._halt:
+            if not self._closing:
+                self._buffer_while_blocked(data)
             return
-        if self._blocked:
-            self._buffer_while_waiting(data)
-            return
+        if self._chunks:
+            data = self._collect_body(data)
+            if not data:
+                return
         buf = self._buf
         if buf:
             buf += data
@@ -274,6 +280,7 @@ class BeanstalkServerProtocol(LineReceiver):
         pos = 0
         end = len(buf)
         out = self._out
+        lines = _LINES
         self._reading = True
         try:
             while pos < end:
@@ -314,66 +321,75 @@ class BeanstalkServerProtocol(LineReceiver):
                 if len(line) > MAX_LINE_CONTENT:
                     out.append(BAD_FORMAT)
                     continue
-                entry = _LINES.get(line)
+                entry = lines.get(line)
                 if entry is None:
-                    if line[:7] == b"delete ":
-                        text = line[7:]
-                        if text.isdigit() and len(text) < 20:  # 19 digits fit a u64
-                            self.do_delete(int(text))
-                            continue
-                    entry = self._uncommon_line(line)
-                    if entry is None:
-                        if self._blocked or self._closing:
-                            break
-                        continue
-                elif entry.__class__ is not tuple:
-                    entry(self)  # a command without arguments
-                    if self._blocked or self._closing:
-                        break
-                    continue
-                # A put line (entry is its header).
-                need = self._put_started(entry)
-                if need:
-                    if end - pos >= need:
-                        if end == need:  # the body is all that is left (pos is 0)
-                            self._store_put(buf)
-                            pos = end
+                    entry = _route(self, line)  # True: it ran the command
+                    if entry is False:
+                        self.lineReceived(line)
+                        entry = True
+                if entry.__class__ is tuple:
+                    # A put line (entry is its header): its body follows.
+                    need = self._put_started(entry)
+                    if need:
+                        if end - pos >= need:
+                            if end == need:  # the body is all that is left (pos is 0)
+                                self._put_body(buf)
+                                pos = end
+                            else:
+                                self._put_body(buf[pos:pos + need])
+                                pos += need
                         else:
-                            self._store_put(buf[pos:pos + need])
-                            pos += need
-                    else:
-                        self._mode = _BODY
-                        self._need = need
+                            self._mode = _BODY
+                            self._need = need
+                elif entry is not True:
+                    entry(self)  # a command without arguments
+                if self._halt:
+                    break
         finally:
             self._reading = False
-            self._buf = buf[pos:] if pos < end else b""
+            rest = buf[pos:] if pos < end else b""
+            if self._mode == _BODY and rest and not self._halt:
+                self._chunks.append(rest)  # an unfinished body, see _collect_body
+                self._have = len(rest)
+                rest = b""
+            self._buf = rest
             if out:
                 data = out[0] if len(out) == 1 else b"".join(out)
                 out.clear()
                 self._send(data)
-        factory = self.factory
-        if factory.resume_queue or self.queue.wake_changed:
-            factory.after_input()
+        engine = self.engine
+        if engine.wakeups or engine.wake_changed:
+            self.factory.after_input()
 
-    def _uncommon_line(self, line: bytes) -> Optional[Tuple[int, int, int, int]]:
-        """Run a line that is not in :data:`_LINES`; a well-formed put line is
-        not run but memoised, and its header returned."""
-        sp = line.find(b" ")
-        if sp > 0:
-            word = line[:sp]
-            if word == b"put":
-                header = _put_header(line)
-                if header is not None:
-                    return header
-            else:
-                fast = _FAST.get(word)
-                if fast is not None and fast(self, line[sp + 1:]):
-                    return None
-        self.lineReceived(line)
-        return None
+    def _collect_body(self, data: bytes) -> bytes:
+        """Add a read to a put body that spans reads; once complete, store the
+        put and return what follows it (b"" until then).  Pieces are joined
+        once, so a large body costs time linear in its size."""
+        chunks = self._chunks
+        chunks.append(data)
+        self._have += len(data)
+        need = self._need
+        if self._have < need:
+            return b""
+        joined = b"".join(chunks)
+        chunks.clear()
+        self._have = 0
+        self._mode = _LINE
+        self._reading = True
+        try:
+            self._put_body(joined[:need])
+        finally:
+            self._reading = False
+            if self._out:
+                self._flush()
+        rest = joined[need:]
+        if rest and self._halt:
+            self._buf = rest
+            return b""
+        return rest
 
-    def _buffer_while_waiting(self, data: bytes) -> None:
-        """Input that arrives while a reserve waits: keep it, within bounds."""
+    def _buffer_while_blocked(self, data: bytes) -> None:
+        """Input that arrives while the last reply is outstanding: keep it, within bounds."""
         self._buf += data
         if len(self._buf) > MAX_BUFFERED_WHILE_WAITING:
             if not self._paused_reading:
@@ -394,7 +410,7 @@ class BeanstalkServerProtocol(LineReceiver):
             if end - pos < need:
                 return pos  # wait for the rest
             self._mode = _LINE
-            self._store_put(buf[pos:pos + need])
+            self._put_body(buf[pos:pos + need])
             return pos + need
         if mode == _DISCARD:
             take = min(self._need, end - pos)
@@ -413,31 +429,86 @@ class BeanstalkServerProtocol(LineReceiver):
         self._write(BAD_FORMAT)
         return i + 2
 
+    # ------------------------------------------------- waiting and answers
+
+    def wake(self, outcome: Any) -> None:
+        """The waiting reserve's result (a Job, TIMED_OUT or DEADLINE_SOON):
+        the factory delivers it after the reply of the command that caused it."""
+        if self._closing:
+            return
+        self._send(job_reply(b"RESERVED", outcome) if outcome.__class__ is Job
+                   else LINES[outcome])
+        self._unblock()
+
     def withdraw_wait(self) -> bool:
         """Withdraw a waiting reserve without replying; True if one was waiting."""
-        if not self._blocked:
+        if not self._blocked or not self.engine.cancel_wait(self.session):
             return False
-        self.queue.cancel_wait(self.session)
         self._unblock()
         return True
 
+    def _block(self) -> None:
+        self._blocked = self._halt = True
+
+    def _later(self, d: Deferred, render: Callable[[Any], bytes]) -> None:
+        """The engine will answer later: hold further input until it does."""
+        self._block()
+        d.addCallback(lambda outcome: self._answered(render, outcome))
+        d.addErrback(self._engine_failed)
+
+    def _engine_failed(self, failure) -> None:
+        log.failure("engine failed a command", failure)
+        self._answered(lambda _: INTERNAL_ERROR, None)
+
+    def _answered(self, render: Callable[[Any], bytes], outcome: Any) -> None:
+        if outcome is WAITING:
+            return  # still waiting: the result comes as a wake-up
+        if self._closing:
+            return
+        self._write(render(outcome))
+        self._unblock()
+
     def _unblock(self) -> None:
         self._blocked = False
-        if self._paused_reading:
+        self._halt = self._closing or self._stalled
+        if self._paused_reading and not self._stalled:
             self._paused_reading = False
             self.transport.resumeProducing()
         if self._buf or self._eof:
-            self.factory.resume_later(self)
+            self.resume()
 
     def resume(self) -> None:
-        """Process input that arrived while a reserve was waiting."""
-        if self._blocked or self._closing:
+        """Process input that arrived while the reply was outstanding."""
+        if self._halt:
             return
         if self._buf:
             buf, self._buf = self._buf, b""
             self.dataReceived(buf)
         if self._eof and not self._blocked:
             self._close()
+
+    # IPushProducer: Twisted's queue for this client passed MAX_UNSENT
+    # (pause), then drained (resume).
+
+    def pauseProducing(self) -> None:
+        self._stalled = self._halt = True
+        if not self._paused_reading:
+            self._paused_reading = True
+            self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        if not self._stalled:
+            return
+        self._stalled = False
+        self._halt = self._closing or self._blocked
+        if self._paused_reading and not self._blocked:
+            self._paused_reading = False
+            self.transport.resumeProducing()
+        if self._buf:
+            self.resume()
+
+    def stopProducing(self) -> None:
+        pass
 
     # ------------------------------------------------------------ dispatch
 
@@ -455,10 +526,12 @@ class BeanstalkServerProtocol(LineReceiver):
         if spec is None:
             # Extension verbs (--extensions) are looked up only here, so stock
             # commands never pay for them; off, this is UNKNOWN_COMMAND as before.
-            extensions = getattr(self.factory, "extensions", None)
-            if extensions is None or not extensions.dispatch(self, line):
+            extensions = self.factory.extensions
+            spec, text = identify_extension(line) if extensions is not None else (None, b"")
+            if spec is None:
                 self._write(UNKNOWN_COMMAND)
-            return
+                return
+            extensions.count(spec.name)
         try:
             args = parse_args(spec, text)
         except CommandError as e:
@@ -466,14 +539,28 @@ class BeanstalkServerProtocol(LineReceiver):
             return
         _HANDLERS[spec.name](self, *args)
 
-    def _count(self, name: str) -> None:
-        self.queue.cmd_counts[name] += 1
+    def _answer(self, name: str, outcome: Any) -> None:
+        render = self._render[name]
+        if outcome.__class__ is Deferred:
+            self._later(outcome, render)
+        elif self._reading:
+            self._append(render(outcome))
+        else:
+            self._send(render(outcome))
+
+    def _append(self, reply: bytes) -> None:
+        """Add a reply to the read's list; write the list once it is long or
+        large (its writing may stall this connection: see pauseProducing)."""
+        out = self._out
+        out.append(reply)
+        if len(out) >= _FLUSH_EVERY or len(reply) > _FLUSH_SIZE:
+            self._flush()
 
     # ------------------------------------------------------------ commands
     #
-    # Commands run only inside dataReceived, so the hot replies (INSERTED,
-    # RESERVED, DELETED) go straight onto the read's reply list: what _write
-    # does while reading, without the call.
+    # One engine call per command.  The hot ones (put, reserve, delete)
+    # append their replies to the read's reply list directly: commands run
+    # only inside dataReceived.
 
     def do_put(self, pri: int, delay: int, ttr: int, nbytes: int, trailing_ok: bool = True) -> None:
         need = self._put_started((pri, delay, ttr, nbytes), trailing_ok)
@@ -482,296 +569,155 @@ class BeanstalkServerProtocol(LineReceiver):
             self._need = need
 
     def _put_started(self, header: Tuple[int, int, int, int], trailing_ok: bool = True) -> int:
-        """A put line (``pri delay ttr bytes``) was read: count it, take its
-        job id, and return the body bytes (with CRLF) to read next, or 0 when
-        no body follows."""
-        pri, delay, ttr, nbytes = header
-        q = self.queue
-        q.cmd_counts["put"] += 1
-        if nbytes > q.max_job_size:
+        """A put line was read: the body bytes (with CRLF) to read next, or 0."""
+        if header[3] > self.engine.max_job_size:
             self._mode = _DISCARD
-            self._need = nbytes + 2
-            self._after_discard = JOB_TOO_BIG
+            self._need = header[3] + 2
+            self._after_discard = self._render["put"](
+                self.engine.reject_put(self.session, JOB_TOO_BIG_OUTCOME))
             return 0
         if not trailing_ok:
-            self._write(BAD_FORMAT)
+            self._answer("put", self.engine.reject_put(self.session, BAD_FORMAT_OUTCOME))
             return 0
-        if not self.session.is_producer:
-            q.set_producer(self.session)
-        job_id = q.next_id
-        q.next_id = job_id + 1
         self._put = header
-        self._put_id = job_id
-        return nbytes + 2
+        return header[3] + 2
 
-    def _store_put(self, body: bytes) -> None:
+    def _put_body(self, body: bytes) -> None:
         """The body of the pending put arrived (with what should be its CRLF)."""
         pri, delay, ttr, _ = self._put
-        job_id = self._put_id
         self._put = None
-        q = self.queue
-        if body[-2:] != b"\r\n":
-            self._write(EXPECTED_CRLF)
-        elif q.draining:
-            self._write(DRAINING)
+        outcome = self.engine.put(self.session, pri, delay, ttr, body)
+        if outcome.__class__ is int:
+            self._out.append(b"INSERTED %d\r\n" % outcome)
         else:
-            try:
-                q.put(self.session, job_id, pri, delay, ttr, body)
-            except JournalError:
-                self._write(INTERNAL_ERROR)
-                return
-            self._out.append(b"INSERTED %d\r\n" % job_id)
-
-    def do_use(self, name: bytes) -> None:
-        self._count("use")
-        self.queue.use(self.session, name)
-        self._write(b"USING %s\r\n" % name)
+            self._answer("put", outcome)
 
     def do_reserve(self) -> None:
-        q = self.queue
-        q.cmd_counts["reserve"] += 1
-        self._reserve_result(q.reserve(self.session, None))
+        self._reserve_result(self.engine.reserve(self.session))
 
     def do_reserve_with_timeout(self, timeout: int) -> None:
-        self._count("reserve-with-timeout")
-        self._reserve_result(self.queue.reserve(self.session, None if timeout < 0 else timeout))
+        self._reserve_result(self.engine.reserve_with_timeout(self.session, timeout))
 
-    def _reserve_result(self, result) -> None:
-        if result.__class__ is Job:
-            self._out.append(_job_reply(b"RESERVED", result))
-        elif result is None:
+    def _reserve_result(self, outcome: Any) -> None:
+        if outcome.__class__ is Job:
+            self._append(job_reply(b"RESERVED", outcome))
+        elif outcome is WAITING:
             if self._eof:  # a half-closed client cannot wait
-                self.queue.cancel_wait(self.session)
+                self.engine.cancel_wait(self.session)
                 self._write(TIMED_OUT)
-                return
-            self._blocked = True
-        elif result is _TIMED_OUT_RESULT:
-            self._write(TIMED_OUT)
-        elif result is _DEADLINE_SOON_RESULT:
-            self._write(DEADLINE_SOON)
-
-    def do_reserve_job(self, job_id: int) -> None:
-        try:
-            job = self.queue.reserve_job(self.session, job_id)
-        except JournalError:
-            self._write(INTERNAL_ERROR)
-            return
-        self._write(NOT_FOUND if job is None else _job_reply(b"RESERVED", job))
+            else:
+                self._block()
+        else:
+            self._answer("reserve", outcome)
 
     def do_delete(self, job_id: int) -> None:
-        q = self.queue
-        q.cmd_counts["delete"] += 1
-        try:
-            ok = q.delete(self.session, job_id)
-        except JournalError:
-            self._write(INTERNAL_ERROR)
-            return
-        self._out.append(DELETED if ok else NOT_FOUND)
+        outcome = self.engine.delete(self.session, job_id)
+        line = LINES.get(outcome)
+        if line is None:
+            self._answer("delete", outcome)
+        else:
+            self._out.append(line)
+
+    def do_reserve_job(self, job_id: int) -> None:
+        self._answer("reserve-job", self.engine.reserve_job(self.session, job_id))
 
     def do_release(self, job_id: int, pri: int, delay: int) -> None:
-        self._count("release")
-        try:
-            ok = self.queue.release(self.session, job_id, pri, delay)
-        except JournalError:
-            self._write(INTERNAL_ERROR)
-            return
-        self._write(RELEASED if ok else NOT_FOUND)
+        self._answer("release", self.engine.release(self.session, job_id, pri, delay))
 
     def do_bury(self, job_id: int, pri: int) -> None:
-        self._count("bury")
-        try:
-            ok = self.queue.bury(self.session, job_id, pri)
-        except JournalError:
-            self._write(INTERNAL_ERROR)
-            return
-        self._write(BURIED if ok else NOT_FOUND)
+        self._answer("bury", self.engine.bury(self.session, job_id, pri))
 
     def do_touch(self, job_id: int) -> None:
-        self._count("touch")
-        self._write(TOUCHED if self.queue.touch(self.session, job_id) else NOT_FOUND)
+        self._answer("touch", self.engine.touch(self.session, job_id))
+
+    def do_use(self, name: bytes) -> None:
+        self._answer("use", self.engine.use(self.session, name))
 
     def do_watch(self, name: bytes) -> None:
-        self._count("watch")
-        self._write(b"WATCHING %d\r\n" % self.queue.watch(self.session, name))
+        self._answer("watch", self.engine.watch(self.session, name))
 
     def do_ignore(self, name: bytes) -> None:
-        self._count("ignore")
-        count = self.queue.ignore(self.session, name)
-        self._write(NOT_IGNORED if count is None else b"WATCHING %d\r\n" % count)
-
-    def _found(self, job: Optional[Job]) -> None:
-        self._write(NOT_FOUND if job is None else _job_reply(b"FOUND", job))
+        self._answer("ignore", self.engine.ignore(self.session, name))
 
     def do_peek(self, job_id: int) -> None:
-        self._count("peek")
-        self._found(self.queue.peek(job_id))
+        self._answer("peek", self.engine.peek(self.session, job_id))
 
     def do_peek_ready(self) -> None:
-        self._count("peek-ready")
-        self._found(self.queue.peek_ready(self.session))
+        self._answer("peek-ready", self.engine.peek_ready(self.session))
 
     def do_peek_delayed(self) -> None:
-        self._count("peek-delayed")
-        self._found(self.queue.peek_delayed(self.session))
+        self._answer("peek-delayed", self.engine.peek_delayed(self.session))
 
     def do_peek_buried(self) -> None:
-        self._count("peek-buried")
-        self._found(self.queue.peek_buried(self.session))
+        self._answer("peek-buried", self.engine.peek_buried(self.session))
 
     def do_kick(self, bound: int) -> None:
-        self._count("kick")
-        try:
-            n = self.queue.kick(self.session, bound)
-        except JournalError:
-            self._write(INTERNAL_ERROR)
-            return
-        self._write(b"KICKED %d\r\n" % n)
+        self._answer("kick", self.engine.kick(self.session, bound))
 
     def do_kick_job(self, job_id: int) -> None:
-        # beanstalkd has no counter for kick-job, and it does not count in cmd-kick.
-        try:
-            ok = self.queue.kick_job(job_id)
-        except JournalError:
-            self._write(INTERNAL_ERROR)
-            return
-        self._write(KICKED if ok else NOT_FOUND)
-
-    def _stats_reply(self, pairs) -> None:
-        if pairs is None:
-            self._write(NOT_FOUND)
-        else:
-            self._write(yaml.ok_reply(yaml.render_mapping(pairs, self.factory.stats_quoted)))
+        self._answer("kick-job", self.engine.kick_job(self.session, job_id))
 
     def do_stats_job(self, job_id: int) -> None:
-        self._count("stats-job")
-        self._stats_reply(self.queue.stats_job(job_id))
+        self._answer("stats-job", self.engine.stats_job(self.session, job_id))
 
     def do_stats_tube(self, name: bytes) -> None:
-        self._count("stats-tube")
-        self._stats_reply(self.queue.stats_tube(name))
+        self._answer("stats-tube", self.engine.stats_tube(self.session, name))
 
     def do_stats(self) -> None:
-        self._count("stats")
-        self._stats_reply(self.queue.stats())
+        self._answer("stats", self.engine.stats(self.session))
 
     def do_list_tubes(self) -> None:
-        self._count("list-tubes")
-        self._write(yaml.ok_reply(yaml.sequence(self.queue.list_tubes())))
+        self._answer("list-tubes", self.engine.list_tubes(self.session))
 
     def do_list_tube_used(self) -> None:
-        self._count("list-tube-used")
-        self._write(b"USING %s\r\n" % self.session.use.name)
+        self._answer("list-tube-used", self.engine.list_tube_used(self.session))
 
     def do_list_tubes_watched(self) -> None:
-        self._count("list-tubes-watched")
-        self._write(yaml.ok_reply(yaml.sequence(self.queue.list_tubes_watched(self.session))))
+        self._answer("list-tubes-watched", self.engine.list_tubes_watched(self.session))
 
     def do_pause_tube(self, name: bytes, delay: int) -> None:
-        self._count("pause-tube")
-        if not valid_tube_name(name):
-            self._write(BAD_FORMAT)
-            return
-        self._write(PAUSED if self.queue.pause_tube(name, delay) else NOT_FOUND)
+        self._answer("pause-tube", self.engine.pause_tube(self.session, name, delay))
+
+    def do_list_jobs(self, name: bytes, state: bytes, limit: int) -> None:
+        self._answer("list-jobs", self.engine.list_jobs(self.session, name, state.decode(), limit))
+
+    def do_flush_tube(self, name: bytes, state: Optional[bytes] = None) -> None:
+        engine = self.engine
+        self._answer("flush-tube", engine.flush_tube(self.session, name) if state is None
+                     else engine.flush_tube(self.session, name, (state.decode(),)))
+
+    def do_capabilities(self) -> None:
+        self._answer("capabilities", self.factory.extensions.verbs)
 
     def do_quit(self) -> None:
         self._close()
 
-    # ------------------------------------------- SessionListener (async replies)
 
-    def reserved(self, job: Job) -> None:
-        self._write(_job_reply(b"RESERVED", job))
-        self._unblock()
-
-    def timed_out(self) -> None:
-        self._write(TIMED_OUT)
-        self._unblock()
-
-    def deadline_soon(self) -> None:
-        self._write(DEADLINE_SOON)
-        self._unblock()
+def _write_buffered(transport: Any, depth: int = 4) -> bool:
+    """True while ``transport`` (or the transport under a TLS wrapper) still
+    holds bytes it has not handed to the kernel."""
+    while transport is not None and depth:
+        if getattr(transport, "_appSendBuffer", None):  # TLS, before the handshake
+            return True
+        if getattr(transport, "dataBuffer", b"") or getattr(transport, "_tempDataLen", 0):
+            return True
+        transport = getattr(transport, "transport", None)
+        depth -= 1
+    return False
 
 
 # ---------------------------------------------------------------- dispatch tables
 
-def _handler_name(command: str) -> str:
-    return "do_" + command.replace("-", "_")
-
-
+#: The handler of each stock command and extension verb, by name.
 _HANDLERS: Dict[str, Callable] = {
-    name: getattr(BeanstalkServerProtocol, _handler_name(name)) for name in BY_NAME
-}
+    spec.name: getattr(BeanstalkServerProtocol, "do_" + spec.method)
+    for spec in COMMANDS + EXTENSION_COMMANDS}
+#: The fast paths every connection shares (see _fastpath).
+FAST_PATHS = FastPaths(_HANDLERS)
+_LINES = FAST_PATHS.lines
+_route = FAST_PATHS.route
+#: Outcomes as replies with beanstalkd 1.13's stats shape (see render).
+RENDER = render_table()
 
-#: Commands without arguments, by their exact line.
-_NO_ARGS: Dict[bytes, Callable] = {
-    name.encode(): _HANDLERS[name] for name, spec in BY_NAME.items()
-    if not spec.args
-}
-
-
-# Fast paths: parse a well-formed argument text of a hot command and run it,
-# returning True; return False for anything unusual, which then goes through
-# the exact parser (protocol.commands) and gets the same values or error.
-
-def _fast_id_command(handler: Callable) -> Callable[[BeanstalkServerProtocol, bytes], bool]:
-    def fast(proto: BeanstalkServerProtocol, text: bytes) -> bool:
-        if text.isdigit():
-            value = int(text)
-            if value <= U64_MAX:
-                handler(proto, value)
-                return True
-        return False
-    return fast
-
-
-#: Exact lines: the commands without arguments (-> handler) and memoised put
-#: lines (``b"put 1024 0 120 100"`` -> its four values).  Producers repeat the
-#: same few put lines, and one dict lookup of the whole line costs a fraction
-#: of splitting it and converting four numbers; the put entries are dropped
-#: when they reach :data:`_PUT_HEADERS_MAX`, so the table stays small.
-_LINES: Dict[bytes, object] = dict(_NO_ARGS)
-_PUT_HEADERS_MAX = 1024
-
-
-def _put_header(line: bytes) -> Optional[Tuple[int, int, int, int]]:
-    """Parse and memoise ``pri delay ttr bytes`` of a well-formed ``put`` line
-    not yet in :data:`_LINES` (the caller looked); None if malformed."""
-    parts = line.split(b" ")
-    if len(parts) == 5:
-        _, a, b, c, d = parts
-        if a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
-            header = int(a), int(b), int(c), int(d)
-            if max(header) <= U32_MAX:
-                if len(_LINES) >= len(_NO_ARGS) + _PUT_HEADERS_MAX:
-                    _LINES.clear()
-                    _LINES.update(_NO_ARGS)
-                _LINES[line] = header
-                return header
-    return None
-
-
-def _fast_release(proto: BeanstalkServerProtocol, text: bytes) -> bool:
-    parts = text.split(b" ")
-    if len(parts) == 3 and all(p.isdigit() for p in parts):
-        job_id, pri, delay = int(parts[0]), int(parts[1]), int(parts[2])
-        if job_id <= U64_MAX and pri <= U32_MAX and delay <= U32_MAX:
-            proto.do_release(job_id, pri, delay)
-            return True
-    return False
-
-
-def _fast_timeout(proto: BeanstalkServerProtocol, text: bytes) -> bool:
-    if text.isdigit() and len(text) < 10:
-        proto.do_reserve_with_timeout(int(text))
-        return True
-    return False
-
-
-_FAST: Dict[bytes, Callable[[BeanstalkServerProtocol, bytes], bool]] = {
-    b"release": _fast_release,
-    b"reserve-with-timeout": _fast_timeout,
-}
-for _name in ("delete", "touch", "peek", "stats-job", "reserve-job", "kick-job"):
-    _FAST[_name.encode()] = _fast_id_command(_HANDLERS[_name])
-
-
-__all__ = ["BeanstalkServerProtocol", "MAX_BUFFERED_WHILE_WAITING"]
+__all__ = ["BeanstalkServerProtocol", "FAST_PATHS", "MAX_BUFFERED_WHILE_WAITING", "MAX_UNSENT",
+           "RENDER"]

@@ -1,23 +1,34 @@
-"""A leaner epoll reactor for the server process.
+# -*- test-case-name: tests.test_wire -*-
+"""A speed trick, fenced: a leaner main loop for Twisted's epoll reactor.
 
-Twisted's ``mainLoop`` runs ``runUntilCurrent`` and ``timeout`` (each
+Contract: :class:`LeanEPollReactor` behaves as Twisted's ``EPollReactor``
+(timed calls, ``callFromThread``, shutdown, error logging: an exception from
+``doRead`` is logged and disconnects that descriptor) and differs only in
+how much work each turn of its loop does.  The wire tests run on it and on
+Twisted's own reactor (``TWISTED_STALK_REACTOR=twisted``).
+
+Why: Twisted's ``mainLoop`` runs ``runUntilCurrent`` and ``timeout`` (each
 re-checking the thread-call queue, the new and pending timed calls and the
 clock) and a context manager on every turn, and its ``doPoll`` wraps every
-ready descriptor's event in ``log.callWithLogger`` (three nested context calls
-that only set the prefix of legacy log messages).  On a server doing one read
-per command that is a noticeable share of the CPU per command (see
+ready descriptor's event in ``log.callWithLogger`` (three nested context
+calls that only set the prefix of legacy log messages).  On a server doing
+one read per command that is a noticeable share of the CPU per command (see
 docs/performance.md).  ``LeanEPollReactor.mainLoop`` checks those few
-attributes inline, calls ``runUntilCurrent`` only when there is something for
-it to do, and dispatches a plain read event directly; everything else
-(writes, hang-ups, errors) goes to Twisted's own ``_doReadOrWrite``.  Timed
-calls, ``callFromThread``, shutdown and error logging behave as in Twisted:
-an exception from ``doRead`` is logged and disconnects that descriptor.
-``doPoll`` (used by ``iterate()``) is Twisted's own.
+attributes inline, calls ``runUntilCurrent`` only when there is something
+for it to do, and dispatches a plain read event directly; everything else
+(writes, hang-ups, errors) goes to Twisted's own ``_doReadOrWrite``.
+
+The loop reads private members of ``EPollReactor`` (:data:`_RELIES_ON`).
+Where a Twisted release lacks any of them, :func:`install` installs
+Twisted's own ``EPollReactor`` instead and :func:`upgrade` leaves the
+running reactor alone, so the server keeps working, only slower.
 """
 from __future__ import annotations
 
+import os
 import sys
 from select import EPOLLIN
+from typing import Any
 
 from twisted.internet.epollreactor import EPollReactor
 from twisted.logger import Logger
@@ -27,6 +38,16 @@ _log = Logger()
 
 #: epoll_wait's timeout is a C int of milliseconds (as Twisted's ``timeout``).
 _LONGEST_WAIT = 2147483
+
+#: The members of Twisted's EPollReactor that the lean loop relies on.
+_RELIES_ON = (
+    "_poller", "_selectables", "_pendingTimedCalls", "_newTimedCalls", "threadCallQueue",
+    "_justStopped", "_started", "running", "_doReadOrWrite", "_insertNewDelayedCalls",
+    "_disconnectSelectable", "runUntilCurrent", "seconds",
+)
+
+#: ``TWISTED_STALK_REACTOR=twisted`` in the environment: always Twisted's own loop.
+ENABLED = os.environ.get("TWISTED_STALK_REACTOR", "lean") != "twisted"
 
 
 class LeanEPollReactor(EPollReactor):
@@ -79,10 +100,32 @@ class LeanEPollReactor(EPollReactor):
         _log.info("Main loop terminated.")
 
 
-def install() -> LeanEPollReactor:
-    """Install :class:`LeanEPollReactor` as the global reactor."""
+def compatible(reactor: Any) -> bool:
+    """True when ``reactor`` is an EPollReactor with every member the lean loop reads."""
+    return (ENABLED and isinstance(reactor, EPollReactor)
+            and all(hasattr(reactor, name) for name in _RELIES_ON))
+
+
+def install() -> EPollReactor:
+    """Install :class:`LeanEPollReactor` as the global reactor (Twisted's own
+    ``EPollReactor`` where the lean loop cannot run)."""
     from twisted.internet.main import installReactor
 
-    reactor = LeanEPollReactor()
+    reactor: EPollReactor = LeanEPollReactor()
+    if not compatible(reactor):
+        reactor = EPollReactor()
     installReactor(reactor)
     return reactor
+
+
+def upgrade(reactor: Any) -> bool:
+    """Give an already installed, not yet running ``EPollReactor`` the lean
+    main loop (``twistd`` installs the reactor before any plugin code runs);
+    True if it did.  The subclass adds no state, only the loop."""
+    if type(reactor) is EPollReactor and not reactor.running and compatible(reactor):
+        reactor.__class__ = LeanEPollReactor
+        return True
+    return False
+
+
+__all__ = ["ENABLED", "LeanEPollReactor", "compatible", "install", "upgrade"]

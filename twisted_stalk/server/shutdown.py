@@ -5,7 +5,7 @@
 1. stops accepting connections (the listening ports close at once, so new
    clients get "connection refused" rather than a silent backlog);
 2. enters drain mode (``put`` answers ``DRAINING``, as after SIGUSR1) and
-   holds back every tube so that no further job is handed out;
+   tells the engine to hand out no further job (``Engine.hold``);
 3. closes each connection as soon as it is quiet: a reserve waiting for a job
    is withdrawn and its connection closed cleanly (a FIN after any reply
    already due, never a reset); a connection in the middle of a command gets
@@ -30,7 +30,6 @@ from typing import Any, Callable, List, Optional
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from .protocol import _LINE
 
 log = Logger(namespace="twisted_stalk.shutdown")
 
@@ -38,8 +37,6 @@ log = Logger(namespace="twisted_stalk.shutdown")
 DEFAULT_GRACE = 10.0
 #: How often the drain looks for connections that became quiet.
 POLL_SECONDS = 0.05
-#: How long tubes stay held during a shutdown (any value past the grace).
-_HOLD_SECONDS = 10 ** 9
 
 
 class GracefulShutdown:
@@ -81,9 +78,9 @@ class GracefulShutdown:
             d_stop.addErrback(lambda f: log.failure("stopping the listening ports", f))
         except Exception:  # pragma: no cover - maybeDeferred catches
             log.failure("stopping the listening ports")
-        queue = self.factory.queue
-        queue.draining = True
-        self._hold_tubes()
+        engine = self.factory.engine
+        engine.drain()
+        engine.hold()
         self._step()
         return d
 
@@ -96,15 +93,6 @@ class GracefulShutdown:
 
     # -------------------------------------------------------------- internals
 
-    def _hold_tubes(self) -> None:
-        """Pause every tube so reserves wait (and are then closed) instead of
-        taking new jobs while workers finish the ones they hold."""
-        queue = self.factory.queue
-        until = self.clock.seconds() + _HOLD_SECONDS
-        for t in queue.tube_list:
-            t.pause = _HOLD_SECONDS
-            t.unpause_at = until
-
     def _step(self) -> None:
         self._call = None
         if self.finished:
@@ -113,10 +101,10 @@ class GracefulShutdown:
         late = now >= self._deadline
         busy = 0
         for proto in list(self.factory.connections):
-            if proto._closing:
+            if proto.closing:
                 # Done once everything is written (a TLS connection may still
                 # wait for the peer's close_notify, which the shutdown need not).
-                if proto._held is not None or _write_buffered(proto.transport):
+                if proto.unsent:
                     if late:
                         self._abort(proto)
                     busy += 1
@@ -125,7 +113,7 @@ class GracefulShutdown:
             if proto.withdraw_wait():
                 # A waiting reserve: withdrawn; close cleanly.
                 self._close(proto)
-            elif proto._mode == _LINE and not proto._buf and not proto.session.reserved:
+            elif proto.idle:
                 self._close(proto)
             elif late:
                 self._abort(proto)
@@ -140,14 +128,11 @@ class GracefulShutdown:
 
     def _close(self, proto) -> None:
         self.closed_cleanly += 1
-        proto._close()  # after any replies held for the binlog
+        proto.close()  # after any replies held for the binlog
 
     def _abort(self, proto) -> None:
         self.aborted += 1
-        proto._closing = True
-        transport = proto.transport
-        if transport is not None:
-            transport.abortConnection()
+        proto.abort()
 
     def _finish(self) -> None:
         if self.finished:
@@ -161,19 +146,6 @@ class GracefulShutdown:
         waiters, self._waiters = self._waiters, []
         for d in waiters:
             d.callback(None)
-
-
-def _write_buffered(transport, depth: int = 4) -> bool:
-    """True while ``transport`` (or the transport under a TLS wrapper) still
-    holds bytes it has not handed to the kernel."""
-    while transport is not None and depth:
-        if getattr(transport, "_appSendBuffer", None):  # TLS, before the handshake
-            return True
-        if getattr(transport, "dataBuffer", b"") or getattr(transport, "_tempDataLen", 0):
-            return True
-        transport = getattr(transport, "transport", None)
-        depth -= 1
-    return False
 
 
 def install_signal_handlers(reactor, shutdown: GracefulShutdown,

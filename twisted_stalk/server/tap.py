@@ -94,7 +94,7 @@ class Options(usage.Options):
 def install_drain_signal(factory: BeanstalkServerFactory) -> None:
     """SIGUSR1 puts the server in drain mode: put answers DRAINING."""
     def drain(signum, frame) -> None:
-        factory.queue.draining = True
+        factory.engine.drain()
         log.info("SIGUSR1: entering drain mode")
 
     signal.signal(signal.SIGUSR1, drain)
@@ -136,9 +136,9 @@ def make_factory(config, reactor) -> BeanstalkServerFactory:
     from .ops import configure
     configure(factory, config, reactor)  # limits, --max-memory, --extensions
     if journal is not None:
-        # Replay the binlog into the queue, then arm the timer for the
+        # Replay the binlog into the engine, then arm the timer for the
         # restored delayed jobs.
-        journal.attach(factory.queue)
+        journal.attach(factory.engine)
         factory.rearm()
     return factory
 
@@ -148,6 +148,8 @@ def makeService(config, reactor=None) -> MultiService:
     if reactor is None:
         from twisted.internet import reactor as default_reactor
         reactor = default_reactor
+    from .reactor import upgrade
+    upgrade(reactor)  # twistd's epoll reactor gets the lean main loop (see reactor.py)
     factory = make_factory(config, reactor)
     service = BeanstalkService(factory)
     for description in config["endpoints"]:

@@ -1,0 +1,193 @@
+# -*- test-case-name: tests.test_engine -*-
+"""The engine seam: what every front end calls and every storage engine implements.
+
+A front end (the wire protocol, the web console, metrics) turns its input
+into one call per command on an :class:`Engine` and turns the outcome into
+its output.  All rules of a command (ids, counters, draining, the memory
+ceiling, the journal) live behind the call.  :class:`MemoryEngine
+<twisted_stalk.core.memory.MemoryEngine>` keeps everything in memory (with
+the optional binlog as its journal); an engine backed by a database
+implements the same methods.
+
+**Sessions.**  A front end opens a :class:`~twisted_stalk.core.session.Session`
+per client with :meth:`Engine.open_session` (giving its listener, which
+hears wake-ups) and closes it with :meth:`Engine.close_session` (its
+reserved jobs go back to ready, its wait ends).  Every command method takes
+the session first.
+
+**Outcomes.**  Each command returns its result as a value: data on success
+(a job id, a :class:`~twisted_stalk.core.job.Job`, a count, a tube name,
+stats pairs, a list of names or ids) or one of the constants of
+:mod:`twisted_stalk.core.outcomes` (``NOT_FOUND``, ``DRAINING`` ...), as
+listed on each method below.  A reserve that has to wait returns ``WAITING``.
+
+**Wake-ups.**  A command or a timer can settle *another* session's waiting
+reserve.  The engine never calls into that session's front end while a
+command runs: it queues ``(session, result)`` in :attr:`Engine.wakeups`,
+and the front end delivers them (``session.listener.wake(result)``) after
+the current command's own reply is written.  So the producer's ``INSERTED``
+goes out before the worker's ``RESERVED`` it caused.
+
+**Time.**  The engine reads time from its clock and keeps its deadlines
+itself; its owner calls :meth:`Engine.next_deadline` to arm one timer and
+:meth:`Engine.tick` when it fires.  ``wake_changed`` tells the owner that a
+command set an earlier deadline (re-arm).
+
+**Answers that arrive later.**  An engine whose storage answers
+asynchronously (a database) may return a ``twisted.internet.defer.Deferred``
+from any command method; it fires with the outcome.  The wire protocol then
+holds that connection's later commands until it fires, so replies stay in
+order per connection.  The in-memory engine always answers at once.
+
+Nothing here is specific to an in-memory engine: no method hands out
+internal structures that a database engine could not produce (jobs are
+:class:`~twisted_stalk.core.job.Job` records; a database engine builds them
+from rows).
+"""
+from __future__ import annotations
+
+from typing import Iterable, List, Optional, Tuple, Union
+
+try:
+    from typing import Protocol
+except ImportError:  # pragma: no cover - Python < 3.8
+    Protocol = object  # type: ignore
+
+from ..protocol.yaml import StatPairs
+from .job import Job
+from .outcomes import Outcome
+from .session import Session, SessionListener
+
+#: A command's result: data, an outcome constant, or (an asynchronous
+#: engine) a Deferred firing with either.
+Result = Union[int, bytes, Job, Outcome, StatPairs, List[bytes], List[int], object]
+
+
+class Engine(Protocol):
+    """The command API of a beanstalk engine (see the module docstring)."""
+
+    #: Largest job body in bytes; a wire front end discards larger bodies.
+    max_job_size: int
+    #: ``(session, Job | TIMED_OUT | DEADLINE_SOON)`` results for waiting
+    #: sessions, to deliver after the current command's reply.
+    wakeups: List[Tuple[Session, object]]
+    #: Set when a command gave the engine an earlier deadline than the one
+    #: :meth:`next_deadline` last returned.
+    wake_changed: bool
+    draining: bool
+
+    # Sessions and time.
+
+    def open_session(self, listener: SessionListener) -> Session:
+        """A new client; it uses and watches ``default``."""
+
+    def close_session(self, s: Session) -> None:
+        """The client is gone: its reservations return to ready, its wait ends."""
+
+    def cancel_wait(self, s: Session) -> bool:
+        """Withdraw ``s``'s waiting reserve with no result; True if it waited."""
+
+    def take_wakeups(self) -> List[Tuple[Session, object]]:
+        """The queued wake-ups, in order; the queue is emptied."""
+
+    def next_deadline(self) -> Optional[float]:
+        """When :meth:`tick` next has work to do (the clock's seconds), or None."""
+
+    def tick(self) -> None:
+        """Do what is due: delays end, TTRs expire, waits time out, pauses end."""
+
+    def drain(self) -> None:
+        """Drain mode: ``put`` answers DRAINING from now on."""
+
+    def hold(self) -> None:
+        """Hand out no more jobs (graceful shutdown): reserves wait."""
+
+    # The protocol's commands.
+
+    def put(self, s: Session, pri: int, delay: int, ttr: int, body: bytes) -> Result:
+        """Insert a job into the used tube (``body`` with its CRLF): the new
+        id, or EXPECTED_CRLF, DRAINING, OUT_OF_MEMORY, INTERNAL_ERROR.  Every
+        put takes an id, refused or not."""
+
+    def reject_put(self, s: Session, reason: Outcome) -> Result:
+        """A put line with no job (JOB_TOO_BIG or BAD_FORMAT): counted, returns ``reason``."""
+
+    def use(self, s: Session, name: bytes) -> Result:
+        """Use a tube for puts: its name."""
+
+    def reserve(self, s: Session) -> Result:
+        """A :class:`Job`, DEADLINE_SOON, or WAITING (the result comes as a wake-up)."""
+
+    def reserve_with_timeout(self, s: Session, timeout: int) -> Result:
+        """As :meth:`reserve`; also TIMED_OUT.  Negative: no timeout."""
+
+    def reserve_job(self, s: Session, job_id: int) -> Result:
+        """A :class:`Job` (ready, delayed or buried before), NOT_FOUND, INTERNAL_ERROR."""
+
+    def delete(self, s: Session, job_id: int) -> Result:
+        """DELETED, NOT_FOUND, INTERNAL_ERROR."""
+
+    def release(self, s: Session, job_id: int, pri: int, delay: int) -> Result:
+        """RELEASED, NOT_FOUND, INTERNAL_ERROR."""
+
+    def bury(self, s: Session, job_id: int, pri: int) -> Result:
+        """BURIED, NOT_FOUND, INTERNAL_ERROR."""
+
+    def touch(self, s: Session, job_id: int) -> Result:
+        """TOUCHED, NOT_FOUND."""
+
+    def watch(self, s: Session, name: bytes) -> Result:
+        """The number of tubes watched."""
+
+    def ignore(self, s: Session, name: bytes) -> Result:
+        """The number of tubes watched, or NOT_IGNORED."""
+
+    def peek(self, s: Session, job_id: int) -> Result:
+        """A :class:`Job` or NOT_FOUND."""
+
+    def peek_ready(self, s: Session) -> Result:
+        """A :class:`Job` or NOT_FOUND."""
+
+    def peek_delayed(self, s: Session) -> Result:
+        """A :class:`Job` or NOT_FOUND."""
+
+    def peek_buried(self, s: Session) -> Result:
+        """A :class:`Job` or NOT_FOUND."""
+
+    def kick(self, s: Session, bound: int) -> Result:
+        """How many jobs were kicked, or INTERNAL_ERROR."""
+
+    def kick_job(self, s: Session, job_id: int) -> Result:
+        """KICKED, NOT_FOUND, INTERNAL_ERROR."""
+
+    def stats_job(self, s: Session, job_id: int) -> Result:
+        """Stats pairs in beanstalkd's order, or NOT_FOUND."""
+
+    def stats_tube(self, s: Session, name: bytes) -> Result:
+        """Stats pairs in beanstalkd's order, or NOT_FOUND."""
+
+    def stats(self, s: Session) -> Result:
+        """Stats pairs in beanstalkd's order."""
+
+    def list_tubes(self, s: Session) -> Result:
+        """Tube names."""
+
+    def list_tube_used(self, s: Session) -> Result:
+        """The used tube's name."""
+
+    def list_tubes_watched(self, s: Session) -> Result:
+        """The watched tubes' names."""
+
+    def pause_tube(self, s: Session, name: bytes, delay: int) -> Result:
+        """PAUSED, NOT_FOUND, BAD_FORMAT (invalid name, counted first)."""
+
+    # Extension verbs.
+
+    def list_jobs(self, s: Session, name: bytes, state: str, limit: int) -> Result:
+        """Up to ``limit`` job ids of a tube in a state, in taking order, or NOT_FOUND."""
+
+    def flush_tube(self, s: Session, name: bytes, states: Iterable[str] = ...) -> Result:
+        """How many jobs were deleted, NOT_FOUND, or INTERNAL_ERROR."""
+
+
+__all__ = ["Engine", "Result"]
