@@ -32,7 +32,6 @@ too: ``capabilities`` -> ``OK <bytes>`` (a list of verb names),
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple, Type, Union
 
 from .commands import (

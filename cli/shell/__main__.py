@@ -1,0 +1,6 @@
+"""``python -m twisted_stalk_cli.shell``: the ``stalk`` command."""
+import sys
+
+from . import main
+
+sys.exit(main())
