@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_protocol_table,tests.test_protocol_reader -*-
 """The command table: every beanstalk command, its arguments, its replies.
 
 One table drives the server's parser, the client's request encoder and the

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_client_replies,tests.test_protocol_reader -*-
 """Reply decoding: what the server answered to the command at the head of the queue.
 
 Beanstalk reply words are ambiguous on their own (``BURIED <id>`` after ``put``
