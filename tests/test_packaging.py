@@ -53,6 +53,8 @@ def test_wheel_ships_plugin_without_twisted_init(tmp_path):
     assert "twisted/__init__.py" not in names
     assert "twisted/plugins/__init__.py" not in names
     assert "twisted_stalk_cli/stalkd.py" in names
+    assert "twisted_stalk_cli/shell/__init__.py" in names
+    assert "twisted_stalk_cli/shell/tools/flush.py" in names
     assert not any(n.startswith("cli/") for n in names)
     assert "twisted_stalk/py.typed" in names
 

@@ -10,7 +10,8 @@ import yaml
 
 from servers import free_port
 from twisted_stalk.protocol.yaml import parse_mapping
-from twisted_stalk_cli.shell_conn import Connection, parse_target
+from twisted_stalk_cli.shell.conn import Connection
+from twisted_stalk_cli.shell.target import parse_target
 
 STALK = [sys.executable, "-m", "twisted_stalk_cli.shell"]
 

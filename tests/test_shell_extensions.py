@@ -17,12 +17,17 @@ from prompt_toolkit.output import DummyOutput
 
 from servers import REFERENCE, start_server
 from test_shell_cli import Probe as CliProbe
-from twisted_stalk_cli.shell_conn import Connection, Session, Target, parse_target
-from twisted_stalk_cli.shell_input import InputError, build_request, hint_for
-from twisted_stalk_cli.shell_render import plain, render_reply, reply_data
-from twisted_stalk_cli.shell_repl import Shell, help_text
-from twisted_stalk_cli.shell_tools import TOOLS, Output
-from twisted_stalk_cli.shell_ui import Known, StalkCompleter, StalkValidator, syntax_help
+from test_shell_units import reply
+from twisted_stalk_cli.shell.conn import Connection
+from twisted_stalk_cli.shell.help import help_text
+from twisted_stalk_cli.shell.output import Output
+from twisted_stalk_cli.shell.render import plain, render_reply, reply_data
+from twisted_stalk_cli.shell.repl import Shell
+from twisted_stalk_cli.shell.request import InputError, build_request, hint_for
+from twisted_stalk_cli.shell.target import Target, parse_target
+from twisted_stalk_cli.shell.tools import TOOLS
+from twisted_stalk_cli.shell.tracked import TrackedConnection
+from twisted_stalk_cli.shell.ui import Known, StalkCompleter, StalkValidator, syntax_help
 
 KINDS = ["extended", "ours"] + (["reference"] if REFERENCE else [])
 STALK = [sys.executable, "-m", "twisted_stalk_cli.shell"]
@@ -174,7 +179,7 @@ class Recorder:
 
 def shell_for(server, inp):
     out = Recorder()
-    session = Session(parse_target(f"127.0.0.1:{server.port}"), reply_timeout=5)
+    session = TrackedConnection(parse_target(f"127.0.0.1:{server.port}"), reply_timeout=5)
     shell = Shell(session, input=inp, output=DummyOutput(), write=out, history=InMemoryHistory())
     return shell, out
 
@@ -254,11 +259,10 @@ def test_extension_input_rules():
     got = [c.text for c in completer.get_completions(Document("help fl"), CompleteEvent())]
     assert got == ["flush-tube"]
     # replies: FLUSHED is success only for flush-tube; machine-readable forms
-    from twisted_stalk_cli.shell_conn import Reply, reply_ok
-    assert reply_ok("flush-tube", Reply(b"FLUSHED 4")) and not reply_ok("put", Reply(b"FLUSHED 4"))
-    assert reply_data("flush-tube", Reply(b"FLUSHED 4"))["count"] == 4
-    assert reply_data("list-jobs", Reply(b"OK 10", b"---\n- 7\n- 9\n"))["ids"] == [7, 9]
-    assert "(not a reply" in plain(render_reply("flush-tube", Reply(b"DELETED")))
+    assert reply("flush-tube", b"FLUSHED 4").ok and not reply("put", b"FLUSHED 4").ok
+    assert reply_data(reply("flush-tube", b"FLUSHED 4"))["count"] == 4
+    assert reply_data(reply("list-jobs", b"OK 12", b"---\n- 7\n- 9\n"))["ids"] == [7, 9]
+    assert "(not a reply" in plain(render_reply(reply("flush-tube", b"DELETED")))
 
 
 def test_command_line_mode_sends_the_verbs(servers, tmp_path):
@@ -325,7 +329,7 @@ def test_cert_and_key_for_mutual_tls(pki, tmp_path):
                         cert=pki.client_cert, key=pki.client_key)
         with create_pipe_input() as inp:
             out = Recorder()
-            shell = Shell(Session(target, reply_timeout=5), input=inp, output=DummyOutput(),
+            shell = Shell(TrackedConnection(target, reply_timeout=5), input=inp, output=DummyOutput(),
                           write=out, history=InMemoryHistory())
             assert shell.ensure_connected()
             assert shell.session.capabilities == {"list-jobs", "flush-tube", "capabilities"}

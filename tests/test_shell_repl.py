@@ -10,9 +10,10 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from servers import start_server
-from twisted_stalk_cli.shell_conn import Session, parse_target
-from twisted_stalk_cli.shell_render import plain
-from twisted_stalk_cli.shell_repl import Shell
+from twisted_stalk_cli.shell.render import plain
+from twisted_stalk_cli.shell.repl import Shell
+from twisted_stalk_cli.shell.target import parse_target
+from twisted_stalk_cli.shell.tracked import TrackedConnection
 
 ENTER = "\r"
 CTRL_C = "\x03"
@@ -33,7 +34,7 @@ class Recorder:
 
 def make_shell(server, inp, **kw):
     out = Recorder()
-    session = Session(parse_target(f"127.0.0.1:{server.port}"), reply_timeout=5)
+    session = TrackedConnection(parse_target(f"127.0.0.1:{server.port}"), reply_timeout=5)
     shell = Shell(session, input=inp, output=DummyOutput(), write=out,
                   history=kw.pop("history", InMemoryHistory()), **kw)
     return shell, out
@@ -283,10 +284,10 @@ def test_alt_enter_sends_a_body_without_the_empty_line(ours):
 
 
 def test_toolbar_counts_down_reserved_jobs_and_forgets_expired_ones():
-    from twisted_stalk_cli.shell_conn import Reserved
+    from twisted_stalk_cli.shell.tracked import Reserved
     now = [100.0]
     with create_pipe_input() as inp:
-        session = Session(parse_target("127.0.0.1:1"), clock=lambda: now[0])
+        session = TrackedConnection(parse_target("127.0.0.1:1"), clock=lambda: now[0])
         shell = Shell(session, input=inp, output=DummyOutput(), write=Recorder(),
                       clock=lambda: now[0])
         session.reserved[5] = Reserved(5, deadline=130.0)
@@ -306,12 +307,12 @@ def test_ctrl_c_during_the_shells_own_request_keeps_replies_in_step(ours, monkey
     that reads a reserved job's TTR) and before its reply came: that
     connection is closed and a new one made, so the late reply can never be
     taken for the answer to the next command."""
-    from twisted_stalk_cli import shell_conn
+    from twisted_stalk_cli.shell import conn as shell_conn
     send = shell_conn.Connection.send
     pressed = []
 
-    def send_then_ctrl_c(self, data):
-        send(self, data)
+    def send_then_ctrl_c(self, data, *expect):
+        send(self, data, *expect)
         if data.startswith(b"stats-job") and not pressed:
             pressed.append(data)
             raise KeyboardInterrupt

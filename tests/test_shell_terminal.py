@@ -8,7 +8,8 @@ import time
 import pytest
 
 from twisted_stalk.protocol.yaml import parse_mapping
-from twisted_stalk_cli.shell_conn import Connection, parse_target
+from twisted_stalk_cli.shell.conn import Connection
+from twisted_stalk_cli.shell.target import parse_target
 
 pexpect = pytest.importorskip("pexpect")
 

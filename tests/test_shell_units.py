@@ -12,17 +12,16 @@ from prompt_toolkit.layout.processors import TransformationInput
 from prompt_toolkit.validation import ValidationError
 
 from twisted_stalk.protocol import COMMANDS
-from twisted_stalk_cli.shell_conn import Reply, Reserved, Target, parse_target, reply_ok
-from twisted_stalk_cli.shell_input import (
+from twisted_stalk.protocol.reader import ReplyReader
+from twisted_stalk_cli.shell.request import (
     InputError,
-    ScriptReader,
     build_request,
     decode_escapes,
     hint_for,
     needs_more_input,
     usage,
 )
-from twisted_stalk_cli.shell_render import (
+from twisted_stalk_cli.shell.render import (
     classify_body,
     escape_text,
     plain,
@@ -32,15 +31,21 @@ from twisted_stalk_cli.shell_render import (
     render_table,
     reply_data,
 )
-from twisted_stalk_cli.shell_ui import (
-    ArgHintProcessor,
-    Known,
-    StalkCompleter,
-    StalkLexer,
-    StalkValidator,
-    jobs_toolbar,
-    syntax_help,
-)
+from twisted_stalk_cli.shell.script import ScriptReader
+from twisted_stalk_cli.shell.target import Target, parse_target
+from twisted_stalk_cli.shell.tracked import Reserved
+from twisted_stalk_cli.shell.known import Known
+from twisted_stalk_cli.shell.ui import (ArgHintProcessor, StalkCompleter, StalkLexer,
+                                        StalkValidator, jobs_toolbar, syntax_help)
+
+
+def reply(command, line, body=None):
+    """A reply as the shell's connection reads it: decoded once, by the shared
+    reader, as a reply to ``command`` (None: raw bytes, by its shape)."""
+    reader = ReplyReader(lenient=True)
+    reader.expect(command)
+    (decoded,) = reader.feed(line + b"\r\n" + (b"" if body is None else body + b"\r\n"))
+    return decoded
 
 
 def complete(text, known=None, cursor=None):
@@ -69,12 +74,12 @@ def test_completes_meta_commands_and_help_topics():
 
 def test_completes_tube_names_learned_from_replies():
     known = Known()
-    known.learn("use", ["emails"], Reply(b"USING emails"))
-    known.learn("watch", ["images"], Reply(b"WATCHING 2"))
-    known.learn("list-tubes", [], Reply(b"OK 24", b"---\n- default\n- reports\n"))
+    known.learn(["emails"], reply("use", b"USING emails"))
+    known.learn(["images"], reply("watch", b"WATCHING 2"))
+    known.learn([], reply("list-tubes", b"OK 24", b"---\n- default\n- reports\n"))
     # list-tubes is authoritative: tubes it does not list any more are dropped
     assert complete("watch ", known) == ["reports", "default"]
-    known.learn("use", ["emails"], Reply(b"USING emails"))
+    known.learn(["emails"], reply("use", b"USING emails"))
     assert complete("watch ", known) == ["emails", "reports", "default"]
     assert complete("stats-tube rep", known) == ["reports"]
     assert complete("pause-tube def", known) == ["default"]
@@ -84,9 +89,9 @@ def test_completes_tube_names_learned_from_replies():
 
 def test_completes_job_ids_most_recent_first_with_notes():
     known = Known()
-    known.learn("put", ["1", "0", "60", "5"], Reply(b"INSERTED 7"))
-    known.learn("reserve", [], Reply(b"RESERVED 12 3", b"abc"))
-    known.learn("peek-buried", [], Reply(b"FOUND 15 1", b"x"))
+    known.learn(["1", "0", "60", "5"], reply("put", b"INSERTED 7"))
+    known.learn([], reply("reserve", b"RESERVED 12 3", b"abc"))
+    known.learn([], reply("peek-buried", b"FOUND 15 1", b"x"))
     completer = StalkCompleter(known)
     doc = Document("delete ")
     got = list(completer.get_completions(doc, CompleteEvent()))
@@ -94,7 +99,7 @@ def test_completes_job_ids_most_recent_first_with_notes():
     assert [c.display_meta_text for c in got] == ["peek-buried", "reserved", "inserted"]
     assert complete("release 1", known) == ["15", "12"]
     # deleted jobs are forgotten
-    known.learn("delete", ["12"], Reply(b"DELETED"))
+    known.learn(["12"], reply("delete", b"DELETED"))
     assert complete("touch ", known) == ["15", "7"]
     # the second argument of release is a priority: no ids
     assert complete("release 15 ", known) == []
@@ -116,7 +121,7 @@ def test_tube_completion_refreshes_through_callback():
 
     def refresh():
         calls.append(1)
-        known.learn("list-tubes", [], Reply(b"OK 20", b"---\n- fresh\n"))
+        known.learn([], reply("list-tubes", b"OK 12", b"---\n- fresh\n"))
 
     completer = StalkCompleter(known, refresh)
     got = [c.text for c in completer.get_completions(Document("use "), CompleteEvent())]
@@ -334,7 +339,7 @@ def test_long_bodies_are_cut():
 
 def test_stats_are_an_aligned_table():
     body = b'---\nname: "emails"\ncurrent-jobs-ready: 12\ntotal-jobs: 3\ndraining: false\n'
-    text = plain(render_reply("stats-tube", Reply(b"OK %d" % len(body), body)))
+    text = plain(render_reply(reply("stats-tube", b"OK %d" % len(body), body)))
     lines = text.splitlines()
     assert lines[0] == "OK %d" % len(body)
     assert lines[1:] == [
@@ -347,41 +352,41 @@ def test_stats_are_an_aligned_table():
 
 
 def test_lists_mark_the_used_and_watched_tubes():
-    text = plain(render_reply("list-tubes", Reply(b"OK 18", b"---\n- default\n- a\n"), use="a",
+    text = plain(render_reply(reply("list-tubes", b"OK 18", b"---\n- default\n- a\n"), use="a",
                               watch=["default"]))
     assert "- default  (watching)" in text and "- a  (using)" in text
 
 
 def test_error_replies_are_explained():
-    text = plain(render_reply("put", Reply(b"JOB_TOO_BIG")))
+    text = plain(render_reply(reply("put", b"JOB_TOO_BIG")))
     assert "JOB_TOO_BIG  (the body is larger" in text
-    assert "out of memory" in plain(render_reply("put", Reply(b"BURIED 5")))
-    assert "meaning" not in plain(render_reply("bury", Reply(b"BURIED")))
-    assert render_reply("bury", Reply(b"BURIED"))[0][0] == "class:reply.ok"
-    assert render_reply("put", Reply(b"BURIED 5"))[0][0] == "class:reply.error"
+    assert "out of memory" in plain(render_reply(reply("put", b"BURIED 5")))
+    assert "meaning" not in plain(render_reply(reply("bury", b"BURIED")))
+    assert render_reply(reply("bury", b"BURIED"))[0][0] == "class:reply.ok"
+    assert render_reply(reply("put", b"BURIED 5"))[0][0] == "class:reply.error"
 
 
 def test_success_depends_on_the_command():
-    assert reply_ok("bury", Reply(b"BURIED"))
-    assert not reply_ok("put", Reply(b"BURIED 4"))
-    assert reply_ok("kick", Reply(b"KICKED 3"))
-    assert not reply_ok("reserve", Reply(b"TIMED_OUT"))
-    assert reply_ok(None, Reply(b"WHATEVER"))
-    assert not reply_ok(None, Reply(b"NOT_FOUND"))
+    assert reply("bury", b"BURIED").ok
+    assert not reply("put", b"BURIED 4").ok
+    assert reply("kick", b"KICKED 3").ok
+    assert not reply("reserve", b"TIMED_OUT").ok
+    assert reply(None, b"WHATEVER").ok
+    assert not reply(None, b"NOT_FOUND").ok
 
 
 def test_machine_readable_forms():
-    found = Reply(b"FOUND 3 2", b"\xff\x00")
-    data = reply_data("peek", found)
+    found = reply("peek", b"FOUND 3 2", b"\xff\x00")
+    data = reply_data(found)
     assert data["id"] == 3 and data["body_base64"] == "/wA=" and data["ok"]
     assert json.loads(json.dumps(data))
-    assert reply_data("peek", Reply(b"FOUND 3 2", b"hi"))["body"] == "hi"
-    assert reply_data("list-tubes", Reply(b"OK 12", b"---\n- a\n- b\n"))["tubes"] == ["a", "b"]
-    assert reply_data("stats-job", Reply(b"OK 12", b"---\nid: 3\n"))["stats"] == {"id": 3}
-    assert raw_bytes("peek", found) == b"FOUND 3 2\n\xff\x00\n"
-    assert raw_bytes("peek", found, body_only=True) == b"\xff\x00"
-    assert raw_bytes("stats", Reply(b"OK 8", b"---\na: 1")) == b"---\na: 1\n"
-    assert raw_bytes("delete", Reply(b"DELETED")) == b"DELETED\n"
+    assert reply_data(reply("peek", b"FOUND 3 2", b"hi"))["body"] == "hi"
+    assert reply_data(reply("list-tubes", b"OK 12", b"---\n- a\n- b\n"))["tubes"] == ["a", "b"]
+    assert reply_data(reply("stats-job", b"OK 10", b"---\nid: 3\n"))["stats"] == {"id": 3}
+    assert raw_bytes(found) == b"FOUND 3 2\n\xff\x00\n"
+    assert raw_bytes(found, body_only=True) == b"\xff\x00"
+    assert raw_bytes(reply("stats", b"OK 8", b"---\na: 1")) == b"---\na: 1\n"
+    assert raw_bytes(reply("delete", b"DELETED")) == b"DELETED\n"
 
 
 # --------------------------------------------------------------------------
@@ -408,3 +413,17 @@ def test_parse_target_rejects_nonsense():
             parse_target(bad)
     assert str(Target("tcp", "::1", 5)) == "[::1]:5"
     assert str(Target("unix", path="/s")) == "unix:/s"
+
+
+def test_help_groups_every_stock_command_once():
+    from twisted_stalk_cli.shell.help import GROUPS
+    grouped = [name for _, names in GROUPS for name in names]
+    assert sorted(grouped) == sorted(c.name for c in COMMANDS)
+
+
+def test_request_bytes_are_encoded_from_the_table():
+    assert build_request("release 5 10 0").wire() == b"release 5 10 0\r\n"
+    assert build_request("put 1 0 60\nhi\n").wire() == b"put 1 0 60 2\r\nhi\r\n"
+    assert build_request("flush-tube emails").wire() == b"flush-tube emails\r\n"
+    raw = build_request("!put 1 0 60 5\\r\\nabc")   # raw bytes are sent as typed
+    assert raw.raw and raw.wire() == b"put 1 0 60 5\r\nabc\r\n"

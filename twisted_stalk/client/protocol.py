@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_client_protocol -*-
 """One beanstalk connection: a Deferred per command, replies matched in FIFO order.
 
 Modelled on Twisted's ``twisted.protocols.memcache``: a queue of pending
@@ -6,10 +7,13 @@ matched strictly in order; a data block (job body, YAML) is read raw by the
 length its reply line announced; one timer enforces the response timeout;
 losing the connection fails every pending Deferred.  Beanstalk needs more:
 
-* replies are decoded against the command at the head of the queue
-  (:func:`twisted_stalk.protocol.replies.decode_reply`), because reply words
+* commands are encoded from the command table
+  (:func:`twisted_stalk.protocol.commands.encode_command`) and replies are
+  read by the sans-IO :class:`twisted_stalk.protocol.reader.ReplyReader`,
+  which decodes each against the command it answers, because reply words
   are ambiguous on their own (``BURIED <id>`` after ``put`` is an error,
-  ``BURIED`` after ``bury`` is success);
+  ``BURIED`` after ``bury`` is success); this class only matches the
+  decoded replies to their Deferreds;
 * a reply that fits no reply of the head command drops the connection
   (:class:`~twisted_stalk.client.errors.UnexpectedReply`) instead of
   mismatching every later reply;
@@ -27,7 +31,9 @@ losing the connection fails every pending Deferred.  Beanstalk needs more:
 * our server's extension verbs (``--extensions``): :meth:`~BeanstalkProtocol.
   capabilities` asks once per connection which it serves, and
   :meth:`~BeanstalkProtocol.list_jobs` / :meth:`~BeanstalkProtocol.flush_tube`
-  use them when advertised and fall back on stock commands otherwise.
+  use them when advertised and fall back on stock commands otherwise (the
+  flush fallback is :class:`twisted_stalk.protocol.flush.PeekDeleteFlush`,
+  the shell's too).
 """
 from __future__ import annotations
 
@@ -52,10 +58,12 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ..protocol.commands import command_format, encode_command
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, DEFAULT_TUBE, U32_MAX
-from ..protocol.replies import MAX_REPLY_LINE, Reply, decode_body, decode_reply
-from ..protocol.replies import BadFormat, NotFound, UnknownCommand
-from ..protocol.replies import UnexpectedReply as _DecodeError
+from ..protocol.flush import PeekDeleteFlush, flush_budgets
+from ..protocol.reader import ReplyReader
+from ..protocol.replies import BadFormat, NotFound, Reply, UnknownCommand
+from ..protocol.replies import UnexpectedReply as _OutOfStep
 from ..protocol.yaml import StatValue
 from . import _validate as v
 from .errors import (
@@ -77,51 +85,59 @@ MAX_RESERVE_TIMEOUT = 2**31 - 1
 #: Extra seconds a ``reserve-with-timeout N`` may take beyond N.
 DEFAULT_RESERVE_GRACE = 5.0
 
+# put is the hot path: its format from the table, filled in place.
+_PUT = command_format("put")
+
 
 class _Call:
-    """A command waiting for its reply."""
+    """A command waiting for its reply.
 
-    __slots__ = ("name", "data", "deferred", "timeout", "convert", "blocking")
+    ``convert(proto, reply)`` makes the result of a success reply; an error
+    reply fails the Deferred with its exception, or with ``replies`` set is
+    the result too (the flush fallback reads replies, not exceptions)."""
+
+    __slots__ = ("name", "data", "deferred", "timeout", "convert", "blocking", "replies")
 
     def __init__(self, name: str, data: bytes, deferred: Optional[Deferred],
                  timeout: Optional[float], convert: Optional[Callable[..., Any]],
-                 blocking: bool = False) -> None:
+                 blocking: bool = False, replies: bool = False) -> None:
         self.name = name
         self.data = data
         self.deferred = deferred
         self.timeout = timeout
         self.convert = convert
         self.blocking = blocking
+        self.replies = replies
 
 
-def _job_id(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Optional[int]:
+def _job_id(proto: "BeanstalkProtocol", reply: Reply) -> Optional[int]:
     return reply.job_id
 
 
-def _count(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Optional[int]:
-    return reply.number
-
-
-def _none(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> None:
+def _none(proto: "BeanstalkProtocol", reply: Reply) -> None:
     return None
 
 
-def _reserved(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Job:
-    assert reply.job_id is not None and body is not None
-    job = Job(reply.job_id, body, reserved=True, proto=proto, client=proto.client,
+def _reserved(proto: "BeanstalkProtocol", reply: Reply) -> Job:
+    assert reply.job_id is not None and reply.body is not None
+    job = Job(reply.job_id, reply.body, reserved=True, proto=proto, client=proto.client,
               codec=proto.codec)
     proto._jobs[reply.job_id] = job
     return job
 
 
-def _found(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Job:
-    assert reply.job_id is not None and body is not None
-    return Job(reply.job_id, body, reserved=False, proto=proto, client=proto.client,
+def _found(proto: "BeanstalkProtocol", reply: Reply) -> Job:
+    assert reply.job_id is not None and reply.body is not None
+    return Job(reply.job_id, reply.body, reserved=False, proto=proto, client=proto.client,
                codec=proto.codec)
 
 
-def _decoded(proto: "BeanstalkProtocol", reply: Reply, body: Optional[bytes]) -> Any:
-    return decode_body(reply.command, reply, body)
+def _value(proto: "BeanstalkProtocol", reply: Reply) -> Any:
+    return reply.value
+
+
+def _reply(proto: "BeanstalkProtocol", reply: Reply) -> Reply:
+    return reply
 
 
 class BeanstalkProtocol(Protocol):
@@ -165,9 +181,9 @@ class BeanstalkProtocol(Protocol):
         self._inflight: Deque[_Call] = deque()
         self._held: Deque[_Call] = deque()
         self._blocked = False
-        self._buf: Union[bytes, bytearray] = b""
-        self._need = 0
-        self._reply: Optional[Reply] = None
+        #: Decodes the replies, against a FIFO of the names of _inflight.
+        self._reader = ReplyReader()
+        self._expect = self._reader.expect
         self._timer: Optional[IDelayedCall] = None
         self._timer_at = 0.0
         self._head_since = 0.0
@@ -260,9 +276,7 @@ class BeanstalkProtocol(Protocol):
         self._inflight.clear()
         self._held.clear()
         self._blocked = False
-        self._need = 0
-        self._reply = None
-        self._buf = b""
+        self._reader.reset()
         jobs = list(self._jobs.values())
         self._jobs.clear()
         for job in jobs:
@@ -316,9 +330,9 @@ class BeanstalkProtocol(Protocol):
 
     def _send(self, name: str, data: bytes, convert: Optional[Callable[..., Any]],
               timeout: Optional[float], blocking: bool = False,
-              internal: bool = False) -> Deferred:
+              internal: bool = False, replies: bool = False) -> Deferred:
         d: Optional[Deferred] = None if internal else Deferred(self._cancel_cb)
-        call = _Call(name, data, d, timeout, convert, blocking)
+        call = _Call(name, data, d, timeout, convert, blocking, replies)
         if self._blocked or self._held:
             self._held.append(call)
         else:
@@ -333,6 +347,7 @@ class BeanstalkProtocol(Protocol):
         if not inflight:
             self._head_changed(call.timeout)
         inflight.append(call)
+        self._expect(call.name)
         if call.blocking:
             self._blocked = True
         self.transport.write(call.data)  # type: ignore[union-attr]
@@ -387,70 +402,27 @@ class BeanstalkProtocol(Protocol):
     # --------------------------------------------------------------- receiving
 
     def dataReceived(self, data: bytes) -> None:
-        if self._buf:
-            self._buf += data  # type: ignore[operator]
-            buf: Union[bytes, bytearray] = self._buf
-        else:
-            buf = data
-        pos = 0
-        end = len(buf)
-        while pos < end:
-            need = self._need
-            if need:
-                if end - pos < need:
-                    break
-                stop = pos + need
-                if buf[stop - 2:stop] != b"\r\n":
-                    self._unexpected(bytes(buf[pos:stop]), "data block not followed by CRLF")
-                    return
-                body = bytes(buf[pos:stop - 2])
-                pos = stop
-                self._need = 0
-                reply = self._reply
-                self._reply = None
-                self._complete(reply, body)  # type: ignore[arg-type]
-            else:
-                i = buf.find(b"\r\n", pos)
-                if i < 0:
-                    if end - pos > MAX_REPLY_LINE:
-                        self._unexpected(bytes(buf[pos:pos + MAX_REPLY_LINE]),
-                                         "reply line too long")
-                        return
-                    break
-                line = bytes(buf[pos:i])
-                pos = i + 2
-                self._line(line)
+        # One reply at a time: answering a reserve sends the commands held
+        # behind it, whose replies the reader must then expect.
+        reader = self._reader
+        reader.receive(data)
+        next_reply = reader.next_reply
+        reply = next_reply()
+        while reply is not None:
+            if type(reply) is not Reply:
+                self._out_of_step(reply)  # type: ignore[arg-type]
+                return
+            self._complete(reply)
             if self._closed_reason is not None:
                 return
-        if pos >= end:
-            self._buf = b""
-        elif buf is self._buf:
-            del buf[:pos]  # type: ignore[union-attr]
-        else:
-            self._buf = bytearray(buf[pos:])
+            reply = next_reply()
 
-    def _line(self, line: bytes) -> None:
-        if not self._inflight:
-            self._unexpected(line, "no command is waiting for a reply")
-            return
-        call = self._inflight[0]
-        try:
-            reply = decode_reply(call.name, line)
-        except _DecodeError as e:
-            self._unexpected(line, e.why)
-            return
-        if reply.body_length is not None:
-            self._reply = reply
-            self._need = reply.body_length + 2
-        else:
-            self._complete(reply, None)
-
-    def _unexpected(self, line: bytes, why: str) -> None:
-        name = self._inflight[0].name if self._inflight else None
-        error = UnexpectedReply(name, line, why)
+    def _out_of_step(self, e: _OutOfStep) -> None:
+        error = UnexpectedReply(e.command, e.line, e.why)
         self.drop(f"connection dropped after an unexpected reply: {error}", error)
+        self._reader.reset()  # (already closed: drop did nothing) bytes still arriving
 
-    def _complete(self, reply: Reply, body: Optional[bytes]) -> None:
+    def _complete(self, reply: Reply) -> None:
         inflight = self._inflight
         call = inflight.popleft()
         if inflight:
@@ -467,7 +439,9 @@ class BeanstalkProtocol(Protocol):
                           f"failed: {reply.line!r}")
             return
         if reply.ok:
-            d.callback(call.convert(self, reply, body) if call.convert else None)
+            d.callback(call.convert(self, reply) if call.convert else None)
+        elif call.replies:
+            d.callback(reply)
         else:
             d.errback(reply.error())
 
@@ -479,7 +453,7 @@ class BeanstalkProtocol(Protocol):
             if type(tube) is bytes:
                 v.tube_name(raw)
             self._using = raw
-            self._send("use", b"use %s\r\n" % raw, None, self.timeout, internal=True)
+            self._send("use", encode_command("use", raw), None, self.timeout, internal=True)
 
     def _ensure_watching(self, tubes: Iterable[TubeName]) -> None:
         wanted: List[bytes] = []
@@ -494,10 +468,12 @@ class BeanstalkProtocol(Protocol):
             return
         for raw in wanted:
             if raw not in current:
-                self._send("watch", b"watch %s\r\n" % raw, None, self.timeout, internal=True)
+                self._send("watch", encode_command("watch", raw), None, self.timeout,
+                           internal=True)
         for raw in current:
             if raw not in wanted:
-                self._send("ignore", b"ignore %s\r\n" % raw, None, self.timeout, internal=True)
+                self._send("ignore", encode_command("ignore", raw), None, self.timeout,
+                           internal=True)
         self._watching = wanted
 
     # --------------------------------------------------------------- commands
@@ -537,9 +513,8 @@ class BeanstalkProtocol(Protocol):
                 self._ensure_use(tube)
         except InvalidArgument as e:
             return fail(e)
-        return self._send("put", b"put %d %d %d %d\r\n%s\r\n" % (priority, delay, ttr,
-                                                                   len(body), body),
-                          _job_id, self.timeout)
+        return self._send("put", _PUT % (priority, delay, ttr, len(body), body), _job_id,
+                          self.timeout)
 
     def use(self, tube: TubeName) -> "Deferred[str]":
         """Use ``tube`` for later puts, peeks and kicks; fires with its name."""
@@ -550,7 +525,7 @@ class BeanstalkProtocol(Protocol):
         except InvalidArgument as e:
             return fail(e)
         self._using = raw
-        return self._send("use", b"use %s\r\n" % raw, _decoded, self.timeout)
+        return self._send("use", encode_command("use", raw), _value, self.timeout)
 
     def _reserve_target(self, watching: Optional[Sequence[TubeName]]) -> None:
         if watching is not None:
@@ -577,8 +552,9 @@ class BeanstalkProtocol(Protocol):
         except InvalidArgument as e:
             return fail(e)
         if timeout is None:
-            return self._send("reserve", b"reserve\r\n", _reserved, None, blocking=True)
-        return self._send("reserve-with-timeout", b"reserve-with-timeout %d\r\n" % timeout,
+            return self._send("reserve", encode_command("reserve"), _reserved, None,
+                              blocking=True)
+        return self._send("reserve-with-timeout", encode_command("reserve-with-timeout", timeout),
                           _reserved, timeout + self.reserve_grace, blocking=True)
 
     def reserve_with_timeout(self, timeout: int,
@@ -591,7 +567,7 @@ class BeanstalkProtocol(Protocol):
         return self._id_command("reserve-job", job_id, _reserved)
 
     def _id_command(self, name: str, job_id: Any, convert: Callable[..., Any],
-                    extra: bytes = b"") -> Deferred:
+                    *extra: int) -> Deferred:
         if not self._ready():
             return self._closed()
         if not (type(job_id) is int and 0 <= job_id < 2**64):
@@ -599,8 +575,7 @@ class BeanstalkProtocol(Protocol):
                 job_id = v.job_id(job_id.id if isinstance(job_id, Job) else job_id)
             except InvalidArgument as e:
                 return fail(e)
-        return self._send(name, b"%s %d%s\r\n" % (name.encode(), job_id, extra), convert,
-                          self.timeout)
+        return self._send(name, encode_command(name, job_id, *extra), convert, self.timeout)
 
     def delete(self, job_id: int) -> "Deferred[None]":
         """Delete a job. Errors: :class:`NotFound`."""
@@ -615,20 +590,21 @@ class BeanstalkProtocol(Protocol):
         Errors: :class:`NotFound`, :class:`Buried` (server out of memory).
         """
         try:
-            extra = b" %d %d" % (v.uint(priority, "priority"), v.uint(delay, "delay"))
+            priority = v.uint(priority, "priority")
+            delay = v.uint(delay, "delay")
         except InvalidArgument as e:
             return fail(e)
-        d = self._id_command("release", job_id, _none, extra)
+        d = self._id_command("release", job_id, _none, priority, delay)
         self._job_done(job_id)
         return d
 
     def bury(self, job_id: int, priority: int = DEFAULT_PRIORITY) -> "Deferred[None]":
         """Bury a job reserved on this connection. Errors: :class:`NotFound`."""
         try:
-            extra = b" %d" % v.uint(priority, "priority")
+            priority = v.uint(priority, "priority")
         except InvalidArgument as e:
             return fail(e)
-        d = self._id_command("bury", job_id, _none, extra)
+        d = self._id_command("bury", job_id, _none, priority)
         self._job_done(job_id)
         return d
 
@@ -646,7 +622,7 @@ class BeanstalkProtocol(Protocol):
             return fail(e)
         if raw not in self._watching:
             self._watching = self._watching + [raw]
-        return self._send("watch", b"watch %s\r\n" % raw, _count, self.timeout)
+        return self._send("watch", encode_command("watch", raw), _value, self.timeout)
 
     def ignore(self, tube: TubeName) -> "Deferred[int]":
         """Remove ``tube`` from the watch list; fires with the list's length.
@@ -661,14 +637,15 @@ class BeanstalkProtocol(Protocol):
             return fail(e)
         if raw in self._watching and len(self._watching) > 1:
             self._watching = [t for t in self._watching if t != raw]
-        return self._send("ignore", b"ignore %s\r\n" % raw, _count, self.timeout)
+        return self._send("ignore", encode_command("ignore", raw), _value, self.timeout)
 
     def peek(self, job_id: int) -> "Deferred[Job]":
         """The job with this id. Errors: :class:`NotFound`."""
         return self._id_command("peek", job_id, _found)
 
     def _tube_command(self, name: str, tube: Optional[TubeName],
-                      convert: Callable[..., Any], extra: bytes = b"") -> Deferred:
+                      convert: Callable[..., Any], *args: Union[int, bytes],
+                      replies: bool = False) -> Deferred:
         if not self._ready():
             return self._closed()
         if tube is not None:
@@ -676,7 +653,8 @@ class BeanstalkProtocol(Protocol):
                 self._ensure_use(tube)
             except InvalidArgument as e:
                 return fail(e)
-        return self._send(name, name.encode() + extra + b"\r\n", convert, self.timeout)
+        return self._send(name, encode_command(name, *args), convert, self.timeout,
+                          replies=replies)
 
     def peek_ready(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
         """The next ready job of the tube in use (or ``tube``). Errors: :class:`NotFound`."""
@@ -693,10 +671,10 @@ class BeanstalkProtocol(Protocol):
     def kick(self, bound: int, tube: Optional[TubeName] = None) -> "Deferred[int]":
         """Kick up to ``bound`` buried (or else delayed) jobs; fires with the number kicked."""
         try:
-            extra = b" %d" % v.uint(bound, "kick bound")
+            bound = v.uint(bound, "kick bound")
         except InvalidArgument as e:
             return fail(e)
-        return self._tube_command("kick", tube, _count, extra)
+        return self._tube_command("kick", tube, _value, bound)
 
     def kick_job(self, job_id: int) -> "Deferred[None]":
         """Kick one buried or delayed job. Errors: :class:`NotFound`."""
@@ -704,7 +682,7 @@ class BeanstalkProtocol(Protocol):
 
     def stats_job(self, job_id: int) -> "Deferred[Stats]":
         """The job's statistics. Errors: :class:`NotFound`."""
-        return self._id_command("stats-job", job_id, _decoded)
+        return self._id_command("stats-job", job_id, _value)
 
     def stats_tube(self, tube: TubeName) -> "Deferred[Stats]":
         """The tube's statistics. Errors: :class:`NotFound`."""
@@ -714,19 +692,19 @@ class BeanstalkProtocol(Protocol):
             raw = v.tube_name(tube)
         except InvalidArgument as e:
             return fail(e)
-        return self._send("stats-tube", b"stats-tube %s\r\n" % raw, _decoded, self.timeout)
+        return self._send("stats-tube", encode_command("stats-tube", raw), _value, self.timeout)
 
     def stats(self) -> "Deferred[Stats]":
         """The server's statistics."""
-        return self._tube_command("stats", None, _decoded)
+        return self._tube_command("stats", None, _value)
 
     def list_tubes(self) -> "Deferred[List[str]]":
         """All existing tubes."""
-        return self._tube_command("list-tubes", None, _decoded)
+        return self._tube_command("list-tubes", None, _value)
 
     def list_tube_used(self, tube: Optional[TubeName] = None) -> "Deferred[str]":
         """The tube in use (after switching to ``tube`` if given)."""
-        return self._tube_command("list-tube-used", tube, _decoded)
+        return self._tube_command("list-tube-used", tube, _value)
 
     def list_tubes_watched(self, watching: Optional[Sequence[TubeName]] = None
                            ) -> "Deferred[List[str]]":
@@ -737,7 +715,7 @@ class BeanstalkProtocol(Protocol):
             self._reserve_target(watching)
         except InvalidArgument as e:
             return fail(e)
-        return self._send("list-tubes-watched", b"list-tubes-watched\r\n", _decoded,
+        return self._send("list-tubes-watched", encode_command("list-tubes-watched"), _value,
                           self.timeout)
 
     def pause_tube(self, tube: TubeName, delay: int) -> "Deferred[None]":
@@ -749,7 +727,7 @@ class BeanstalkProtocol(Protocol):
             delay = v.uint(delay, "delay")
         except InvalidArgument as e:
             return fail(e)
-        return self._send("pause-tube", b"pause-tube %s %d\r\n" % (raw, delay), _none,
+        return self._send("pause-tube", encode_command("pause-tube", raw, delay), _none,
                           self.timeout)
 
     # ------------------------------------------------- extension verbs (ours)
@@ -776,7 +754,8 @@ class BeanstalkProtocol(Protocol):
         waiting = self._capabilities_waiting
         if waiting is None:
             self._capabilities_waiting = waiting = []
-            sent = self._send("capabilities", b"capabilities\r\n", _decoded, self.timeout)
+            sent = self._send("capabilities", encode_command("capabilities"), _value,
+                              self.timeout)
             sent.addBoth(self._capabilities_answered)
         waiting.append(d)
         return d
@@ -824,10 +803,10 @@ class BeanstalkProtocol(Protocol):
             limit = v.uint(limit, "limit")
         except InvalidArgument as e:
             return fail(e)
-        line = b"list-jobs %s %s %d\r\n" % (raw, name.encode(), limit)
+        line = encode_command("list-jobs", raw, name.encode(), limit)
         return self._extension(
             "list-jobs",
-            lambda: self._send("list-jobs", line, _decoded, self.timeout),
+            lambda: self._send("list-jobs", line, _value, self.timeout),
             lambda: Deferred.fromCoroutine(self._list_jobs_fallback(raw, name, limit)))
 
     async def _list_jobs_fallback(self, raw: bytes, state: str, limit: int) -> List[int]:
@@ -857,10 +836,12 @@ class BeanstalkProtocol(Protocol):
         With ``flush-tube`` advertised this is one command, done at once on the
         server (and each deletion binlogged).  On a stock server it falls back
         on ``peek-<state>`` then ``delete`` until ``NOT_FOUND``, for ready, then
-        delayed, then buried jobs, deleting at most as many of each as
-        ``stats-tube`` counted at the start (so producers still putting cannot
-        keep it going); that is not atomic.  ``"reserved"`` needs the extension:
-        :class:`UnknownCommand` otherwise.
+        delayed, then buried jobs, under the give-up rule of
+        :class:`~twisted_stalk.protocol.flush.PeekDeleteFlush` (at most as many
+        of each state as ``stats-tube`` counted at the start, so producers
+        still putting cannot keep it going; a state is given up when its
+        deletes keep failing); that is not atomic.  ``"reserved"`` needs the
+        extension: :class:`UnknownCommand` otherwise.
         """
         if not self._ready():
             return self._closed()
@@ -869,12 +850,12 @@ class BeanstalkProtocol(Protocol):
             name = None if state is None else v.job_state(state)
         except InvalidArgument as e:
             return fail(e)
-        line = b"flush-tube %s\r\n" % raw if name is None else (
-            b"flush-tube %s %s\r\n" % (raw, name.encode()))
+        line = (encode_command("flush-tube", raw) if name is None
+                else encode_command("flush-tube", raw, name.encode()))
         states = ("ready", "delayed", "buried") if name is None else (name,)
         return self._extension(
             "flush-tube",
-            lambda: self._send("flush-tube", line, _count, self.timeout),
+            lambda: self._send("flush-tube", line, _value, self.timeout),
             lambda: Deferred.fromCoroutine(self._flush_tube_fallback(raw, states)))
 
     async def _flush_tube_fallback(self, raw: bytes, states: Tuple[str, ...]) -> int:
@@ -882,46 +863,26 @@ class BeanstalkProtocol(Protocol):
             raise UnknownCommand("flush-tube", b"UNKNOWN_COMMAND (a stock server cannot "
                                  b"delete jobs other connections reserved)")
         stats = await self.stats_tube(raw)
-        deleted = 0
-        for state in states:
-            budget = stats.get(f"current-jobs-{state}", 0)
-            if not isinstance(budget, int) or budget <= 0:
-                continue
-            done = misses = 0
-            last_miss = None
-            # The delete of one job and the peek of the next go out together:
-            # the server answers the peek after the delete, so it sees the next job.
-            peek: Optional[Deferred] = self._tube_command("peek-" + state, raw, _job_id)
-            while peek is not None:
+        flush = PeekDeleteFlush(states, flush_budgets(stats, states))
+        steps = flush.steps()
+        try:
+            batch = next(steps)
+            while True:
+                # A batch (a delete and the next peek) goes out together.
+                sent = [self._tube_command(c[0], raw, _reply, *c[1:], replies=True)  # type: ignore
+                        for c in batch]
+                replies: List[Reply] = []
                 try:
-                    job_id = await peek
-                except NotFound:
-                    break
-                delete = self.delete(job_id)
-                peek = (self._tube_command("peek-" + state, raw, _job_id)
-                        if done + 1 < budget else None)
-                try:
-                    await delete
-                except NotFound:
-                    # taken or deleted by someone else meanwhile: not counted
-                    misses += 1
-                    if last_miss == job_id or misses > budget:
-                        if peek is not None:
-                            peek.addErrback(lambda _: None)
-                        break
-                    last_miss = job_id
-                    if peek is None:
-                        peek = self._tube_command("peek-" + state, raw, _job_id)
-                    continue
+                    for d in sent:
+                        replies.append(await d)
                 except BaseException:
-                    if peek is not None:
-                        peek.addErrback(lambda _: None)
+                    for d in sent[len(replies) + 1:]:
+                        d.addErrback(lambda _: None)
                     raise
-                done += 1
-            if peek is not None:
-                peek.addErrback(lambda _: None)
-            deleted += done
-        return deleted
+                batch = steps.send(replies)
+        except StopIteration:
+            pass
+        return flush.total
 
     def quit(self) -> "Deferred[None]":
         """Send ``quit``: pending calls are still answered, then the server closes
@@ -933,9 +894,9 @@ class BeanstalkProtocol(Protocol):
             self._did_quit = True
             if self._blocked or self._held:
                 # The server would read quit only after the reserve: hold it too.
-                self._held.append(_Call("quit", b"quit\r\n", None, None, None))
+                self._held.append(_Call("quit", encode_command("quit"), None, None, None))
             else:
-                self.transport.write(b"quit\r\n")  # type: ignore[union-attr]
+                self.transport.write(encode_command("quit"))  # type: ignore[union-attr]
         return self.when_lost()
 
 

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_protocol_table,tests.test_protocol_reader -*-
 """The command table: every beanstalk command, its arguments, its replies.
 
 One table drives the server's parser, the client's request encoder and the
@@ -408,21 +409,78 @@ def parse_command(line: bytes) -> Tuple[CommandSpec, Tuple[ArgValue, ...]]:
     return spec, parse_args(spec, text)
 
 
-def encode_command(name: str, *args: Union[int, str, bytes]) -> bytes:
-    """Build a command line (CRLF included) for ``name`` with ``args``.
+#: Argument kinds written as decimal numbers; the others (tube, state) as names.
+_NUMERIC_KINDS = frozenset(["u32", "u64", "seconds", "timeout", "bound", "bytes"])
 
-    Arguments are formatted as the protocol writes them; no validation here
-    (see :func:`validate_command_args`).
+
+def _formats(spec: CommandSpec) -> Dict[int, bytes]:
+    """The ``%``-format of ``spec``'s bytes for each number of arguments a
+    caller may give.  A command with a body (``put``) is given its arguments
+    but the byte count, which the format takes from the body, then the body."""
+    head = spec.name.encode("ascii")
+    given = spec.args[:-1] if spec.has_body else spec.args
+    formats: Dict[int, bytes] = {}
+    for count in range(len(given) - spec.optional, len(given) + 1):
+        kinds = [a.kind for a in given[:count]] + (["bytes"] if spec.has_body else [])
+        line = b" ".join([head] + [b"%d" if k in _NUMERIC_KINDS else b"%s" for k in kinds])
+        formats[count] = line + (b"\r\n%s\r\n" if spec.has_body else b"\r\n")
+    return formats
+
+
+_FORMATS: Dict[str, Dict[int, bytes]] = {
+    spec.name: _formats(spec) for spec in COMMANDS + EXTENSION_COMMANDS}
+_WITH_BODY = frozenset(spec.name for spec in COMMANDS if spec.has_body)
+
+
+def command_format(name: str, nargs: Optional[int] = None) -> bytes:
+    """The ``%``-format :func:`encode_command` fills for ``name`` given
+    ``nargs`` arguments (all of them by default): ``b"delete %d\\r\\n"``,
+    ``b"put %d %d %d %d\\r\\n%s\\r\\n"`` (pri, delay, ttr, byte count, body).
+
+    For hot paths that encode one command many times (the client's ``put``);
+    everything else calls :func:`encode_command`.
     """
+    formats = _FORMATS[name]
+    return formats[max(formats) if nargs is None else nargs]
+
+
+def encode_command(name: str, *args: Union[int, str, bytes],
+                   body: Optional[bytes] = None) -> bytes:
+    """The bytes of one command, from the command table: its line, CRLF, and
+    for a command with a body (``put``) the body and CRLF, the byte count
+    being taken from the body::
+
+        encode_command("delete", 7)                     # b"delete 7\\r\\n"
+        encode_command("put", 1024, 0, 60, body=b"hi")  # b"put 1024 0 60 2\\r\\nhi\\r\\n"
+        encode_command("flush-tube", b"emails")         # optional arguments may be left out
+
+    Numbers are ints (or decimal text), names bytes (or ASCII text); text is
+    sent as given, so a shell sends what its user typed.  The values are not
+    checked (see :func:`validate_command_args`); the number of arguments is:
+    :class:`ValueError` for an unknown command or a wrong count.
+    """
+    formats = _FORMATS.get(name)
+    if formats is None:
+        raise ValueError(f"unknown command {name!r}")
+    fmt = formats.get(len(args))
+    if fmt is None or (body is None) == (name in _WITH_BODY):
+        spec = command_spec(name)
+        assert spec is not None
+        given = len(spec.args) - spec.has_body
+        count = f"{given - spec.optional} or {given}" if spec.optional else str(given)
+        raise ValueError(f"{name} takes {count} argument(s) and "
+                         f"{'a body' if spec.has_body else 'no body'}: {spec.usage}")
+    try:
+        return fmt % (args if body is None else args + (len(body), body))
+    except TypeError:  # text typed by a user: send it as given
+        pass
     parts = [name.encode("ascii")]
     for a in args:
-        if isinstance(a, bytes):
-            parts.append(a)
-        elif isinstance(a, str):
-            parts.append(a.encode("ascii"))
-        else:
-            parts.append(b"%d" % a)
-    return b" ".join(parts) + b"\r\n"
+        parts.append(a if isinstance(a, bytes) else
+                     a.encode("ascii") if isinstance(a, str) else b"%d" % a)
+    if body is None:
+        return b" ".join(parts) + b"\r\n"
+    return b" ".join(parts) + b" %d\r\n%s\r\n" % (len(body), body)
 
 
 def validate_command_args(name: str, args: Sequence[str]) -> Optional[str]:

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_client_replies,tests.test_protocol_reader -*-
 """Reply decoding: what the server answered to the command at the head of the queue.
 
 Beanstalk reply words are ambiguous on their own (``BURIED <id>`` after ``put``
@@ -32,8 +33,7 @@ too: ``capabilities`` -> ``OK <bytes>`` (a list of verb names),
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Type, Union
+from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple, Type, Union
 
 from .commands import (
     BY_NAME,
@@ -72,9 +72,12 @@ class ReplyError(BeanstalkError):
     :ivar command: the command's name (``"put"``, ``"reserve"`` ...).
     :ivar reply: the reply line as received, without CRLF.
     :ivar word: the reply word (``"NOT_FOUND"`` ...).
+    :cvar meaning: what the reply means, in one line for people (the shell
+        shows it next to the reply).
     """
 
     word: str = ""
+    meaning: str = ""
 
     def __init__(self, command: str = "", reply: bytes = b"") -> None:
         self.command = command
@@ -90,6 +93,7 @@ class NotFound(ReplyError):
     """``NOT_FOUND``: no such job (or not reserved by this connection), or no such tube."""
 
     word = "NOT_FOUND"
+    meaning = "no such job or tube, or not in a state this command accepts"
 
 
 class Buried(ReplyError):
@@ -100,6 +104,7 @@ class Buried(ReplyError):
     """
 
     word = "BURIED"
+    meaning = "the server ran out of memory and buried the job"
 
     @property
     def job_id(self) -> Optional[int]:
@@ -114,60 +119,70 @@ class DeadlineSoon(ReplyError):
     """``DEADLINE_SOON``: a job reserved by this connection is in its last second of TTR."""
 
     word = "DEADLINE_SOON"
+    meaning = "a job you reserved is in its last second of TTR: delete, release or touch it"
 
 
 class TimedOut(ReplyError):
     """``TIMED_OUT``: ``reserve-with-timeout`` found no job in time."""
 
     word = "TIMED_OUT"
+    meaning = "no job became ready in time"
 
 
 class Draining(ReplyError):
     """``DRAINING``: the server is in drain mode and accepts no new jobs."""
 
     word = "DRAINING"
+    meaning = "the server is in drain mode and refuses new jobs"
 
 
 class JobTooBig(ReplyError):
     """``JOB_TOO_BIG``: the body is larger than the server's ``max-job-size``."""
 
     word = "JOB_TOO_BIG"
+    meaning = "the body is larger than the server's max-job-size"
 
 
 class ExpectedCRLF(ReplyError):
     """``EXPECTED_CRLF``: the job body was not followed by CRLF."""
 
     word = "EXPECTED_CRLF"
+    meaning = "the body was not followed by CRLF: its byte count did not match"
 
 
 class BadFormat(ReplyError):
     """``BAD_FORMAT``: the server could not parse the command line."""
 
     word = "BAD_FORMAT"
+    meaning = "the server could not parse the command line"
 
 
 class UnknownCommand(ReplyError):
     """``UNKNOWN_COMMAND``: the server does not know the command."""
 
     word = "UNKNOWN_COMMAND"
+    meaning = "the server does not know this command"
 
 
 class OutOfMemory(ReplyError):
     """``OUT_OF_MEMORY``: the server could not allocate memory for the job."""
 
     word = "OUT_OF_MEMORY"
+    meaning = "the server could not allocate memory for the job; try later"
 
 
 class InternalError(ReplyError):
     """``INTERNAL_ERROR``: a server bug (or, for ours, a binlog write failure)."""
 
     word = "INTERNAL_ERROR"
+    meaning = "the server hit a bug"
 
 
 class NotIgnored(ReplyError):
     """``NOT_IGNORED``: the tube is the only one in the watch list."""
 
     word = "NOT_IGNORED"
+    meaning = "you cannot ignore the only tube you watch"
 
 
 class UnexpectedReply(BeanstalkError):
@@ -202,12 +217,23 @@ ERRORS: Dict[str, Type[ReplyError]] = {
 
 # ----------------------------------------------------------------- replies
 
+JobValue = Tuple[int, bytes]
+Value = Union[None, int, str, JobValue, Dict[str, StatValue], List[str], List[int]]
+
+
 class Reply(NamedTuple):
-    """One decoded reply line.
+    """One decoded reply: its line, and once read its data block and value.
 
     Exactly the fields its pattern names are set: ``job_id`` for ``<id>``,
     ``number`` for ``<count>``, ``tube`` for ``<tube>``, ``body_length`` for
     ``<bytes>`` (a data block of that many bytes plus CRLF follows).
+
+    :func:`decode_reply` decodes the line: ``value`` is then already set for
+    success replies without a data block (see :func:`decode_body`).
+    :class:`~twisted_stalk.protocol.reader.ReplyReader` returns complete
+    replies: ``body`` holds the data block and ``value`` its decoded value.
+    ``expected`` is False only for a line a lenient reader could not match to
+    its command (decoded by its shape alone; ``ok`` is then False too).
     """
 
     command: str
@@ -218,17 +244,25 @@ class Reply(NamedTuple):
     number: Optional[int] = None
     tube: Optional[str] = None
     body_length: Optional[int] = None
+    body: Optional[bytes] = None
+    value: Value = None
+    expected: bool = True
 
     @property
     def has_body(self) -> bool:
         """True when a data block of :attr:`body_length` bytes + CRLF follows."""
         return self.body_length is not None
 
-    def error(self) -> ReplyError:
-        """The exception for an error reply (``ok`` is False)."""
+    def error(self) -> BeanstalkError:
+        """The exception for an error reply (``ok`` is False): the
+        :class:`ReplyError` of its word, or :class:`UnexpectedReply` for a
+        line that is no reply of its command."""
         if self.ok:
             raise ValueError(f"{self.word} is the success reply of {self.command}")
-        return ERRORS[self.word](self.command, self.line)
+        cls = ERRORS.get(self.word) if self.expected else None
+        if cls is None:
+            return UnexpectedReply(self.command or None, self.line)
+        return cls(self.command, self.line)
 
 
 _new_reply = tuple.__new__
@@ -240,18 +274,23 @@ def _digits(name: str, line: bytes, text: bytes, kind: str) -> int:
     raise UnexpectedReply(name, line, f"<{kind}> is not a number")
 
 
+# The parsers of the reply patterns.  A success reply's value is set here
+# when there is no data block to wait for (decode_body gives the same value).
+
 def _no_fields(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
-    return _new_reply(Reply, (name, word, ok, line, None, None, None, None))
+    return _new_reply(Reply, (name, word, ok, line, None, None, None, None, None, None, True))
 
 
 def _id_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
-    return _new_reply(Reply, (name, word, ok, line, _digits(name, line, parts[1], "id"),
-                              None, None, None))
+    job_id = _digits(name, line, parts[1], "id")
+    return _new_reply(Reply, (name, word, ok, line, job_id, None, None, None, None,
+                              job_id if ok else None, True))
 
 
 def _count_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
-    return _new_reply(Reply, (name, word, ok, line, None,
-                              _digits(name, line, parts[1], "count"), None, None))
+    count = _digits(name, line, parts[1], "count")
+    return _new_reply(Reply, (name, word, ok, line, None, count, None, None, None,
+                              count if ok else None, True))
 
 
 def _body_length(name: str, line: bytes, text: bytes) -> int:
@@ -263,20 +302,22 @@ def _body_length(name: str, line: bytes, text: bytes) -> int:
 
 def _bytes_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
     return _new_reply(Reply, (name, word, ok, line, None, None, None,
-                              _body_length(name, line, parts[1])))
+                              _body_length(name, line, parts[1]), None, None, True))
 
 
 def _id_bytes_fields(name: str, word: str, ok: bool, line: bytes,
                      parts: List[bytes]) -> Reply:
     return _new_reply(Reply, (name, word, ok, line, _digits(name, line, parts[1], "id"),
-                              None, None, _body_length(name, line, parts[2])))
+                              None, None, _body_length(name, line, parts[2]), None, None,
+                              True))
 
 
 def _tube_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
     if not valid_tube_name(parts[1]):
         raise UnexpectedReply(name, line, "bad tube name")
-    return _new_reply(Reply, (name, word, ok, line, None, None, parts[1].decode("ascii"),
-                              None))
+    tube = parts[1].decode("ascii")
+    return _new_reply(Reply, (name, word, ok, line, None, None, tube, None, None,
+                              tube if ok else None, True))
 
 
 _PARSERS = {
@@ -288,11 +329,16 @@ _PARSERS = {
 _Entry = Tuple[str, bool, int, Callable[..., Reply]]
 
 
+def _pattern(pattern: str) -> Tuple[str, Tuple[str, ...]]:
+    """``"RESERVED <id> <bytes>"`` -> ``("RESERVED", ("id", "bytes"))``."""
+    word, *args = pattern.split(" ")
+    return word, tuple(a.strip("<>") for a in args)
+
+
 def _table(spec: CommandSpec) -> Dict[bytes, _Entry]:
     table: Dict[bytes, _Entry] = {}
     for i, pattern in enumerate(spec.replies):
-        word, *args = pattern.split(" ")
-        kinds = tuple(a.strip("<>") for a in args)
+        word, kinds = _pattern(pattern)
         table[word.encode("ascii")] = (word, i == 0, len(kinds), _PARSERS[kinds])
     for word in GENERIC_ERRORS:
         table.setdefault(word.encode("ascii"), (word, False, 0, _no_fields))
@@ -301,6 +347,52 @@ def _table(spec: CommandSpec) -> Dict[bytes, _Entry]:
 
 _TABLES: Dict[str, Dict[bytes, _Entry]] = {name: _table(spec) for name, spec in BY_NAME.items()}
 _TABLES.update((spec.name, _table(spec)) for spec in EXTENSION_COMMANDS)
+
+_ALL_SPECS = tuple(BY_NAME.values()) + EXTENSION_COMMANDS
+
+#: Reply words that are never a success, whatever the command (``BURIED`` is
+#: not one: it is the success of ``bury``).
+ERROR_WORDS: FrozenSet[str] = frozenset(
+    [_pattern(p)[0] for spec in _ALL_SPECS for p in spec.replies[1:]]
+    + list(GENERIC_ERRORS)) - {_pattern(spec.replies[0])[0]
+                               for spec in _ALL_SPECS if spec.replies}
+
+# Every field layout each reply word has in the table, by field count:
+# b"BURIED" -> {0: (), 1: ("id",)}, b"OK" -> {1: ("bytes",)} ...
+_SHAPES: Dict[bytes, Dict[int, Tuple[str, ...]]] = {}
+for _spec in _ALL_SPECS:
+    for _p in _spec.replies:
+        _word, _kinds = _pattern(_p)
+        _SHAPES.setdefault(_word.encode("ascii"), {})[len(_kinds)] = _kinds
+
+
+def _loose_int(text: bytes) -> Optional[int]:
+    return int(text) if text.isdigit() and len(text) <= 20 else None
+
+
+def decode_shape(command: Optional[str], line: bytes) -> Reply:
+    """Decode ``line`` by its shape alone, as a reply no command can be
+    matched to (``command`` None: a surplus reply, after raw bytes) or one
+    that is not a reply of ``command`` (``expected`` False, never ``ok``).
+
+    The fields are read where the line has the shape of some reply in the
+    table (``FOUND <id> <bytes>``, ``USING <tube>``...); ``ok`` for a surplus
+    reply is whether its word can be a success at all (not in
+    :data:`ERROR_WORDS`).  Never raises: for the shell, which shows whatever
+    a server sends.  The ``body_length`` of an absurd count is None (there is
+    no data block to read), one above :data:`MAX_REPLY_BODY` is kept: the
+    reader refuses it.
+    """
+    parts = line.split(b" ")
+    word = parts[0].decode("ascii", "replace")
+    kinds = _SHAPES.get(parts[0], {}).get(len(parts) - 1, ())
+    fields: Dict[str, Optional[object]] = {}
+    for kind, text in zip(kinds, parts[1:]):
+        fields[kind] = text.decode("ascii", "replace") if kind == "tube" else _loose_int(text)
+    ok = command is None and word not in ERROR_WORDS
+    return _new_reply(Reply, (command or "", word, ok, line, fields.get("id"),
+                              fields.get("count"), fields.get("tube"), fields.get("bytes"),
+                              None, None, command is None))
 
 
 def success_reply(command: Union[str, CommandSpec]) -> Optional[str]:
@@ -337,8 +429,6 @@ def decode_reply(command: Union[str, CommandSpec], line: bytes) -> Reply:
     return parse(name, word, ok, line, parts)
 
 
-JobValue = Tuple[int, bytes]
-Value = Union[None, int, str, JobValue, Dict[str, StatValue], List[str], List[int]]
 
 
 def _stats_id(body: bytes) -> Optional[str]:
@@ -395,7 +485,7 @@ def decode_body(command: Union[str, CommandSpec], reply: Reply,
 __all__ = [
     "BeanstalkError", "ReplyError", "NotFound", "Buried", "DeadlineSoon", "TimedOut",
     "Draining", "JobTooBig", "ExpectedCRLF", "BadFormat", "UnknownCommand", "OutOfMemory",
-    "InternalError", "NotIgnored", "UnexpectedReply", "ERRORS", "GENERIC_ERRORS", "Reply",
-    "decode_reply", "decode_body", "success_reply", "MAX_REPLY_LINE", "MAX_REPLY_BODY",
+    "InternalError", "NotIgnored", "UnexpectedReply", "ERRORS", "ERROR_WORDS", "GENERIC_ERRORS",
+    "Reply", "decode_reply", "decode_body", "decode_shape", "success_reply", "MAX_REPLY_LINE", "MAX_REPLY_BODY",
     "EXTENSION_COMMANDS", "EXTENSION_BY_NAME", "command_spec",
 ]

@@ -1,14 +1,14 @@
+# -*- test-case-name: tests.test_shell_units -*-
 """prompt_toolkit pieces of the shell: completion, hints, validation, colours.
 
-All of them read the shared command table (through :mod:`.shell_input`), so
+All of them read the shared command table (through :mod:`.request`), so
 a command's completion, grey hint, toolbar text, validation and help come
 from one place.
 """
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from typing import Callable, Collection, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Collection, Dict, Iterable, List, Optional
 
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
@@ -20,10 +20,9 @@ from prompt_toolkit.validation import ValidationError, Validator
 from twisted_stalk.protocol import BY_NAME, COMMANDS
 from twisted_stalk.protocol.commands import command_spec
 from twisted_stalk.protocol.constants import JOB_STATES
-from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
 
-from .shell_conn import Reply, reply_ok
-from .shell_input import (
+from .known import Known
+from .request import (
     META_BY_NAME,
     META_COMMANDS,
     Extensions,
@@ -80,79 +79,6 @@ STYLE = Style.from_dict({
     "toolbar.soon": "bg:ansired #ffffff bold",
     "toolbar.wire": "bg:ansiyellow #000000",
 })
-
-
-class Known:
-    """Tube names and job ids the shell has seen, most recent first."""
-
-    def __init__(self, limit: int = 200) -> None:
-        self.limit = limit
-        self.tubes: "OrderedDict[str, None]" = OrderedDict({"default": None})
-        self.jobs: "OrderedDict[int, str]" = OrderedDict()
-        self.tubes_fetched = 0.0
-
-    def add_tube(self, name: str) -> None:
-        self.tubes[name] = None
-        self.tubes.move_to_end(name, last=False)
-
-    def add_job(self, job_id: int, note: str) -> None:
-        self.jobs[job_id] = note
-        self.jobs.move_to_end(job_id, last=False)
-        while len(self.jobs) > self.limit:
-            self.jobs.popitem(last=True)
-
-    def forget_job(self, job_id: int) -> None:
-        self.jobs.pop(job_id, None)
-
-    def learn(self, command: Optional[str], args: Sequence[str], reply: Reply) -> None:
-        word = reply.word
-        jid = reply.job_id
-        if word == "INSERTED" and jid is not None:
-            self.add_job(jid, "inserted")
-        elif word == "BURIED" and jid is not None:
-            self.add_job(jid, "buried")
-        elif word == "RESERVED" and jid is not None:
-            self.add_job(jid, "reserved")
-        elif word == "FOUND" and jid is not None:
-            self.add_job(jid, command or "found")
-        elif word == "USING" and reply.args:
-            self.add_tube(reply.args[0].decode("ascii", "replace"))
-        elif word == "WATCHING" and command == "watch" and args:
-            self.add_tube(args[0])
-        elif command == "delete" and args and reply_ok(command, reply):
-            try:
-                self.forget_job(int(args[0]))
-            except ValueError:
-                pass
-        elif word == "OK" and reply.body is not None:
-            if command in ("list-tubes", "list-tubes-watched"):
-                names = parse_sequence(reply.body)
-                for name in reversed(names):
-                    if name not in self.tubes:
-                        self.add_tube(name)
-                if command == "list-tubes":
-                    for name in list(self.tubes):
-                        if name not in names:
-                            del self.tubes[name]
-                    self.tubes_fetched = time.monotonic()
-            elif command == "list-jobs":
-                state = args[1] if len(args) > 1 else "listed"
-                for listed in reversed(parse_sequence(reply.body)):
-                    if listed.isdigit():
-                        self.add_job(int(listed), state)
-            elif command in ("stats-tube", "stats-job"):
-                stats = parse_mapping(reply.body)
-                name = stats.get("name") or stats.get("tube")
-                if isinstance(name, str):
-                    self.add_tube(name)
-                if command == "stats-job" and isinstance(stats.get("id"), int):
-                    self.add_job(stats["id"], str(stats.get("state", "job")))
-        if word == "NOT_FOUND" and command in ("stats-job", "peek", "delete", "kick-job", "touch",
-                                               "reserve-job") and args:
-            try:
-                self.forget_job(int(args[0]))
-            except ValueError:
-                pass
 
 
 class StalkCompleter(Completer):

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_shell_repl -*-
 """The interactive shell: a prompt_toolkit REPL over one beanstalk connection."""
 from __future__ import annotations
 
@@ -15,36 +16,19 @@ from prompt_toolkit.formatted_text import FormattedText
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
-from twisted_stalk.protocol import BY_NAME, COMMANDS
-from twisted_stalk.protocol.replies import EXTENSION_BY_NAME, command_spec
+from twisted_stalk.protocol.replies import Reply
 
-from .shell_conn import (
-    ConnectionLost,
-    InterruptedRequest,
-    Session,
-    StalkError,
-    data_home,
-    parse_target,
-)
-from .shell_input import (
-    DEFAULT_PUT,
-    arg_label,
-    META_BY_NAME,
-    META_COMMANDS,
-    Editor,
-    Extensions,
-    InputError,
-    Request,
-    build_request,
-    needs_more_input,
-    offered_extensions,
-    usage,
-)
-from .shell_render import Fragments, render_reply, render_wire
-from .shell_ui import (
+from .errors import ConnectionLost, InterruptedRequest, StalkError
+from .help import help_text
+from .known import Known
+from .paths import data_home
+from .render import Fragments, render_reply, render_wire
+from .request import DEFAULT_PUT, Editor, InputError, Request, build_request, needs_more_input
+from .target import parse_target
+from .tracked import TrackedConnection
+from .ui import (
     STYLE,
     ArgHintProcessor,
-    Known,
     StalkCompleter,
     StalkLexer,
     StalkValidator,
@@ -53,16 +37,6 @@ from .shell_ui import (
 )
 
 Writer = Callable[[Fragments], None]
-
-GROUPS = (
-    ("Producer", ("put", "use")),
-    ("Worker", ("reserve", "reserve-with-timeout", "reserve-job", "delete", "release", "bury",
-                "touch", "watch", "ignore")),
-    ("Inspect and manage", ("peek", "peek-ready", "peek-delayed", "peek-buried", "kick", "kick-job",
-                            "stats-job", "stats-tube", "stats", "list-tubes", "list-tube-used",
-                            "list-tubes-watched", "pause-tube", "quit")),
-)
-
 
 def history_path() -> str:
     return os.path.join(data_home(), "history")
@@ -83,9 +57,11 @@ def open_history(path: Optional[str]) -> Tuple[History, Optional[str]]:
 
 class Shell:
     """The REPL.  ``input``/``output`` go to prompt_toolkit (tests pass a pipe
-    input and DummyOutput); ``write`` receives everything the shell prints."""
+    input and DummyOutput); ``write`` receives everything the shell prints.
 
-    def __init__(self, session: Session, *, input=None, output=None,
+    ``session`` is the :class:`~.tracked.TrackedConnection` it works on."""
+
+    def __init__(self, session: TrackedConnection, *, input=None, output=None,
                  write: Optional[Writer] = None, history: Optional[History] = None,
                  editor: Optional[Editor] = None, vi: bool = False,
                  put_defaults: Tuple[int, int, int] = DEFAULT_PUT, pretty_json: bool = True,
@@ -220,7 +196,7 @@ class Shell:
         self.session.conn.wire = None
         try:
             reply = self.session.internal("list-tubes")
-            self.known.learn("list-tubes", [], reply)
+            self.known.learn([], reply)
         except StalkError:
             pass
         finally:
@@ -317,7 +293,7 @@ class Shell:
         blocking = req.blocks
         try:
             reply = self.session.request(
-                req.wire(), blocking=blocking,
+                req.wire(), req.name or None, blocking=blocking,
                 on_wait=lambda: self.info(f"{req.name}: waiting for a job (Ctrl-C to give up)..."))
         except InterruptedRequest as e:
             what = req.name or "request"
@@ -338,21 +314,21 @@ class Shell:
             self.warn(f"no reply to {req.name or 'the request'}: it may or may not have taken effect")
             self.reconnect(returned)
             return True
-        self._after(req.name, req.args, reply)
+        self._after(req.args, reply)
         if req.raw:
             try:
                 for extra in self.session.conn.drain():
                     self.info("(another reply to the same bytes:)")
-                    self._after(None, [], extra)
+                    self._after([], extra)
             except ConnectionLost as e:
                 self.error(str(e))
                 self.reconnect(self.session.drop())
         return True
 
-    def _after(self, name: Optional[str], args: List[str], reply) -> None:
-        self.session.track(name, args, reply)
-        self.known.learn(name, args, reply)
-        self.write(render_reply(name, reply, pretty_json=self.pretty_json, body_limit=self.body_limit,
+    def _after(self, args: List[str], reply: Reply) -> None:
+        self.session.track(args, reply)
+        self.known.learn(args, reply)
+        self.write(render_reply(reply, pretty_json=self.pretty_json, body_limit=self.body_limit,
                                 use=self.session.use, watch=self.session.watch))
         jid = reply.job_id
         try:
@@ -416,7 +392,7 @@ class Shell:
             if returned:
                 self.info(self._returned(returned))
             old = self.session
-            self.session = Session(target, connect_timeout=old.conn.connect_timeout,
+            self.session = TrackedConnection(target, connect_timeout=old.conn.connect_timeout,
                                    reply_timeout=old.conn.reply_timeout, clock=old.clock)
             self.set_wire(self.wire)
             self.known.tubes_fetched = 0.0
@@ -427,76 +403,3 @@ class Shell:
         elif name == "\\raw":
             self.error("usage: \\raw <text>")
         return True
-
-
-def help_text(topic: str = "", extensions: Extensions = None) -> Fragments:
-    """``help`` and ``help <command>``, from the shared table.
-
-    ``extensions``: the extension verbs the server advertises (listed in
-    their own group); None when not connected (command-line ``stalk help``:
-    all of them, marked as needing ``--extensions``)."""
-    topic = topic.strip()
-    if not topic:
-        out: Fragments = []
-        for title, names in GROUPS:
-            out.append(("class:table.title", f"{title} commands:\n"))
-            width = 34
-            for n in names:
-                spec = BY_NAME[n]
-                out.append(("class:command", "  " + usage(spec).ljust(width)))
-                out.append(("", " " + spec.summary + "\n"))
-        extra = offered_extensions(extensions)
-        if extra:
-            title = ("Extension commands (this server serves them):" if extensions is not None
-                     else "Extension commands (twisted-stalk's server with --extensions):")
-            out.append(("class:table.title", title + "\n"))
-            for ext in extra:
-                out.append(("class:command", "  " + usage(ext).ljust(34)))
-                out.append(("", " " + ext.summary.replace(" (extension)", "") + "\n"))
-        out.append(("class:table.title", "Shell commands:\n"))
-        for m in META_COMMANDS:
-            out.append(("class:meta-command", "  " + m.usage.ljust(34)))
-            out.append(("", " " + m.summary + "\n"))
-        out.append(("class:info", "put: give the body on the next line(s) and end it with an empty line; "
-                    "or put [pri delay ttr] @FILE or $EDITOR.\n"
-                    "Keys: Tab complete, Up/Down history, Ctrl-R search, Right accepts a grey suggestion,\n"
-                    "Alt-Enter sends now, Ctrl-X Ctrl-E edits the line in $EDITOR, F4 toggles vi/emacs,\n"
-                    "Ctrl-C cancels the line or a waiting reserve, Ctrl-D quits.\n"))
-        return out
-    spec = command_spec(topic)
-    if spec is None:
-        meta = META_BY_NAME.get(topic)
-        if meta is None:
-            names = [c.name for c in list(COMMANDS) + offered_extensions(extensions)]
-            known = [n for n in names if n.startswith(topic)]
-            more = f" (did you mean {', '.join(known)}?)" if known else ""
-            return [("class:error", f"no command {topic!r}{more}\n")]
-        return [("class:meta-command", meta.usage + "\n"), ("", "  " + meta.summary + "\n")]
-    out = [("class:command", usage(spec) + "\n"), ("", "  " + spec.summary + "\n")]
-    for i, a in enumerate(spec.args):
-        label = arg_label(spec, i)
-        out.append(("class:table.key", f"  {label:10}"))
-        note = a.help
-        if spec.name == "put" and a.kind == "bytes":
-            note += "; leave it out and the shell counts the body's bytes"
-        out.append(("", " " + note + "\n"))
-    if spec.replies:
-        out.append(("class:info", "  replies: " + ", ".join(spec.replies) + "\n"))
-    if spec.name in EXTENSION_BY_NAME:
-        if extensions is None:
-            served = "twisted-stalk's server serves it when started with --extensions"
-        elif spec.name in extensions:
-            served = "this server serves it"
-        else:
-            served = ("this server does not advertise it (beanstalkd, or twisted-stalk "
-                      "without --extensions)")
-        out.append(("class:info", f"  an extension verb, not part of beanstalkd's protocol: "
-                    f"{served}.\n"))
-    if spec.name == "put":
-        out.append(("class:info",
-                    "  body: on the next line(s), ended by an empty line; or put [pri delay ttr] @FILE;\n"
-                    "  or put [pri delay ttr] $EDITOR.  With <bytes> given, exactly what you type is sent.\n"))
-    if spec.blocks:
-        out.append(("class:info", "  Ctrl-C while it waits drops the connection and reconnects;\n"
-                    "  the server returns jobs reserved on the old connection to ready.\n"))
-    return out

@@ -1,9 +1,11 @@
+# -*- test-case-name: tests.test_shell_units -*-
 """What the user typed, turned into requests: one place for every input rule.
 
 The interactive shell, ``stalk CMD ARGS`` and ``stalk -`` all go through
 :func:`build_request`, and the shared command table
 (:mod:`twisted_stalk.protocol.commands`) decides what is valid, so completion,
-hints, validation and help never disagree.
+hints, validation and help never disagree; a request's bytes are encoded from
+the same table (:func:`~twisted_stalk.protocol.commands.encode_command`).
 
 Rules for ``put``:
 
@@ -20,9 +22,9 @@ A line starting with ``!`` is sent as raw bytes without any check (C-style
 escapes ``\\r \\n \\t \\0 \\\\ \\xNN`` are decoded), for testing servers.
 
 The extension verbs of our server (``list-jobs``, ``flush-tube``,
-``capabilities``; ``--extensions``) come from their own small table in
-:mod:`twisted_stalk.protocol.replies`, never from ``COMMANDS`` (the stock
-parser's table).  The interactive shell accepts them when the server
+``capabilities``; ``--extensions``) come from their own small table,
+:data:`~twisted_stalk.protocol.commands.EXTENSION_COMMANDS`, never from
+``COMMANDS`` (the stock parser's table).  The interactive shell accepts them when the server
 advertises them (``capabilities`` is always accepted: it is how to ask).
 """
 from __future__ import annotations
@@ -36,7 +38,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, List, Optional, Tuple
 
 from twisted_stalk.protocol import BY_NAME, COMMANDS, CommandSpec, validate_command_args
-from twisted_stalk.protocol.commands import EXTENSION_BY_NAME, EXTENSION_COMMANDS, command_spec
+from twisted_stalk.protocol.commands import (
+    EXTENSION_BY_NAME,
+    EXTENSION_COMMANDS,
+    command_spec,
+    encode_command,
+)
 from twisted_stalk.protocol.constants import MAX_LINE_CONTENT
 
 #: Default priority, delay and TTR for ``put`` without them.
@@ -107,10 +114,17 @@ class Request:
         return bool(spec and spec.blocks)
 
     def wire(self) -> bytes:
-        data = self.line + (b"\r\n" if self.crlf else b"")
-        if self.body is not None:
-            data += self.body + b"\r\n"
-        return data
+        """The bytes to send: a raw request's as typed, a command's encoded
+        from the table (a put's byte count from its body)."""
+        if self.raw:
+            data = self.line + (b"\r\n" if self.crlf else b"")
+            if self.body is not None:
+                data += self.body + b"\r\n"
+            return data
+        spec = self.spec
+        assert spec is not None
+        args = self.args[:-1] if spec.has_body else self.args
+        return encode_command(self.name, *args, body=self.body)
 
 
 # --------------------------------------------------------------------------
@@ -445,67 +459,3 @@ def _build_put(first: str, rest: Optional[str], body: Optional[bytes],
         return req
     line = ("put " + " ".join(nums) + f" {len(data)}").encode("ascii")
     return Request("put", nums + [str(len(data))], line=line, body=data)
-
-
-# --------------------------------------------------------------------------
-# Script mode: entries from a byte stream
-
-class ScriptReader:
-    """Reads entries (command line plus put body) from a binary stream.
-
-    A put with ``<bytes>`` reads exactly that many bytes and then the line end;
-    a put without reads the following lines up to an empty line (or EOF).
-    """
-
-    def __init__(self, stream) -> None:
-        self.stream = stream
-        self.lineno = 0
-
-    def _readline(self) -> Optional[bytes]:
-        line = self.stream.readline()
-        if not line:
-            return None
-        self.lineno += 1
-        return line
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> Tuple[int, str, Optional[bytes]]:
-        while True:
-            raw = self._readline()
-            if raw is None:
-                raise StopIteration
-            lineno = self.lineno
-            line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            form = put_form(line.strip())
-            if form is None or form.source in ("file", "editor"):
-                return lineno, line, None
-            if form.source == "exact":
-                try:
-                    size = int(form.numbers[3])
-                except ValueError:
-                    return lineno, line, None
-                data = self.stream.read(size)
-                ending = self.stream.read(1)
-                if ending == b"\r":
-                    ending += self.stream.read(1)
-                self.lineno += data.count(b"\n") + (1 if ending.endswith(b"\n") else 0)
-                if ending not in (b"\n", b"\r\n", b""):
-                    data += ending  # not at a line end: keep what was written
-                    rest = self.stream.readline()
-                    data += rest.rstrip(b"\r\n")
-                    self.lineno += 1
-                return lineno, line, data
-            lines: List[bytes] = []
-            while True:
-                more = self._readline()
-                if more is None:
-                    break
-                more = more.rstrip(b"\r\n") if more.endswith(b"\r\n") else more.rstrip(b"\n")
-                if not more:
-                    break
-                lines.append(more)
-            return lineno, line, b"\n".join(lines)

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_shell_units -*-
 """Showing replies: binary-safe bodies, JSON pretty-printing, stats tables.
 
 Renderers return prompt_toolkit formatted text (a list of ``(style, text)``
@@ -7,32 +8,45 @@ control characters in lines and bodies are shown as ``\\xNN`` escapes.
 
 Machine formats for command-line mode (:func:`reply_data`, :func:`raw_bytes`)
 live here too.
+
+Replies come decoded once, by the connection's
+:class:`~twisted_stalk.protocol.reader.ReplyReader`: whether a reply is a
+success, its fields, its data block and value are read from the
+:class:`~twisted_stalk.protocol.replies.Reply`, and what an ``OK`` data block
+holds from the command table (``reply_body``); only replies no command
+describes (after raw bytes) are shown by the look of their data block.
 """
 from __future__ import annotations
 
 import base64
 import json
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
-from twisted_stalk.protocol.replies import (
-    EXTENSION_BY_NAME,
-    UnexpectedReply,
-    decode_body,
-    decode_reply,
-)
+from twisted_stalk.protocol.commands import command_spec
+from twisted_stalk.protocol.replies import ERRORS, Reply
 from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
-
-from .shell_conn import Reply, meaning, reply_ok, unexpected
 
 Fragments = List[Tuple[str, str]]
 
-#: Commands whose OK body is a YAML mapping / sequence (the last two are
-#: extension verbs: job ids, verb names).
-MAPPING_COMMANDS = ("stats", "stats-job", "stats-tube")
-SEQUENCE_COMMANDS = ("list-tubes", "list-tubes-watched", "list-jobs", "capabilities")
-#: The key of a sequence in --json/--yaml output.
-SEQUENCE_KEYS = {"list-jobs": "ids", "capabilities": "capabilities"}
+
+def meaning(word: str) -> str:
+    """One line on what an error reply word means (its error class's)."""
+    cls = ERRORS.get(word)
+    return cls.meaning if cls is not None else ""
+
+
+def data_kind(reply: Reply) -> str:
+    """What the data block of an ``OK`` reply holds: ``"mapping"`` (stats),
+    ``"tubes"`` (a list of tube names), ``"ids"`` (job ids), ``"names"``
+    (another list: the extension verbs), or ``""`` when the reply's command
+    does not say (a reply to raw bytes, or one its command cannot get)."""
+    spec = command_spec(reply.command) if reply.expected else None
+    kind = spec.reply_body if spec is not None else ""
+    if kind == "sequence":
+        # The stock protocol lists tubes; an extension verb lists what it is named for.
+        return "names" if spec.extension else "tubes"  # type: ignore[union-attr]
+    return kind if kind in ("mapping", "ids") else ""
 
 
 def plain(fragments: Iterable[Tuple[str, ...]]) -> str:
@@ -221,15 +235,17 @@ def render_columns(headers: Sequence[str], rows: Sequence[Sequence[Any]], *,
 # --------------------------------------------------------------------------
 # Whole replies
 
-def render_reply(command: Optional[str], reply: Reply, *, pretty_json: bool = True,
-                 body_limit: int = 0, use: str = "", watch: Sequence[str] = ()) -> Fragments:
+def render_reply(reply: Reply, *, pretty_json: bool = True, body_limit: int = 0,
+                 use: str = "", watch: Sequence[str] = ()) -> Fragments:
     """How the interactive shell shows a reply."""
-    ok = reply_ok(command, reply)
+    command = reply.command or None
+    ok = reply.ok
     frags: Fragments = [("class:reply.ok" if ok else "class:reply.error", safe_line(reply.line))]
     word = reply.word
-    if unexpected(command, reply):
+    spec = command_spec(command) if command else None
+    if not reply.expected:
         frags.append(("class:reply.meaning", f"  (not a reply {command} can get)"))
-    elif not ok and word == "UNKNOWN_COMMAND" and command in EXTENSION_BY_NAME:
+    elif not ok and word == "UNKNOWN_COMMAND" and spec is not None and spec.extension:
         frags.append(("class:reply.meaning", "  (this server does not serve this extension "
                       "verb: beanstalkd, or twisted-stalk without --extensions)"))
     elif not ok:
@@ -240,30 +256,40 @@ def render_reply(command: Optional[str], reply: Reply, *, pretty_json: bool = Tr
     if reply.body is None:
         return frags
     if word == "OK":
-        if command in MAPPING_COMMANDS or (command not in SEQUENCE_COMMANDS and _looks_mapping(reply.body)):
-            frags += render_table(stats_of(command, reply))
-        elif command in SEQUENCE_KEYS:  # job ids or verb names: no tube marks
-            frags += render_list(parse_sequence(reply.body))
-        elif command in SEQUENCE_COMMANDS or _looks_sequence(reply.body):
-            frags += render_list(parse_sequence(reply.body), use=use, watch=watch)
+        kind = data_kind(reply) or _look(reply.body)
+        if kind == "mapping":
+            frags += render_table(stats_of(reply))
+        elif kind in ("ids", "names"):  # job ids or verb names: no tube marks
+            frags += render_list(_names(reply))
+        elif kind == "tubes":
+            frags += render_list(_names(reply), use=use, watch=watch)
         else:
             frags += render_body(reply.body, pretty_json=pretty_json, limit=body_limit)
         return frags
     return frags + render_body(reply.body, pretty_json=pretty_json, limit=body_limit)
 
 
-def stats_of(command: Optional[str], reply: Reply) -> Dict[str, Any]:
-    """A stats body as a dict, decoded by the shared reply code when it can
-    (it keeps the server id a string)."""
-    body = reply.body or b""
-    if command in MAPPING_COMMANDS:
-        try:
-            value = decode_body(command, decode_reply(command, reply.line), body)
-            if isinstance(value, dict):
-                return value
-        except UnexpectedReply:
-            pass
-    return parse_mapping(body)
+def stats_of(reply: Reply) -> Dict[str, Any]:
+    """A stats body as a dict: the reply's value when its command says it is
+    one (decoded by the shared reply code, which keeps the server id a
+    string), else parsed from the look of it."""
+    if isinstance(reply.value, dict):
+        return reply.value
+    return parse_mapping(reply.body or b"")
+
+
+def _names(reply: Reply) -> List[str]:
+    """A list body's items as text."""
+    if data_kind(reply):
+        return [str(item) for item in reply.value]  # type: ignore[union-attr]
+    return parse_sequence(reply.body or b"")
+
+
+def _look(body: bytes) -> str:
+    """The kind of an OK data block no command describes, by its look."""
+    if _looks_mapping(body):
+        return "mapping"
+    return "tubes" if _looks_sequence(body) else ""
 
 
 def _looks_mapping(body: bytes) -> bool:
@@ -289,30 +315,29 @@ def render_wire(direction: str, data: bytes) -> Fragments:
 # --------------------------------------------------------------------------
 # Machine-readable output
 
-def reply_data(command: Optional[str], reply: Reply) -> Dict[str, Any]:
+def reply_data(reply: Reply) -> Dict[str, Any]:
     """A reply as a dict for --json / --yaml."""
     data: Dict[str, Any] = {"reply": reply.word, "line": reply.line.decode("utf-8", "replace"),
-                            "ok": reply_ok(command, reply)}
-    if command:
-        data["command"] = command
-    jid = reply.job_id
-    if jid is not None:
-        data["id"] = jid
-    if reply.count is not None:
-        data["count"] = reply.count
-    if reply.word == "USING" and reply.args:
-        data["tube"] = reply.args[0].decode("utf-8", "replace")
+                            "ok": reply.ok}
+    if reply.command:
+        data["command"] = reply.command
+    if reply.job_id is not None:
+        data["id"] = reply.job_id
+    if reply.number is not None:
+        data["count"] = reply.number
+    if reply.word == "USING" and reply.tube is not None:
+        data["tube"] = reply.tube
     if reply.body is not None:
         data["bytes"] = len(reply.body)
-        if reply.word == "OK" and (command in MAPPING_COMMANDS or
-                                   (command not in SEQUENCE_COMMANDS and _looks_mapping(reply.body))):
-            data["stats"] = stats_of(command, reply)
-        elif reply.word == "OK" and command == "list-jobs":
-            data["ids"] = [int(i) for i in parse_sequence(reply.body) if i.isdigit()]
-        elif reply.word == "OK" and command == "capabilities":
-            data["capabilities"] = parse_sequence(reply.body)
-        elif reply.word == "OK" and (command in SEQUENCE_COMMANDS or _looks_sequence(reply.body)):
-            data["tubes"] = parse_sequence(reply.body)
+        kind = data_kind(reply) or _look(reply.body) if reply.word == "OK" else ""
+        if kind == "mapping":
+            data["stats"] = stats_of(reply)
+        elif kind == "ids":
+            data["ids"] = reply.value
+        elif kind == "names":
+            data[reply.command] = _names(reply)
+        elif kind == "tubes":
+            data["tubes"] = _names(reply)
         else:
             data.update(body_data(reply.body))
     return data
@@ -326,7 +351,7 @@ def body_data(body: bytes) -> Dict[str, Any]:
         return {"body_base64": base64.b64encode(body).decode("ascii")}
 
 
-def raw_bytes(command: Optional[str], reply: Reply, *, body_only: bool = False) -> bytes:
+def raw_bytes(reply: Reply, *, body_only: bool = False) -> bytes:
     """The reply for a pipe: the line; for OK the YAML as sent; for jobs the
     line then the body verbatim.  ``body_only`` prints just the body bytes."""
     if reply.body is None:
@@ -352,7 +377,7 @@ def first_line_error(message: str) -> Fragments:
 
 
 __all__ = [
-    "Fragments", "body_data", "classify_body", "dump_json", "dump_yaml", "escape_bytes",
-    "escape_text", "plain", "raw_bytes", "render_body", "render_columns", "render_list",
+    "Fragments", "body_data", "classify_body", "data_kind", "dump_json", "dump_yaml",
+    "escape_bytes", "escape_text", "meaning", "plain", "raw_bytes", "render_body", "render_columns", "render_list",
     "render_reply", "render_table", "render_wire", "reply_data", "safe_line",
 ]

@@ -1,4 +1,5 @@
-"""``stalk``: an interactive shell and command-line toolkit for beanstalk servers.
+# -*- test-case-name: tests.test_shell_cli -*-
+"""``stalk``'s entry point: options, configuration, and which mode to run.
 
 ::
 
@@ -10,7 +11,7 @@
 
 Exit status: 0 success, 1 an error reply (NOT_FOUND, TIMED_OUT ...),
 2 bad usage or a malformed command, 3 the server could not be reached or the
-connection broke, 130 interrupted.  See docs/shell.md.
+connection broke, 130 interrupted (:mod:`.errors`).  See docs/shell.md.
 """
 from __future__ import annotations
 
@@ -18,14 +19,11 @@ import argparse
 import configparser
 import os
 import sys
-import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .errors import EXIT_CONNECTION, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+
 __version__ = "0.1.0"
-
-EXIT_OK, EXIT_REPLY, EXIT_USAGE, EXIT_CONNECTION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
-TOOL_NAMES = ("top", "tail", "put", "flush", "move", "kick", "stats")
 
 EPILOG = """\
 commands: any beanstalk command as on the wire (stalk peek-ready, stalk stats-tube emails),
@@ -44,10 +42,6 @@ run "stalk TOOL --help" for a tool's options.
 exit status: 0 ok, 1 error reply, 2 bad usage/command, 3 connection failure, 130 interrupted.
 config: $XDG_CONFIG_HOME/stalk/config (see docs/shell.md); history: $XDG_DATA_HOME/stalk/history.
 """
-
-
-class UsageError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_config(path: Optional[str] = None) -> Dict[str, str]:
     """``[stalk]`` options from the config file (missing file: no options)."""
-    from .shell_conn import config_home
+    from .paths import config_home
     path = path or os.environ.get("STALK_CONFIG") or os.path.join(config_home(), "config")
     cp = configparser.ConfigParser()
     try:
@@ -116,7 +110,7 @@ def _bool(text: str) -> bool:
 
 
 def put_defaults(config: Dict[str, str]) -> Tuple[int, int, int]:
-    from .shell_input import DEFAULT_PUT
+    from .request import DEFAULT_PUT
     out = []
     for key, default in zip(("put_pri", "put_delay", "put_ttr"), DEFAULT_PUT):
         value = config.get(key, str(default)).strip()
@@ -127,7 +121,7 @@ def put_defaults(config: Dict[str, str]) -> Tuple[int, int, int]:
 
 
 def resolve_target(args, config: Dict[str, str]):
-    from .shell_conn import Target, parse_target
+    from .target import Target, parse_target
     text = args.url or args.address or os.environ.get("STALK_ADDRESS") or config.get("address") or ""
     try:
         target = parse_target(text) if text else Target()
@@ -206,8 +200,11 @@ def _main(argv: List[str]) -> int:
     color = not (args.no_color or os.environ.get("NO_COLOR") or _bool(config.get("no_color", "no")))
     defaults = put_defaults(config)
 
-    from .shell_conn import Connection, ConnectionFailed, StalkError
-    from .shell_tools import Output, ToolError
+    from .conn import Connection
+    from .errors import ConnectionFailed, StalkError, ToolError
+    from .output import Output
+    from .run import run_one, run_script, select_tube, stderr_wire
+    from .tools import TOOLS
 
     out = Output(fmt, body_only=args.body, color=color)
     if not command:
@@ -215,22 +212,21 @@ def _main(argv: List[str]) -> int:
             return interactive(args, config, target, connect_timeout, reply_timeout, defaults)
         command = ["-"]
     if command[0] in ("help", "?"):
-        from .shell_repl import help_text
+        from .help import help_text
         out.fragments(help_text(" ".join(command[1:])))
         return EXIT_OK
-    if command[0] != "-" and command[0] not in TOOL_NAMES:
+    if command[0] != "-" and command[0] not in TOOLS:
         # Validate before connecting: a malformed command is explained locally.
-        from .shell_input import InputError, build_request
+        from .request import InputError, build_request
         try:
             build_request(" ".join(command), put_defaults=defaults, check_only=True)
         except InputError as e:
             raise UsageError(e.message)
-    if command[0] in TOOL_NAMES and ({"-h", "--help"} & set(command[1:])):
-        from .shell_tools import TOOLS
+    if command[0] in TOOLS and ({"-h", "--help"} & set(command[1:])):
         return TOOLS[command[0]](None, command[1:], out)  # prints the help, exits 0
     conn = Connection(target, connect_timeout=connect_timeout, reply_timeout=reply_timeout)
     if args.wire:
-        conn.wire = _stderr_wire
+        conn.wire = stderr_wire
     try:
         conn.connect()
     except ConnectionFailed as e:
@@ -238,13 +234,12 @@ def _main(argv: List[str]) -> int:
         return EXIT_CONNECTION
     try:
         if args.tube:
-            _select_tube(conn, args.tube)
+            select_tube(conn, args.tube)
         if command[0] == "-":
             if command[1:]:
                 raise UsageError("- takes no arguments: it reads commands from stdin")
             return run_script(conn, out, args.keep_going, defaults)
-        if command[0] in TOOL_NAMES:
-            from .shell_tools import TOOLS
+        if command[0] in TOOLS:
             return TOOLS[command[0]](conn, command[1:], out)
         return run_one(conn, out, command, args.repeat, args.interval, defaults)
     except ToolError as e:
@@ -257,107 +252,17 @@ def _main(argv: List[str]) -> int:
         conn.close()
 
 
-def _stderr_wire(direction: str, data: bytes) -> None:
-    from .shell_render import plain, render_wire
-    sys.stderr.write(plain(render_wire(direction, data)))
-    sys.stderr.flush()
-
-
-def _select_tube(conn, tube: str) -> None:
-    from twisted_stalk.protocol import valid_tube_name
-    from .shell_tools import call, expect
-    if not valid_tube_name(tube.encode("ascii", "replace")):
-        raise UsageError(f"bad tube name {tube!r}")
-    expect(call(conn, f"use {tube}"), "use")
-    expect(call(conn, f"watch {tube}"), "watch")
-    if tube != "default":
-        expect(call(conn, "ignore default"), "ignore")
-
-
-def _execute(conn, out, req) -> bool:
-    """Send one request and print its reply (and any extra replies after raw
-    bytes); True when it succeeded."""
-    from .shell_conn import reply_ok
-    reply = conn.call(req.wire(), blocking=req.blocks)
-    out.reply(req.name or None, reply)
-    ok = reply_ok(req.name or None, reply)
-    if req.raw:
-        for extra in conn.drain():
-            out.reply(None, extra)
-            ok = ok and reply_ok(None, extra)
-    return ok
-
-
-def run_one(conn, out, command: List[str], repeat: int, interval: float,
-            defaults: Tuple[int, int, int]) -> int:
-    from .shell_input import InputError, build_request
-    text = " ".join(command)
-    try:
-        req = build_request(text, put_defaults=defaults)
-    except InputError as e:
-        raise UsageError(e.message)
-    if req is None:
-        return EXIT_OK
-    if req.meta:
-        raise UsageError(f"{req.name} only works in the interactive shell")
-    if req.name == "put" and not req.raw:
-        raise UsageError("use the put tool: stalk put [--tube T --pri P --delay D --ttr T] BODY")
-    status = EXIT_OK
-    n = 0
-    while True:
-        n += 1
-        if not _execute(conn, out, req):
-            status = EXIT_REPLY
-        if repeat and n >= repeat:
-            return status
-        time.sleep(max(0.0, interval))
-
-
-def run_script(conn, out, keep_going: bool, defaults: Tuple[int, int, int]) -> int:
-    """Commands from stdin, one per line (put bodies as in the shell)."""
-    from .shell_input import InputError, ScriptReader, build_request
-    status = EXIT_OK
-    for lineno, line, body in ScriptReader(sys.stdin.buffer):
-        try:
-            req = build_request(line, body=body, put_defaults=defaults)
-        except InputError as e:
-            sys.stderr.write(f"stalk: stdin line {lineno}: {e.message}\n")
-            if not keep_going:
-                return EXIT_USAGE
-            status = EXIT_USAGE
-            continue
-        if req is None:
-            continue
-        if req.meta:
-            if req.name == "exit":
-                break
-            if req.name == "help":
-                from .shell_repl import help_text
-                out.fragments(help_text(req.text))
-            elif req.name == "\\wire":
-                conn.wire = None if (req.text == "off" or (not req.text and conn.wire)) else _stderr_wire
-            continue
-        if req.name == "quit" and not req.raw:
-            conn.send(req.wire())
-            break
-        if not _execute(conn, out, req):
-            if not keep_going:
-                return EXIT_REPLY
-            status = status or EXIT_REPLY
-    return status
-
-
 def interactive(args, config: Dict[str, str], target, connect_timeout: float,
                 reply_timeout: float, defaults: Tuple[int, int, int]) -> int:
-    from .shell_conn import Session
-    from .shell_repl import Shell, history_path, open_history
+    from .repl import Shell, history_path, open_history
+    from .tracked import TrackedConnection
     hist_setting = args.history or config.get("history", "")
     if hist_setting == "off":
         path = None
     else:
         path = os.path.expanduser(hist_setting) if hist_setting else history_path()
     history, warning = open_history(path)
-    session = Session(target, connect_timeout=connect_timeout, reply_timeout=reply_timeout)
+    session = TrackedConnection(target, connect_timeout=connect_timeout, reply_timeout=reply_timeout)
     vi = args.vi or config.get("editing_mode", "emacs").strip().lower() == "vi"
     try:
         body_limit = int(config.get("body_limit", 16384))
@@ -373,6 +278,3 @@ def interactive(args, config: Dict[str, str], target, connect_timeout: float,
         shell.warn(warning)
     return shell.run()
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,97 @@
+# -*- test-case-name: tests.test_shell_units -*-
+"""``help`` and ``help <command>``: the command list and each command's usage,
+arguments and replies, from the shared command table."""
+from __future__ import annotations
+
+from twisted_stalk.protocol import BY_NAME, COMMANDS
+from twisted_stalk.protocol.commands import command_spec
+
+from .render import Fragments
+from .request import META_BY_NAME, META_COMMANDS, Extensions, arg_label, offered_extensions, usage
+
+#: How ``help`` groups the stock commands (tests/test_shell_units.py checks
+#: that every command of the table is in one group).
+GROUPS = (
+    ("Producer", ("put", "use")),
+    ("Worker", ("reserve", "reserve-with-timeout", "reserve-job", "delete", "release", "bury",
+                "touch", "watch", "ignore")),
+    ("Inspect and manage", ("peek", "peek-ready", "peek-delayed", "peek-buried", "kick", "kick-job",
+                            "stats-job", "stats-tube", "stats", "list-tubes", "list-tube-used",
+                            "list-tubes-watched", "pause-tube", "quit")),
+)
+
+
+def help_text(topic: str = "", extensions: Extensions = None) -> Fragments:
+    """``help`` and ``help <command>``, from the shared table.
+
+    ``extensions``: the extension verbs the server advertises (listed in
+    their own group); None when not connected (command-line ``stalk help``:
+    all of them, marked as needing ``--extensions``)."""
+    topic = topic.strip()
+    if not topic:
+        out: Fragments = []
+        for title, names in GROUPS:
+            out.append(("class:table.title", f"{title} commands:\n"))
+            width = 34
+            for n in names:
+                spec = BY_NAME[n]
+                out.append(("class:command", "  " + usage(spec).ljust(width)))
+                out.append(("", " " + spec.summary + "\n"))
+        extra = offered_extensions(extensions)
+        if extra:
+            title = ("Extension commands (this server serves them):" if extensions is not None
+                     else "Extension commands (twisted-stalk's server with --extensions):")
+            out.append(("class:table.title", title + "\n"))
+            for ext in extra:
+                out.append(("class:command", "  " + usage(ext).ljust(34)))
+                out.append(("", " " + ext.summary.replace(" (extension)", "") + "\n"))
+        out.append(("class:table.title", "Shell commands:\n"))
+        for m in META_COMMANDS:
+            out.append(("class:meta-command", "  " + m.usage.ljust(34)))
+            out.append(("", " " + m.summary + "\n"))
+        out.append(("class:info", "put: give the body on the next line(s) and end it with an empty line; "
+                    "or put [pri delay ttr] @FILE or $EDITOR.\n"
+                    "Keys: Tab complete, Up/Down history, Ctrl-R search, Right accepts a grey suggestion,\n"
+                    "Alt-Enter sends now, Ctrl-X Ctrl-E edits the line in $EDITOR, F4 toggles vi/emacs,\n"
+                    "Ctrl-C cancels the line or a waiting reserve, Ctrl-D quits.\n"))
+        return out
+    spec = command_spec(topic)
+    if spec is None:
+        meta = META_BY_NAME.get(topic)
+        if meta is None:
+            names = [c.name for c in list(COMMANDS) + offered_extensions(extensions)]
+            known = [n for n in names if n.startswith(topic)]
+            more = f" (did you mean {', '.join(known)}?)" if known else ""
+            return [("class:error", f"no command {topic!r}{more}\n")]
+        return [("class:meta-command", meta.usage + "\n"), ("", "  " + meta.summary + "\n")]
+    out = [("class:command", usage(spec) + "\n"), ("", "  " + spec.summary + "\n")]
+    for i, a in enumerate(spec.args):
+        label = arg_label(spec, i)
+        out.append(("class:table.key", f"  {label:10}"))
+        note = a.help
+        if spec.name == "put" and a.kind == "bytes":
+            note += "; leave it out and the shell counts the body's bytes"
+        out.append(("", " " + note + "\n"))
+    if spec.replies:
+        out.append(("class:info", "  replies: " + ", ".join(spec.replies) + "\n"))
+    if spec.extension:
+        if extensions is None:
+            served = "twisted-stalk's server serves it when started with --extensions"
+        elif spec.name in extensions:
+            served = "this server serves it"
+        else:
+            served = ("this server does not advertise it (beanstalkd, or twisted-stalk "
+                      "without --extensions)")
+        out.append(("class:info", f"  an extension verb, not part of beanstalkd's protocol: "
+                    f"{served}.\n"))
+    if spec.name == "put":
+        out.append(("class:info",
+                    "  body: on the next line(s), ended by an empty line; or put [pri delay ttr] @FILE;\n"
+                    "  or put [pri delay ttr] $EDITOR.  With <bytes> given, exactly what you type is sent.\n"))
+    if spec.blocks:
+        out.append(("class:info", "  Ctrl-C while it waits drops the connection and reconnects;\n"
+                    "  the server returns jobs reserved on the old connection to ready.\n"))
+    return out
+
+
+__all__ = ["GROUPS", "help_text"]

@@ -1,0 +1,86 @@
+# -*- test-case-name: tests.test_shell_units -*-
+"""What the interactive shell has seen: tube names and job ids, for completion."""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, Dict, List, Sequence
+
+from twisted_stalk.protocol.replies import Reply
+
+
+class Known:
+    """Tube names and job ids the shell has seen, most recent first."""
+
+    def __init__(self, limit: int = 200) -> None:
+        self.limit = limit
+        self.tubes: "OrderedDict[str, None]" = OrderedDict({"default": None})
+        self.jobs: "OrderedDict[int, str]" = OrderedDict()
+        self.tubes_fetched = 0.0
+
+    def add_tube(self, name: str) -> None:
+        self.tubes[name] = None
+        self.tubes.move_to_end(name, last=False)
+
+    def add_job(self, job_id: int, note: str) -> None:
+        self.jobs[job_id] = note
+        self.jobs.move_to_end(job_id, last=False)
+        while len(self.jobs) > self.limit:
+            self.jobs.popitem(last=True)
+
+    def forget_job(self, job_id: int) -> None:
+        self.jobs.pop(job_id, None)
+
+    def learn(self, args: Sequence[str], reply: Reply) -> None:
+        """Learn from ``reply`` to its command with ``args``."""
+        command = reply.command or None
+        word = reply.word
+        jid = reply.job_id
+        if word == "INSERTED" and jid is not None:
+            self.add_job(jid, "inserted")
+        elif word == "BURIED" and jid is not None:
+            self.add_job(jid, "buried")
+        elif word == "RESERVED" and jid is not None:
+            self.add_job(jid, "reserved")
+        elif word == "FOUND" and jid is not None:
+            self.add_job(jid, command or "found")
+        elif word == "USING" and reply.tube is not None:
+            self.add_tube(reply.tube)
+        elif word == "WATCHING" and command == "watch" and args:
+            self.add_tube(args[0])
+        elif command == "delete" and args and reply.ok:
+            try:
+                self.forget_job(int(args[0]))
+            except ValueError:
+                pass
+        elif word == "OK" and reply.ok and reply.value is not None:
+            if command in ("list-tubes", "list-tubes-watched"):
+                names: List[str] = reply.value  # type: ignore[assignment]
+                for name in reversed(names):
+                    if name not in self.tubes:
+                        self.add_tube(name)
+                if command == "list-tubes":
+                    for name in list(self.tubes):
+                        if name not in names:
+                            del self.tubes[name]
+                    self.tubes_fetched = time.monotonic()
+            elif command == "list-jobs":
+                state = args[1] if len(args) > 1 else "listed"
+                for listed in reversed(reply.value):  # type: ignore[call-overload]
+                    self.add_job(listed, state)
+            elif command in ("stats-tube", "stats-job"):
+                stats: Dict[str, Any] = reply.value  # type: ignore[assignment]
+                name = stats.get("name") or stats.get("tube")
+                if isinstance(name, str):
+                    self.add_tube(name)
+                if command == "stats-job" and isinstance(stats.get("id"), int):
+                    self.add_job(stats["id"], str(stats.get("state", "job")))
+        if word == "NOT_FOUND" and command in ("stats-job", "peek", "delete", "kick-job", "touch",
+                                               "reserve-job") and args:
+            try:
+                self.forget_job(int(args[0]))
+            except ValueError:
+                pass
+
+
+__all__ = ["Known"]

@@ -1,0 +1,32 @@
+# -*- test-case-name: tests.test_shell_cli -*-
+"""``stalk``'s tools, one module each: ``stalk TOOL [options]``.
+
+Each tool is a function ``run(conn, argv, out)`` that takes its own arguments
+(``stalk TOOL --help``), a connected :class:`~..conn.Connection` and an
+:class:`~..output.Output`, and returns the exit status.  None of them
+reserves a job it does not move, so ``tail`` and ``top`` leave every job
+counter as it was.
+
+``flush`` and ``move`` ask the server for its extension verbs
+(``capabilities``): with ``flush-tube`` a flush is one command per state, with
+``list-jobs`` a move finds its jobs without peeking at their bodies; on a stock
+server they peek and delete (or move) job by job.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+from . import flush, kick, move, put, stats, tail, top
+
+#: The tools by name, in the order ``stalk --help`` lists them.
+TOOLS: Dict[str, Callable[..., int]] = {
+    "top": top.run,
+    "tail": tail.run,
+    "put": put.run,
+    "flush": flush.run,
+    "move": move.run,
+    "kick": kick.run,
+    "stats": stats.run,
+}
+
+__all__ = ["TOOLS"]

@@ -1,0 +1,138 @@
+# -*- test-case-name: tests.test_shell_cli -*-
+"""``stalk tail TUBE``: jobs as they arrive, without reserving any (stats and
+peek only: no job counter changes)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from twisted_stalk.protocol.constants import UNRESERVED_STATES
+
+from ..conn import Connection
+from ..errors import EXIT_OK
+from ..output import Output
+from ..render import body_data, render_body
+from .args import check_tube, parser
+from .queries import job_stats, server_stats, use
+
+
+class Tail:
+    """Finds jobs of one tube as they appear, without reserving anything.
+
+    Job ids are handed out in order and ``stats``' ``total-jobs`` counts the
+    jobs created, so every id above the last one seen is a new job:
+    ``stats-job`` tells its tube and state and ``peek`` reads its body.  Ids
+    can run ahead of total-jobs (a put answered EXPECTED_CRLF burns one; a
+    binlog restart keeps ids but resets the count): the heads of the tube's
+    queues (peek-ready/-delayed/-buried) and a few ids probed past the end
+    keep the estimate honest.  Delayed jobs are shown when they turn ready.
+    """
+
+    PER_POLL = 500
+    PROBE = 4
+
+    def __init__(self, conn: Connection, tube: str) -> None:
+        self.conn = conn
+        self.tube = tube
+        use(conn, tube)
+        total = int(server_stats(conn).get("total-jobs", 0))
+        heads = self._heads()
+        self.last = max([total] + heads)
+        self.offset = self.last - total
+        self.pending: Dict[int, None] = {}
+
+    def _heads(self) -> List[int]:
+        ids = []
+        for state in UNRESERVED_STATES:
+            reply = self.conn.command("peek-" + state)
+            if reply.word == "FOUND" and reply.job_id is not None:
+                ids.append(reply.job_id)
+        return ids
+
+    def poll(self) -> List[Tuple[int, Dict[str, Any], Optional[bytes]]]:
+        found = []
+        total = int(server_stats(self.conn).get("total-jobs", 0))
+        known = max([total + self.offset] + self._heads())
+        extra: Dict[int, Dict[str, Any]] = {}
+        if known - self.last <= self.PER_POLL:
+            for job_id in range(known + 1, known + self.PROBE + 1):
+                st = job_stats(self.conn, job_id)
+                if st is not None:
+                    extra[job_id] = st
+            if extra:
+                known = max(extra)
+        self.offset = max(self.offset, known - total)
+        upto = min(known, self.last + self.PER_POLL)
+        for job_id in list(self.pending):
+            st = job_stats(self.conn, job_id)
+            if st is None:
+                del self.pending[job_id]
+            elif st.get("state") != "delayed":
+                del self.pending[job_id]
+                found.append(self._with_body(job_id, st))
+        for job_id in range(self.last + 1, upto + 1):
+            st = extra.get(job_id) or job_stats(self.conn, job_id)
+            if st is None or st.get("tube") != self.tube:
+                continue
+            if st.get("state") == "delayed":
+                self.pending[job_id] = None
+                continue
+            found.append(self._with_body(job_id, st))
+        self.last = max(self.last, upto)
+        return found
+
+    def _with_body(self, job_id: int, st: Dict[str, Any]) -> Tuple[int, Dict[str, Any], Optional[bytes]]:
+        reply = self.conn.command("peek", job_id)
+        return job_id, st, reply.body if reply.word == "FOUND" else None
+
+
+def run(conn: Connection, argv: Sequence[str], out: Output) -> int:
+    p = parser("tail", "Show jobs as they arrive in TUBE, without reserving them "
+                "(stats and peek only: no job counter changes).")
+    p.add_argument("tube")
+    p.add_argument("-n", "--interval", type=float, default=0.5, help="seconds between polls (default 0.5)")
+    p.add_argument("-c", "--count", type=int, default=0, help="exit after COUNT jobs")
+    p.add_argument("--for", dest="duration", type=float, default=0, help="exit after SECONDS")
+    a = p.parse_args(argv)
+    check_tube(a.tube)
+    tail = Tail(conn, a.tube)
+    if out.fmt == "pretty":
+        out.note(f"tailing {a.tube} on {conn.target} (Ctrl-C to stop)")
+    start = time.monotonic()
+    shown = 0
+    try:
+        while True:
+            t0 = time.monotonic()
+            for job_id, st, body in tail.poll():
+                show_job(out, job_id, st, body)
+                shown += 1
+                if a.count and shown >= a.count:
+                    return EXIT_OK
+            if a.duration and time.monotonic() - start >= a.duration:
+                return EXIT_OK
+            time.sleep(max(0.0, a.interval - (time.monotonic() - t0)))
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def show_job(out: Output, job_id: int, st: Dict[str, Any], body: Optional[bytes]) -> None:
+    state = st.get("state", "?")
+    if out.fmt in ("json", "yaml"):
+        rec = {"id": job_id, "tube": st.get("tube"), "state": state, "pri": st.get("pri"),
+               "ttr": st.get("ttr"), "age": st.get("age")}
+        if body is not None:
+            rec["bytes"] = len(body)
+            rec.update(body_data(body))
+        out.record(rec)
+    elif out.fmt == "raw":
+        if body is None:
+            out.binary(b"GONE %d\n" % job_id)
+        else:
+            out.binary(b"FOUND %d %d\n" % (job_id, len(body)) + body + b"\n")
+    else:
+        head = f"#{job_id}  {st.get('tube')}  pri {st.get('pri')}  ttr {st.get('ttr')}  {state}"
+        out.fragments([("class:reply.ok", head + "\n")])
+        if body is None:
+            out.fragments([("class:body.header", "(deleted before it could be read)\n")])
+        else:
+            out.fragments(render_body(body))
