@@ -92,7 +92,7 @@ def test_capabilities_lists_the_verbs():
 def test_list_jobs_in_each_state_without_changing_anything():
     s = Server()
     c, w = populate(s)
-    before = s.factory.engine.tube_stats(s.factory.engine.tubes[b"work"])
+    before = s.factory.engine.tube_stats(b"work")
     assert ids(c.ask(b"list-jobs work ready 10\r\n")) == [1, 3]
     assert ids(c.ask(b"list-jobs work ready 1\r\n")) == [1]
     assert ids(c.ask(b"list-jobs work delayed 10\r\n")) == [6, 5]  # by time left
@@ -100,7 +100,7 @@ def test_list_jobs_in_each_state_without_changing_anything():
     assert ids(c.ask(b"list-jobs work reserved 10\r\n")) == [4]
     assert ids(c.ask(b"list-jobs work ready 0\r\n")) == []
     assert ids(c.ask(b"list-jobs default ready 10\r\n")) == []
-    assert s.factory.engine.tube_stats(s.factory.engine.tubes[b"work"]) == before
+    assert s.factory.engine.tube_stats(b"work") == before
     assert c.ask(b"list-jobs nosuch ready 10\r\n") == b"NOT_FOUND\r\n"
     for bad in (b"list-jobs work ready\r\n", b"list-jobs work waiting 10\r\n",
                 b"list-jobs work ready -1\r\n", b"list-jobs work ready 4294967296\r\n",

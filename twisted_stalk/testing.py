@@ -34,6 +34,7 @@ from twisted.test.iosim import connect as _iosim_connect
 from zope.interface import implementer
 
 from .client import BeanstalkClient, BeanstalkClientFactory, BeanstalkProtocol
+from .core.outcomes import NOT_FOUND
 from .protocol.constants import DEFAULT_MAX_JOB_SIZE
 from .protocol.yaml import StatValue, as_dict
 from .server import BeanstalkServerFactory
@@ -180,17 +181,17 @@ class MemoryBeanstalk:
 
     def stats_tube(self, name: str) -> Dict[str, StatValue]:
         """A tube's ``stats-tube`` (empty if there is no such tube)."""
-        tube = self.factory.engine.tubes.get(name.encode("ascii"))
-        return as_dict(self.factory.engine.tube_stats(tube)) if tube is not None else {}
+        pairs = self.factory.engine.tube_stats(name.encode("ascii"))
+        return as_dict(pairs) if pairs is not NOT_FOUND else {}
 
     def stats_job(self, job_id: int) -> Dict[str, StatValue]:
         """A job's ``stats-job`` (empty if there is no such job)."""
-        job = self.factory.engine.jobs.get(job_id)
-        return as_dict(self.factory.engine.job_stats(job)) if job is not None else {}
+        pairs = self.factory.engine.job_stats(job_id)
+        return as_dict(pairs) if pairs is not NOT_FOUND else {}
 
     def tubes(self) -> List[str]:
         """Existing tubes."""
-        return [t.name.decode("ascii") for t in self.factory.engine.tube_list]
+        return [name.decode("ascii") for name in self.factory.engine.tube_names()]
 
     def close(self) -> None:
         """Close every client made by :meth:`client` and flush."""

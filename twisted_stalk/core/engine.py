@@ -37,7 +37,24 @@ command set an earlier deadline (re-arm).
 asynchronously (a database) may return a ``twisted.internet.defer.Deferred``
 from any command method; it fires with the outcome.  The wire protocol then
 holds that connection's later commands until it fires, so replies stay in
-order per connection.  The in-memory engine always answers at once.
+order per connection.  The in-memory engine always answers at once.  The
+session methods (:meth:`Engine.open_session`, :meth:`Engine.close_session`,
+:meth:`Engine.cancel_wait`), :meth:`Engine.reject_put` and the inspection
+methods answer at once in every engine.  Such an engine queues wake-ups that
+arrive on its own (a notification from the database) in :attr:`Engine.wakeups`
+and then calls :attr:`Engine.notify`, which the owner sets to its delivery
+function (the server factory's ``after_input``).  It may keep its own timers
+and return None from :meth:`Engine.next_deadline`.
+
+**Persistence.**  :attr:`Engine.journal` is what the wire front end asks
+whether replies must wait (``journal.pending``, ``journal.when_settled``):
+the binlog of the in-memory engine; an engine whose commands are durable
+before they answer gives a ``NullJournal``.
+
+**Inspection.**  Front ends that look without being a client (metrics, a
+console) use :meth:`Engine.server_stats`, :meth:`Engine.tube_names`,
+:meth:`Engine.tube_stats`, :meth:`Engine.job_stats` and :meth:`Engine.job`:
+they count nothing and change nothing.
 
 Nothing here is specific to an in-memory engine: no method hands out
 internal structures that a database engine could not produce (jobs are
@@ -46,7 +63,7 @@ from rows).
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 try:
     from typing import Protocol
@@ -75,6 +92,10 @@ class Engine(Protocol):
     #: :meth:`next_deadline` last returned.
     wake_changed: bool
     draining: bool
+    #: Called (by an asynchronous engine) after it queued wake-ups outside a command.
+    notify: Optional[Callable[[], None]]
+    #: Replies wait while ``journal.pending`` (see the module docstring).
+    journal: Any
 
     # Sessions and time.
 
@@ -180,6 +201,23 @@ class Engine(Protocol):
 
     def pause_tube(self, s: Session, name: bytes, delay: int) -> Result:
         """PAUSED, NOT_FOUND, BAD_FORMAT (invalid name, counted first)."""
+
+    # Inspection: counted as no command, changing nothing.
+
+    def server_stats(self) -> StatPairs:
+        """The server's stats pairs."""
+
+    def tube_names(self) -> List[bytes]:
+        """All tube names, in ``list-tubes`` order."""
+
+    def tube_stats(self, name: bytes) -> Result:
+        """A tube's stats pairs, or NOT_FOUND."""
+
+    def job_stats(self, job_id: int) -> Result:
+        """A job's stats pairs, or NOT_FOUND."""
+
+    def job(self, job_id: int) -> Result:
+        """A :class:`Job`, or NOT_FOUND."""
 
     # Extension verbs.
 

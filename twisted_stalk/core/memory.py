@@ -106,7 +106,7 @@ class MemoryEngine:
         "wake_at", "wake_changed", "wakeups", "cmd_counts",
         "ready_count", "urgent_count", "reserved_count", "delayed_count", "buried_count",
         "waiting_count", "job_timeouts", "total_jobs", "current_connections",
-        "total_connections", "producers", "workers", "draining", "held",
+        "total_connections", "producers", "workers", "draining", "held", "notify",
     )
 
     def __init__(self, clock, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
@@ -167,6 +167,8 @@ class MemoryEngine:
         self.draining = False
         #: True while no job is handed out (a graceful shutdown): reserves wait.
         self.held = False
+        #: Unused here: this engine queues wake-ups only inside a command or a tick.
+        self.notify = None
 
     @property
     def journal(self):
@@ -545,14 +547,12 @@ class MemoryEngine:
     def stats_job(self, s: Session, job_id: int):
         """A job's stats (pairs in beanstalkd's order), or NOT_FOUND."""
         self.cmd_counts["stats-job"] += 1
-        job = self.jobs.get(job_id)
-        return NOT_FOUND if job is None else self.job_stats(job)
+        return self.job_stats(job_id)
 
     def stats_tube(self, s: Session, name: bytes):
         """A tube's stats (pairs in beanstalkd's order), or NOT_FOUND."""
         self.cmd_counts["stats-tube"] += 1
-        t = self.tubes.get(name)
-        return NOT_FOUND if t is None else self.tube_stats(t)
+        return self.tube_stats(name)
 
     def stats(self, s: Session) -> StatPairs:
         """The server's stats (pairs in beanstalkd's order)."""
@@ -1060,10 +1060,24 @@ class MemoryEngine:
         self.job_timeouts += 1
         self._make_ready(job)
 
-    # ---------------------------------------------------------------- stats
+    # ============================================================ inspection
+    #
+    # For front ends that look without being a client (metrics, a console):
+    # nothing here counts as a command or changes anything.
 
-    def job_stats(self, job: Job) -> StatPairs:
-        """A job's ``stats-job`` pairs (not counted as a command)."""
+    def job(self, job_id: int):
+        """The job with this id, or NOT_FOUND (``peek`` without counting)."""
+        return self.jobs.get(job_id) or NOT_FOUND
+
+    def tube_names(self) -> List[bytes]:
+        """The names of all tubes, in ``list-tubes`` order."""
+        return [t.name for t in self.tube_list]
+
+    def job_stats(self, job_id: int):
+        """A job's ``stats-job`` pairs, or NOT_FOUND."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return NOT_FOUND
         now = self._now()
         if job.state in (RESERVED, DELAYED):
             time_left = max(0, int(job.deadline_at - now))
@@ -1087,8 +1101,11 @@ class MemoryEngine:
             ("kicks", counts[KICKS]),
         ]
 
-    def tube_stats(self, t: Tube) -> StatPairs:
-        """A tube's ``stats-tube`` pairs (not counted as a command)."""
+    def tube_stats(self, name: bytes):
+        """A tube's ``stats-tube`` pairs, or NOT_FOUND."""
+        t = self.tubes.get(name)
+        if t is None:
+            return NOT_FOUND
         left = max(0, int(t.unpause_at - self._now())) if t.pause else 0
         return [
             ("name", t.name),
@@ -1108,7 +1125,7 @@ class MemoryEngine:
         ]
 
     def server_stats(self) -> StatPairs:
-        """The server's ``stats`` pairs (not counted as a command)."""
+        """The server's ``stats`` pairs."""
         now = self._now()
         facts = self.facts
         utime, stime = facts.rusage()

@@ -44,6 +44,8 @@ class BeanstalkServerFactory(Factory):
         self.engine = engine or MemoryEngine(
             reactor, max_job_size=max_job_size, journal=journal,
             facts=ProcessFacts(version, reactor.seconds()), max_memory=max_memory)
+        #: An engine that queues wake-ups outside a command calls this.
+        self.engine.notify = self.after_input
         self.connections: Set[BeanstalkServerProtocol] = set()
         #: Outcome renderers by command name (see :meth:`set_stats_quoted`).
         self.render: Dict[str, Callable[[Any], bytes]] = RENDER
