@@ -347,18 +347,18 @@ def test_updates_during_compaction_are_full_copies(tmp_path, clock):
     srv.turn()
     j = srv.journal
     # start compaction by hand, then change an old job before it is copied
-    j._start_compaction()
-    boundary = j._boundary
+    j.compactor.start()
+    boundary = j.compactor.boundary
     victim = ids[0]
     assert q.jobs[victim].binlog_file < boundary
     assert q.reserve_job(s, victim)
     assert q.bury(s, victim, 9)
     assert q.jobs[victim].binlog_file == j.seq
     assert q.kick_job(victim)
-    j._schedule_compaction()
+    j.compactor.schedule()
     clock.advance(0)
     clock.advance(0)
-    assert j._boundary is None
+    assert j.compactor.boundary is None
     assert binlog_files(tmp_path)[0] == fmt.file_name(boundary)
     srv2 = restart(tmp_path, clock, srv)
     assert snapshot(srv2.queue) == snapshot(q)

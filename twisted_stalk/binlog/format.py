@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_binlog -*-
 """The on-disk format of the binlog: file header and checksummed records.
 
 All integers are little-endian.  See docs/persistence.md for the prose version.
