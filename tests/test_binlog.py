@@ -672,3 +672,133 @@ def test_fsync_ms_in_a_thread(tmp_path, clock, monkeypatch):
     assert syncer.syncs == 1
     srv.close()
     assert not syncer.is_alive()
+
+
+# ------------------------------------------------ a full disk, and after it
+
+class SmallDisk:
+    """``os.posix_fallocate`` on a disk of ``capacity`` bytes: whatever the
+    directory's files hold counts as used, so removing files frees room."""
+
+    def __init__(self, directory, capacity: int, real=os.posix_fallocate) -> None:
+        self.directory = directory
+        self.capacity = capacity
+        self.real = real
+        self.refused = 0
+
+    def __call__(self, fd, offset, length):
+        used = dir_bytes(self.directory) - os.fstat(fd).st_size
+        if used + offset + length > self.capacity:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.real(fd, offset, length)
+
+
+def fill(srv: Server, body: bytes) -> List[int]:
+    """Put jobs until the binlog refuses one; the ids put."""
+    ids = []
+    while True:
+        try:
+            ids.append(srv.put(body))
+        except JournalError:
+            return ids
+        if len(ids) % 50 == 0:
+            srv.turn()
+
+
+BIG = b"f" * 2000
+FILE = 65536
+
+
+def test_full_disk_puts_work_again_once_jobs_are_deleted(tmp_path, clock, monkeypatch):
+    disk = SmallDisk(tmp_path, 6 * FILE)
+    monkeypatch.setattr(os, "posix_fallocate", disk)
+    srv = Server(tmp_path, clock, max_size=FILE)
+    ids = fill(srv, BIG)
+    srv.turn()
+    assert disk.refused and len(ids) > 100
+    files_when_full = binlog_files(tmp_path)
+    assert len(files_when_full) == 6
+    for j in ids:  # the deletes fit in the room kept for them
+        assert srv.queue.delete(srv.s, j)
+    # Jobs were deleted since the last try: the next put tries again at once,
+    # removes the files no live job needs, and gets its new file.
+    again = srv.put(BIG)
+    srv.turn()
+    assert binlog_files(tmp_path) == files_when_full[-1:] + [fmt.file_name(srv.journal.seq)]
+    assert srv.journal.stats()["oldest"] == srv.journal.seq - 1
+    srv2 = restart(tmp_path, clock, srv, crash=True, max_size=FILE)
+    assert list(srv2.queue.jobs) == [again]
+    more = fill(srv2, BIG)
+    assert len(more) >= len(ids) - 1  # the whole disk is usable again
+
+
+def test_full_disk_of_dead_records_does_not_stop_a_restart(tmp_path, clock, monkeypatch):
+    disk = SmallDisk(tmp_path, 6 * FILE)
+    monkeypatch.setattr(os, "posix_fallocate", disk)
+    srv = Server(tmp_path, clock, max_size=FILE)
+    ids = fill(srv, BIG)
+    srv.turn()
+    for j in ids:
+        assert srv.queue.delete(srv.s, j)
+    assert len(binlog_files(tmp_path)) == 6
+    # crash with the disk full of records of deleted jobs: the restart removes
+    # them before it makes its file
+    srv2 = restart(tmp_path, clock, srv, crash=True, max_size=FILE)
+    assert not srv2.queue.jobs
+    assert binlog_files(tmp_path) == [fmt.file_name(srv2.journal.seq)]
+    # ids go on above the highest ever used, across another restart too
+    j = srv2.put(b"after")
+    assert j > ids[-1]
+    srv3 = restart(tmp_path, clock, srv2, max_size=FILE)
+    assert list(srv3.queue.jobs) == [j] and srv3.put(b"next") > j
+
+
+def test_full_disk_with_live_jobs_in_old_files_compacts_into_the_current_file(
+        tmp_path, clock, monkeypatch):
+    disk = SmallDisk(tmp_path, 6 * FILE)
+    monkeypatch.setattr(os, "posix_fallocate", disk)
+    srv = Server(tmp_path, clock, max_size=FILE)
+    ids = fill(srv, BIG)
+    srv.turn()
+    keep = ids[0]  # lives in the oldest file: no file is dead
+    for j in ids[1:]:
+        assert srv.queue.delete(srv.s, j)
+    srv.turn()
+    with pytest.raises(JournalError):
+        srv.put(BIG)
+    # No new file: compaction copies the live job into what is left of the
+    # current file and removes the old files.
+    clock.advance(0)
+    clock.advance(0)
+    assert srv.journal.compactor.boundary is None
+    assert srv.queue.jobs[keep].binlog_file == srv.journal.seq
+    assert binlog_files(tmp_path) == [fmt.file_name(srv.journal.seq)]
+    after = srv.put(BIG)
+    srv.turn()
+    srv2 = restart(tmp_path, clock, srv, crash=True, max_size=FILE)
+    assert sorted(srv2.queue.jobs) == [keep, after]
+    assert srv2.queue.jobs[keep].body == BIG + b"\r\n"
+
+
+def test_full_disk_compaction_that_would_not_fit_waits(tmp_path, clock, monkeypatch):
+    """With no room for a file, compaction must not eat the room kept for deletes."""
+    disk = SmallDisk(tmp_path, 6 * FILE)
+    monkeypatch.setattr(os, "posix_fallocate", disk)
+    srv = Server(tmp_path, clock, max_size=FILE)
+    ids = fill(srv, BIG)
+    srv.turn()
+    old = [j for j in ids if srv.queue.jobs[j].binlog_file < srv.journal.seq]
+    keep = old[::10]  # live jobs in every old file: more than the current file has left
+    for j in ids:
+        if j not in keep:
+            assert srv.queue.delete(srv.s, j)
+    srv.turn()
+    with pytest.raises(JournalError):
+        srv.put(BIG)
+    clock.advance(0)
+    assert srv.journal.compactor.boundary is None and srv.journal.migrated == 0
+    for j in keep:  # deletes still have their room
+        assert srv.queue.delete(srv.s, j)
+    srv.turn()
+    assert srv.put(BIG)

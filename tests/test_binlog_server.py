@@ -516,30 +516,63 @@ def test_crash_under_load_loses_nothing_acknowledged(tmp_path):
     assert time.monotonic() - started < 90
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
-def test_full_disk_refuses_changes_and_recovers_when_space_returns(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a directory on a tmpfs of ``size`` (e.g. "300k"), a
+    disk that really fills up; unmounted afterwards.  Skips without root."""
+    mounted = []
+
+    def mount(size: str) -> str:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root")
+        mnt = tmp_path / f"mnt{len(mounted)}"
+        mnt.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                              capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounted.append(mnt)
+        return str(mnt)
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def put_until_refused(w: Wire, body: bytes, most: int = 20000) -> List[int]:
+    """Put ``body`` until a put is not INSERTED (it must be INTERNAL_ERROR)."""
+    acked = []
+    for _ in range(most):
+        reply = w.ask(b"put 1 0 10 %d\r\n%s\r\n" % (len(body), body))
+        if not reply.startswith(b"INSERTED"):
+            assert reply == b"INTERNAL_ERROR\r\n", reply
+            return acked
+        acked.append(int(reply.split()[1]))
+    raise AssertionError(f"{most} puts and the disk is not full")
+
+
+def delete_all(w: Wire, ids: List[int]) -> None:
+    w.send(b"".join(b"delete %d\r\n" % j for j in ids))
+    assert w.replies(len(ids)) == [b"DELETED\r\n"] * len(ids)
+
+
+def binlog_count(d: str) -> int:
+    return sum(1 for n in os.listdir(d) if parse_file_name(n))
+
+
+def test_full_disk_refuses_changes_and_recovers_when_space_returns(tmpfs):
+    d = tmpfs("300k")
     srv = srv2 = None
     try:
-        d = str(mnt)
         srv = start_server("ours", "-b", d, "-s", "65536")
         w = connect(srv)
-        acked = []
-        for i in range(5000):
-            reply = w.ask(b"put 1 0 10 100\r\n%s\r\n" % (b"%100d" % i))
-            if not reply.startswith(b"INSERTED"):
-                break
-            acked.append(int(reply.split()[1]))
-        assert reply == b"INTERNAL_ERROR\r\n" and len(acked) > 1000
+        acked = put_until_refused(w, b"x" * 100)
+        assert len(acked) > 1000
         assert w.ask(b"peek %d\r\n" % acked[-1]).startswith(b"FOUND")
         assert w.ask(b"delete %d\r\n" % acked[0]) == b"DELETED\r\n"
         gone = acked.pop(0)
         assert w.ask(b"put 1 0 10 1\r\nx\r\n") == b"INTERNAL_ERROR\r\n"
-        subprocess.run(["mount", "-o", "remount,size=2m", str(mnt)], check=True)
+        subprocess.run(["mount", "-o", "remount,size=2m", d], check=True)
         time.sleep(0.3)
         acked.append(put(w, b"space again"))
         srv.stop(signal.SIGKILL)
@@ -551,4 +584,38 @@ def test_full_disk_refuses_changes_and_recovers_when_space_returns(tmp_path):
         for s in (srv, srv2):
             if s is not None:
                 s.stop(signal.SIGKILL)
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_full_disk_is_usable_again_once_jobs_are_deleted_and_restarts_on_it(tmpfs):
+    """A 2 MB disk, 256 KiB files: fill it, delete everything, put again at
+    once; fill it again, delete everything, kill, and start on the full disk."""
+    d = tmpfs("2m")
+    flags = ("-b", d, "-f", "0", "-s", "262144")
+    body = b"b" * 4000
+    srv = start_server("ours", *flags)
+    try:
+        w = connect(srv)
+        acked = put_until_refused(w, body)
+        assert len(acked) > 300
+        assert binlog_count(d) >= 7
+        delete_all(w, acked)
+        started = time.monotonic()
+        again = put(w, body)  # no waiting: the dead files go at once
+        assert time.monotonic() - started < 1
+        assert binlog_count(d) <= 2
+        more = put_until_refused(w, body)
+        assert len(more) >= len(acked) - 1
+        delete_all(w, [again] + more)
+        assert binlog_count(d) >= 7  # full of records of deleted jobs
+        w.close()
+    finally:
+        srv.stop(signal.SIGKILL)
+    srv = start_server("ours", *flags)
+    try:
+        w = connect(srv)
+        assert stats(w)["current-jobs-ready"] == "0"
+        assert binlog_count(d) == 1
+        assert put(w, body) > more[-1]
+        w.close()
+    finally:
+        assert srv.stop() == 0

@@ -1,15 +1,25 @@
 # -*- test-case-name: tests.test_binlog -*-
-"""Getting disk space back: compaction.
+"""Getting disk space back: compaction, and dropping files no live job needs.
 
 A job's PUT record (or its latest full copy) lives in file ``job.binlog_file``;
-its later UPDATEs, and its DELETE, are in that file or newer ones.  When the
-files hold much more than the live jobs (:meth:`Compactor.wanted`), the
-current file number becomes the boundary, the full state of every job whose
-copy is older than that is copied into the current file, a slice per reactor
-turn (:meth:`Compactor.step`), and then the older files are removed.  Updates
-and deletes never need copying: files only go oldest-first, and a job's copy
-is always written after its older records.  Buried jobs are copied first,
-tube by tube, so that burial order survives.
+its later UPDATEs, and its DELETE, are in that file or newer ones.  So the
+old files can only go oldest-first, and a file can go once every job whose
+full copy is in it or in an older file is gone:
+
+Dropping dead files (:meth:`Compactor.drop_dead_files`)
+    Removes the old files before the oldest one holding a live job's full
+    copy.  Nothing is copied, so it works when no new file can be made (a
+    full disk), and startup does it before it creates its file.
+
+Compaction (:meth:`Compactor.step`)
+    When the files hold much more than the live jobs (:meth:`Compactor.wanted`),
+    the current file number becomes the boundary, the full state of every job
+    whose copy is older than that is copied into the current file, a slice per
+    reactor turn, and then the older files are removed.  Updates and deletes
+    never need copying: files only go oldest-first, and a job's copy is always
+    written after its older records.  Buried jobs are copied first, tube by
+    tube, so that burial order survives.  With no room for a new file it only
+    starts when the copies fit in the current file with room to spare.
 """
 from __future__ import annotations
 
@@ -32,6 +42,21 @@ RETRY_SECONDS = 1.0
 MANY_FILES = 8
 
 
+def oldest_live_file(jobs, floor: int, ceiling: int) -> int:
+    """The oldest file holding the full copy of one of ``jobs`` (a dict of
+    live jobs), at most ``ceiling``; stops looking once it finds one at or
+    before ``floor`` (the oldest file there is).  Jobs are in id order, which
+    roughly is file order, so that is usually at once."""
+    oldest = ceiling
+    for job in jobs.values():
+        seq = job.binlog_file
+        if seq < oldest:
+            oldest = seq
+            if seq <= floor:
+                break
+    return oldest
+
+
 class Compactor:
     """Reclaims the space of a :class:`~twisted_stalk.binlog.writer.BinlogJournal`.
 
@@ -51,6 +76,54 @@ class Compactor:
         self._todo_i = 0
         self._call: Any = None
 
+    # ---------------------------------------------------------------- dropping
+
+    def drop_dead_files(self) -> int:
+        """Remove the old files no live job needs; returns how many went.
+
+        What is buffered is written and synced first (raises :class:`OSError`
+        if that fails): a job's newer copy must be on disk before its old one
+        goes, and so must the current file's header, which carries the next
+        job id.
+        """
+        j = self.journal
+        keep_from = self._first_needed(j.seq)
+        if keep_from is None:
+            return 0
+        j.write_out()
+        if not j.no_fsync:
+            j.sync()
+        return self._remove_below(keep_from)
+
+    def drop_dead_files_before_start(self) -> int:
+        """:meth:`drop_dead_files` for a journal that has no file yet (startup):
+        the newest old file stays, since until the new file's header is on
+        disk it is what says how high job ids went."""
+        newest = self.journal.old_files.newest
+        keep_from = None if newest is None else self._first_needed(newest)
+        if keep_from is None:
+            return 0
+        return self._remove_below(keep_from)
+
+    def _first_needed(self, ceiling: int) -> Optional[int]:
+        """The oldest file to keep (at most ``ceiling``), or None when every
+        old file is still needed."""
+        j = self.journal
+        first = j.old_files.oldest
+        if first is None or j.queue is None:
+            return None
+        keep_from = oldest_live_file(j.queue.jobs, first, ceiling)
+        return keep_from if keep_from > first else None
+
+    def _remove_below(self, keep_from: int) -> int:
+        j = self.journal
+        removed, freed = j.old_files.remove_below(keep_from)
+        if not j.no_fsync:
+            sync_directory(j.directory)
+        self.log.info("binlog: removed {removed} files no live job needs ({freed} bytes)",
+                      removed=removed, freed=freed)
+        return removed
+
     # -------------------------------------------------------------- compaction
 
     def wanted(self) -> bool:
@@ -64,6 +137,10 @@ class Compactor:
             if not (garbage > live + j.max_size
                     or (len(j.old_files) >= MANY_FILES and garbage > live)):
                 return False
+        if j.room_error is not None:
+            # No new file can be made: the copies must fit in the current
+            # one, and leave half of what is left for deletes and releases.
+            return live <= j.free_bytes // 2
         return True
 
     def schedule(self, delay: float = 0.0) -> None:
@@ -150,3 +227,4 @@ class Compactor:
         self.boundary = None
         self._todo = None
         self._todo_i = 0
+        j.space_freed()

@@ -21,13 +21,16 @@ Hot path
     many commands it served.
 
 Space
-    Files are preallocated (``posix_fallocate``) to ``-s`` bytes when created,
-    so writing into them cannot run out of space; running out shows when the
-    next file cannot be created, which happens synchronously inside the
-    change that needs the room: that change raises :class:`JournalError` and
-    is refused, and the next one tries again.  The last ``slack`` bytes of a
-    file are kept for releases, buries and deletes, so those keep working
-    for a while after puts are refused.
+    Files are preallocated to ``-s`` bytes when created, so writing into them
+    cannot run out of space; running out shows when the next file cannot be
+    created, which happens synchronously inside the change that needs the
+    room.  Then the old files no live job needs are removed and the file is
+    tried again; if there is still no room, that change raises
+    :class:`JournalError` and is refused, compaction starts if its copies fit
+    in the current file, and the next change tries again (at once if a job
+    was deleted meanwhile, else after ``ROOM_RETRY_SECONDS``).  The last
+    ``slack`` bytes of a file are kept for releases, buries and deletes, so
+    those keep working for a while after puts are refused.
 """
 from __future__ import annotations
 
@@ -134,6 +137,7 @@ class BinlogJournal:
         #: Why no new file can be made (no room), else None.
         self.room_error: Optional[str] = None
         self._room_retry_at = 0.0
+        self._room_live_bytes = 0
         #: Why writing is impossible (a failed write is being retried), else None.
         self.broken: Optional[str] = None
         self.queue: Any = None
@@ -176,7 +180,13 @@ class BinlogJournal:
         return self
 
     def attach(self, queue) -> None:
-        """Restore the recovered jobs into ``queue`` and open a fresh file."""
+        """Restore the recovered jobs into ``queue`` and open a fresh file.
+
+        The old files no live job needs are removed first (so a full disk
+        of dead records does not stop the start), except the newest, whose
+        header and records say how high job ids went, until the new file's
+        header says so.
+        """
         rec = self._recovery
         if rec is None:
             raise RuntimeError("BinlogJournal.attach() before open()")
@@ -185,6 +195,7 @@ class BinlogJournal:
             (self.log.error if level == "error" else self.log.warn)(text.replace("{", "{{").replace("}", "}}"))
         self.live_bytes = restore_into(queue, rec)
         last = self.seq = self.old_files.adopt(rec.files)
+        self.compactor.drop_dead_files_before_start()
         try:
             self.fd, self.limit = self._create_file(last + 1, 0)
         except OSError as e:
@@ -207,6 +218,11 @@ class BinlogJournal:
             self.log.info("binlog: replayed {records} records from {files} files: "
                           "{jobs} jobs restored", records=rec.records,
                           files=len(rec.files), jobs=len(rec.jobs))
+        try:
+            self.compactor.drop_dead_files()
+        except OSError as e:
+            self.log.warn("binlog: syncing {file} failed: {why}", file=file_name(self.seq),
+                          why=e.strerror or e)
         self.compactor.force = bool(self.old_files.damaged)
         self.compactor.schedule()
 
@@ -365,6 +381,10 @@ class BinlogJournal:
         os.fdatasync(self.fd)
         self._last_sync = self.clock.seconds()
 
+    def space_freed(self) -> None:
+        """Old files were removed: the next change that needs a new file tries at once."""
+        self._room_retry_at = 0.0
+
     # ------------------------------------------------------------ internals
 
     def _refuse(self) -> None:
@@ -479,7 +499,7 @@ class BinlogJournal:
     def _make_room(self, size: int) -> None:
         """Start a new file for a record of ``size`` bytes, or raise JournalError."""
         now = self.clock.seconds()
-        if now < self._room_retry_at:
+        if now < self._room_retry_at and self.live_bytes >= self._room_live_bytes:
             raise JournalError(f"binlog: no room for a new file: {self.room_error}")
         try:
             self.write_out()
@@ -489,14 +509,7 @@ class BinlogJournal:
         try:
             fd, limit = self._create_file(self.seq + 1, size)
         except OSError as e:
-            self._room_retry_at = now + ROOM_RETRY_SECONDS
-            if self.room_error is None:
-                self.log.error("binlog: cannot create {file} in {dir} ({why}): refusing "
-                               "changes that need it until there is room",
-                               file=file_name(self.seq + 1), dir=self.directory,
-                               why=e.strerror or e)
-            self.room_error = e.strerror or str(e)
-            raise JournalError(f"binlog: no room for a new file: {self.room_error}")
+            fd, limit = self._reclaim_for(size, e, now)
         if self.room_error is not None:
             self.room_error = None
             self.log.warn("binlog: there is room again in {dir}", dir=self.directory)
@@ -513,6 +526,31 @@ class BinlogJournal:
         self.old_files.add(old_seq, old_pos)
         self._sync_dir()
         self.compactor.schedule()
+
+    def _reclaim_for(self, size: int, error: OSError, now: float) -> Tuple[int, int]:
+        """No room for a new file: remove the old files no live job needs and
+        try once more; else refuse the change (JournalError) until there is
+        room, and let compaction try to make some."""
+        try:
+            dropped = self.compactor.drop_dead_files()
+        except OSError as e:
+            self._fail(e)
+            raise JournalError(f"binlog write failed: {self.broken}")
+        if dropped:
+            try:
+                return self._create_file(self.seq + 1, size)
+            except OSError as e:
+                error = e
+        self._room_retry_at = now + ROOM_RETRY_SECONDS
+        self._room_live_bytes = self.live_bytes
+        if self.room_error is None:
+            self.log.error("binlog: cannot create {file} in {dir} ({why}): refusing "
+                           "changes that need it until there is room",
+                           file=file_name(self.seq + 1), dir=self.directory,
+                           why=error.strerror or error)
+        self.room_error = error.strerror or str(error)
+        self.compactor.schedule()
+        raise JournalError(f"binlog: no room for a new file: {self.room_error}")
 
     def _create_file(self, seq: int, need: int) -> Tuple[int, int]:
         """Create ``binlog.<seq>`` with room for a ``need``-byte record; (fd, capacity)."""
