@@ -802,3 +802,62 @@ def test_full_disk_compaction_that_would_not_fit_waits(tmp_path, clock, monkeypa
         assert srv.queue.delete(srv.s, j)
     srv.turn()
     assert srv.put(BIG)
+
+
+# -------------------------------- posix_fallocate: raising or returning errors
+
+def test_preallocating_more_than_the_disk_holds_raises(tmp_path):
+    """Whichever convention this interpreter's posix_fallocate follows (CPython
+    raises, PyPy returns the error number), no room is an OSError."""
+    from twisted_stalk.binlog.files import preallocate
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError) as info:
+            preallocate(fd, 1 << 62)
+        assert info.value.errno in (errno.EFBIG, errno.ENOSPC)
+        preallocate(fd, 8192)
+        assert os.fstat(fd).st_size == 8192
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("convention", ["returns", "raises"])
+def test_no_room_from_posix_fallocate_either_way_refuses_puts(tmp_path, clock, monkeypatch,
+                                                             convention):
+    srv = Server(tmp_path, clock, max_size=4096)
+    keep = srv.put(b"keep")
+    srv.turn()
+
+    def full(fd, offset, length):
+        if convention == "raises":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return errno.ENOSPC  # PyPy
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    acked = [keep]
+    with pytest.raises(JournalError, match="No space left on device"):
+        for _ in range(200):
+            acked.append(srv.put(b"p" * 64))
+    srv.turn()
+    assert len(binlog_files(tmp_path)) == 1  # no file was made without its room
+    assert os.path.getsize(_last_file(tmp_path)) == 4096  # nothing written past -s
+    monkeypatch.undo()
+    srv2 = restart(tmp_path, clock, srv, max_size=4096)
+    assert sorted(srv2.queue.jobs) == acked
+
+
+def test_posix_fallocate_interrupted_is_tried_again(tmp_path, clock, monkeypatch):
+    real = os.posix_fallocate
+    calls = []
+
+    def interrupted_once(fd, offset, length):
+        calls.append(length)
+        if len(calls) == 1:
+            return errno.EINTR  # PyPy's convention; CPython retries by itself
+        return real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", interrupted_once)
+    srv = Server(tmp_path, clock, max_size=4096)
+    assert calls == [4096, 4096]
+    assert os.path.getsize(_last_file(tmp_path)) == 4096
+    srv.close()

@@ -5,7 +5,8 @@ Everything here touches the file system rather than a record:
 
 * :func:`check_directory`: the startup check (the path is a directory);
 * :func:`create_file`: a new ``binlog.<seq>`` with its header, preallocated by
-  :func:`preallocate`;
+  :func:`preallocate`, which copes with both ``posix_fallocate`` conventions
+  (CPython raises, PyPy returns the error number);
 * :func:`finish_file`: a file no longer written is cut to its used size,
   fsynced and closed;
 * :class:`OldFiles`: the files before the current one, their sizes and
@@ -51,13 +52,18 @@ def preallocate(fd: int, length: int) -> None:
     """Reserve the first ``length`` bytes of ``fd`` on disk (``posix_fallocate``).
 
     Raises :class:`OSError` when there is no room (ENOSPC, EFBIG, EDQUOT...).
-    A file system without fallocate is accepted as it is.
+    CPython raises the error; PyPy returns it as a number (0 for success):
+    both are handled.  A file system without fallocate is accepted as it is.
     """
-    try:
-        os.posix_fallocate(fd, 0, length)
-    except OSError as e:
-        if e.errno not in _NO_FALLOCATE:
-            raise
+    while True:
+        try:
+            err = os.posix_fallocate(fd, 0, length)
+        except OSError as e:
+            err = e.errno
+        if err != errno.EINTR:
+            break
+    if err and err not in _NO_FALLOCATE:
+        raise OSError(err, os.strerror(err))
 
 
 def create_file(directory: str, seq: int, next_id: int, capacity: int) -> int:
