@@ -224,10 +224,12 @@ def test_corrupt_tail_and_middle_over_restarts(tmp_path):
     ids = [put(w, b"job-%d" % i) for i in range(20)]
     assert srv.stop() == 0
     path = os.path.join(d, "binlog.1")
-    data = bytearray(open(path, "rb").read())
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
     data[len(data) // 2] ^= 0xFF  # middle
     data = data[:-5]  # torn tail
-    open(path, "wb").write(bytes(data))
+    with open(path, "wb") as f:  # closed (so written) before the server reads it
+        f.write(bytes(data))
     srv2 = start_server("ours", "-b", d)
     try:
         st = stats(connect(srv2))
