@@ -3,13 +3,18 @@ with SIGTERM or killed with SIGKILL, on the same directory.
 """
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import random
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from typing import Dict, List, Set
@@ -20,6 +25,14 @@ from servers import free_port, ours_command, start_server
 from wire import Wire
 
 from twisted_stalk.binlog.format import parse_file_name
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def connect(server) -> Wire:
@@ -621,3 +634,98 @@ def test_full_disk_is_usable_again_once_jobs_are_deleted_and_restarts_on_it(tmpf
         w.close()
     finally:
         assert srv.stop() == 0
+
+
+# ------------------------------------------------- twistd beanstalk -b checks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def twistd_command(*args: str) -> List[str]:
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    if not os.path.exists(twistd):
+        pytest.skip("no twistd script")
+    return [twistd, "-n", "--pidfile=", *args]
+
+
+def run_twistd(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(twistd_command(*args), cwd=cwd, capture_output=True, timeout=30,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+@pytest.mark.parametrize("what", ["missing", "file"])
+def test_twistd_unusable_directory_exits_with_one_line(tmp_path, what):
+    path = tmp_path / "x"
+    if what == "file":
+        path.write_bytes(b"")
+    done = run_twistd("beanstalk", "--port", f"tcp:{free_port()}:interface=127.0.0.1",
+                      "-b", str(path), cwd=tmp_path)
+    assert done.returncode == 10, done
+    lines = done.stderr.decode().strip().splitlines()
+    assert lines == [f"twistd: binlog directory {path} "
+                     + ("does not exist" if what == "missing" else "is not a directory")]
+
+
+@pytest.fixture
+def shared_dir():
+    """``shared_dir(mode)``: a root-owned directory in /tmp with ``mode``,
+    reachable by other users (pytest's tmp_path is not)."""
+    made = []
+
+    def make(mode: int) -> str:
+        d = tempfile.mkdtemp(prefix="stalk-binlog-")
+        os.chmod(d, mode)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _user_exists("nobody"),
+                    reason="needs root and a user nobody to switch to")
+@pytest.mark.parametrize("mode", [0o755, 0o777], ids=["0755", "0777"])
+def test_twistd_user_that_cannot_write_the_directory_is_refused_at_start(tmp_path, shared_dir,
+                                                                         mode):
+    """twistd opens the binlog as root and switches to -u/-g later: a directory
+    that user cannot write in must stop the start, not the first new file."""
+    d = shared_dir(mode)
+    group = grp.getgrgid(pwd.getpwnam("nobody").pw_gid).gr_name
+    port = free_port()
+    proc = subprocess.Popen(
+        twistd_command("-u", "nobody", "-g", group, "beanstalk",
+                       "--port", f"tcp:{port}:interface=127.0.0.1", "-b", d, "-s", "8192"),
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        if mode == 0o755:
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == 10
+            assert err.decode().strip().splitlines() == [
+                f"twistd: binlog directory {d} is not writable by user nobody "
+                f"(uid {pwd.getpwnam('nobody').pw_uid}) and group {group} "
+                f"(gid {grp.getgrnam(group).gr_gid}), which the server runs as"]
+            return
+        # the directory that user can write in: every put, across new files
+        w = Wire(_connect_when_up(proc, port))
+        w.send(b"".join(b"put 1 0 10 100\r\n%s\r\n" % (b"%100d" % i) for i in range(100)))
+        assert all(r.startswith(b"INSERTED") for r in w.replies(100))
+        assert binlog_count(d) > 2
+        w.close()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(20)
+        proc.stderr.close()
+
+
+def _connect_when_up(proc: subprocess.Popen, port: int) -> socket.socket:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=20)
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)

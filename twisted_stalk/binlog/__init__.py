@@ -13,8 +13,8 @@ directory), :mod:`.startup` (opening it for a server process).
 """
 from .format import file_name
 from .replay import BinlogError, Recovery, read_directory
-from .startup import open_journal
+from .startup import check_run_as, open_journal
 from .writer import BinlogJournal
 
-__all__ = ["BinlogError", "BinlogJournal", "Recovery", "file_name", "open_journal",
-           "read_directory"]
+__all__ = ["BinlogError", "BinlogJournal", "Recovery", "check_run_as", "file_name",
+           "open_journal", "read_directory"]

@@ -3,7 +3,8 @@
 
 Everything here touches the file system rather than a record:
 
-* :func:`check_directory`: the startup check (the path is a directory);
+* :func:`check_directory` and :func:`check_writable_as`: the startup checks
+  (the path is a directory; the user a server will run as may write in it);
 * :func:`create_file`: a new ``binlog.<seq>`` with its header, preallocated by
   :func:`preallocate`, which copes with both ``posix_fallocate`` conventions
   (CPython raises, PyPy returns the error number);
@@ -46,6 +47,55 @@ def check_directory(directory: str) -> None:
         raise BinlogError(f"cannot use binlog directory {directory}: {e.strerror}")
     if not stat.S_ISDIR(st.st_mode):
         raise BinlogError(f"binlog directory {directory} is not a directory")
+
+
+def check_writable_as(directory: str, uid: Optional[int], gid: Optional[int],
+                      euid: bool = False) -> None:
+    """Raise :class:`BinlogError` unless ``uid``/``gid`` may create files in ``directory``.
+
+    For a server started as root that switches user later (``twistd -u/-g``):
+    a forked child switches exactly as twistd will
+    (:func:`twisted.python.util.switchUID`: groups, gid, uid) and asks the
+    kernel (``access``), so supplementary groups, ACLs and read-only mounts
+    all count.  Nothing is checked when no switch will happen, or when this
+    process cannot switch (twistd then reports that itself).
+    """
+    if (uid is None or uid == os.geteuid()) and (gid is None or gid == os.getegid()):
+        return
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 2
+        try:
+            from twisted.python.util import switchUID
+            switchUID(uid, gid, euid)
+            if os.access in os.supports_effective_ids:
+                ok = os.access(directory, os.W_OK | os.X_OK, effective_ids=True)
+            else:
+                ok = os.access(directory, os.W_OK | os.X_OK)
+            code = 0 if ok else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 1:
+        raise BinlogError(f"binlog directory {directory} is not writable by "
+                          f"{_describe_user(uid, gid)}, which the server runs as")
+
+
+def _describe_user(uid: Optional[int], gid: Optional[int]) -> str:
+    import grp
+    import pwd
+    parts = []
+    if uid is not None:
+        try:
+            parts.append(f"user {pwd.getpwuid(uid).pw_name} (uid {uid})")
+        except KeyError:
+            parts.append(f"uid {uid}")
+    if gid is not None:
+        try:
+            parts.append(f"group {grp.getgrgid(gid).gr_name} (gid {gid})")
+        except KeyError:
+            parts.append(f"gid {gid}")
+    return " and ".join(parts)
 
 
 def preallocate(fd: int, length: int) -> None:
