@@ -861,3 +861,39 @@ def test_posix_fallocate_interrupted_is_tried_again(tmp_path, clock, monkeypatch
     assert calls == [4096, 4096]
     assert os.path.getsize(_last_file(tmp_path)) == 4096
     srv.close()
+
+
+def test_a_file_that_cannot_be_removed_keeps_the_newer_ones(tmp_path, clock, monkeypatch):
+    """Files go oldest-first only: if one cannot be removed (a sticky
+    directory, a read-only file system...), the newer ones, which hold the
+    deletes of its jobs, must stay, or those jobs come back after a restart."""
+    srv = Server(tmp_path, clock, max_size=4096)
+    q, s = srv.queue, srv.s
+    gone = [srv.put(b"g" * 100) for _ in range(60)]  # files 1, 2, ...
+    keep = srv.put(b"keep")
+    srv.turn()
+    stuck = os.path.join(str(tmp_path), fmt.file_name(1))
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if os.fspath(path) == stuck:
+            raise OSError(errno.EACCES, "Permission denied")
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    for j in gone:
+        assert q.delete(s, j)
+    c = srv.put(b"churn")
+    for _ in range(2000):  # compactions, which try to remove binlog.1
+        assert q.reserve_job(s, c)
+        q.release(s, c, 3, 0)
+        clock.advance(0)
+    assert srv.journal.stats()["migrated"] > 0
+    files = binlog_files(tmp_path)
+    assert files[0] == fmt.file_name(1)
+    assert srv.journal.stats()["oldest"] == 1
+    # every file after the stuck one is still there (the deletes are in them)
+    seqs = [fmt.parse_file_name(n) for n in files]
+    assert seqs == list(range(1, srv.journal.seq + 1))
+    srv2 = restart(tmp_path, clock, srv)
+    assert sorted(srv2.queue.jobs) == [keep, c]

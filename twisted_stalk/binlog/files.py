@@ -228,28 +228,42 @@ class OldFiles:
         """Remove every file older than ``seq``: ``(files removed, bytes freed)``.
 
         The caller has made sure that nothing in them is needed any more (and
-        that what replaces them is on disk).
+        that what replaces them is on disk).  Files go oldest-first only: if
+        one cannot be removed, it and every newer one stay (they hold the
+        deletes and updates of its jobs) and are tried again next time.
         """
         removed = freed = 0
         entries = self.entries
         while entries and entries[0][0] < seq:
-            old, size = entries.pop(0)
-            self._remove(old)
+            old, size = entries[0]
+            if not self._remove(old):
+                break
+            del entries[0]
             removed += 1
             freed += size
         self.total -= freed
         return removed, freed
 
-    def _remove(self, seq: int) -> None:
+    def _remove(self, seq: int) -> bool:
         path = os.path.join(self.directory, file_name(seq))
-        if seq not in self.damaged:
-            unlink_quietly(path)
-            return
-        self.damaged.discard(seq)
+        if seq in self.damaged:
+            try:
+                os.rename(path, path + ".damaged")
+            except OSError:
+                pass
+            else:
+                self.damaged.discard(seq)
+                self.log.warn("binlog: {file} had damage; its good records are now "
+                              "in newer files and it was kept as {file}.damaged",
+                              file=file_name(seq))
+                return True
         try:
-            os.rename(path, path + ".damaged")
-            self.log.warn("binlog: {file} had damage; its good records are now "
-                          "in newer files and it was kept as {file}.damaged",
-                          file=file_name(seq))
-        except OSError:
-            unlink_quietly(path)
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.log.error("binlog: cannot remove {file} ({why}): keeping it and the "
+                           "files after it", file=file_name(seq), why=e.strerror or e)
+            return False
+        self.damaged.discard(seq)
+        return True
