@@ -897,3 +897,29 @@ def test_a_file_that_cannot_be_removed_keeps_the_newer_ones(tmp_path, clock, mon
     assert seqs == list(range(1, srv.journal.seq + 1))
     srv2 = restart(tmp_path, clock, srv)
     assert sorted(srv2.queue.jobs) == [keep, c]
+
+
+def test_full_disk_during_compaction_leaves_room_for_deletes(tmp_path, clock, monkeypatch):
+    """A compaction that runs out of room stops short of the room kept for
+    deletes, so the jobs can still be deleted and the disk freed."""
+    disk = SmallDisk(tmp_path, 6 * FILE)
+    monkeypatch.setattr(os, "posix_fallocate", disk)
+    srv = Server(tmp_path, clock, max_size=FILE)
+    j = srv.journal
+    ids = []
+    while j.seq < 6 or j.free_bytes > FILE * 3 // 4:
+        ids.append(srv.put(b"s" * 100))
+        if len(ids) % 50 == 0:
+            srv.turn()
+    live = [i for i in ids if srv.queue.jobs[i].binlog_file == 1]
+    for i in ids:
+        if srv.queue.jobs[i].binlog_file in (2, 3, 4, 5):
+            assert srv.queue.delete(srv.s, i)
+    srv.turn()
+    j.compactor.schedule()
+    clock.advance(0)  # copies binlog.1's jobs until binlog.6 is full: no new file
+    assert j.compactor.boundary is not None and j.room_error and j.migrated
+    for i in live + [i for i in ids if i in srv.queue.jobs and i not in live]:
+        assert srv.queue.delete(srv.s, i)
+    srv.turn()
+    assert srv.put(b"room again")

@@ -74,6 +74,8 @@ class Compactor:
         self.force = False
         self._todo: Optional[List[Any]] = None
         self._todo_i = 0
+        #: Bytes of the current file the copies leave free (for deletes).
+        self._reserve = 0
         self._call: Any = None
 
     # ---------------------------------------------------------------- dropping
@@ -175,10 +177,11 @@ class Compactor:
             n = len(todo)
             budget = COMPACT_SLICE
             migrate = j.migrate
+            reserve = self._reserve
             while i < n and budget:
                 job = todo[i]
                 if job.binlog_file < boundary and jobs.get(job.id) is job:
-                    migrate(job)
+                    migrate(job, reserve)
                     budget -= 1
                 i += 1
             self._todo_i = i
@@ -196,6 +199,10 @@ class Compactor:
         j = self.journal
         boundary = self.boundary = j.seq
         self.force = False
+        # The copies leave the room puts leave, kept for deletes and releases
+        # (should the disk fill meanwhile); with no room for a new file, what
+        # wanted() saw fit, half of what is left.
+        self._reserve = j.slack if j.room_error is None else j.free_bytes // 2
         # Buried jobs come back in burial order, which is the order of their
         # last records: copy each tube's buried list from its first old copy
         # to its end, in order, so the copies keep that order.
@@ -206,7 +213,7 @@ class Compactor:
             for i, job in enumerate(buried):
                 if job.binlog_file < boundary:
                     for later in buried[i:]:
-                        j.migrate(later)
+                        j.migrate(later, self._reserve)
                     break
         self._todo = list(j.queue.jobs.values())
         self._todo_i = 0

@@ -344,8 +344,10 @@ class BinlogJournal:
         """Bytes left in the current file after what is written and buffered."""
         return self._free
 
-    def migrate(self, job) -> None:
-        """Write a full copy of ``job`` as it is now (compaction)."""
+    def migrate(self, job, reserve: int) -> None:
+        """Write a full copy of ``job`` as it is now (compaction), leaving at
+        least ``reserve`` bytes of the current file free (else it moves to a
+        new file, or raises :class:`JournalError` if there is no room for one)."""
         state = job.state
         if state == DELAYED:
             deadline = job.deadline_at
@@ -353,7 +355,7 @@ class BinlogJournal:
             deadline = 0.0
             if state == RESERVED:
                 state = READY  # what it becomes after a restart
-        self._write_full(job, state, deadline, job.counts)
+        self._write_full(job, state, deadline, job.counts, reserve)
 
     def write_out(self) -> None:
         """Write the buffer at the current position (raises OSError)."""
@@ -397,17 +399,17 @@ class BinlogJournal:
         if self._flush_call is None:
             self._flush_call = self.clock.callLater(0, self._flush)
 
-    def _write_full(self, job, state: int, deadline: float, counts, flags: int = F_MIGRATED) -> None:
+    def _write_full(self, job, state: int, deadline: float, counts, reserve: int = 0) -> None:
         """A full copy of ``job`` (compaction, or an update during compaction)."""
         tube = job.tube.name
         body = job.body
         tl = len(tube)
         bl = len(body)
         size = PUT_FIXED + tl + bl
-        if self._free < size:
+        if self._free - size < reserve:
             self._make_room(size)
         c0, c1, c2, c3, c4 = counts or _ZEROS
-        head = _PUT_PACK(MARK, T_PUT, flags, _PUT_PAYLOAD + tl + bl, job.id, job.pri, job.delay,
+        head = _PUT_PACK(MARK, T_PUT, F_MIGRATED, _PUT_PAYLOAD + tl + bl, job.id, job.pri, job.delay,
                          job.ttr, state, tl, deadline, job.created_at, c0, c1, c2, c3, c4, bl)
         buf = self._buf
         buf += head
