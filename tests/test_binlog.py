@@ -710,12 +710,23 @@ BIG = b"f" * 2000
 FILE = 65536
 
 
-def test_full_disk_puts_work_again_once_jobs_are_deleted(tmp_path, clock, monkeypatch):
+def on_small_disk(tmp_path, clock, monkeypatch) -> Tuple[Server, SmallDisk]:
+    """A server with 64 KiB files on a modelled disk that holds six of them."""
     disk = SmallDisk(tmp_path, 6 * FILE)
     monkeypatch.setattr(os, "posix_fallocate", disk)
-    srv = Server(tmp_path, clock, max_size=FILE)
+    return Server(tmp_path, clock, max_size=FILE), disk
+
+
+def filled_disk(tmp_path, clock, monkeypatch) -> Tuple[Server, SmallDisk, List[int]]:
+    """:func:`on_small_disk`, filled with 2,000-byte jobs until a put is refused."""
+    srv, disk = on_small_disk(tmp_path, clock, monkeypatch)
     ids = fill(srv, BIG)
     srv.turn()
+    return srv, disk, ids
+
+
+def test_full_disk_puts_work_again_once_jobs_are_deleted(tmp_path, clock, monkeypatch):
+    srv, disk, ids = filled_disk(tmp_path, clock, monkeypatch)
     assert disk.refused and len(ids) > 100
     files_when_full = binlog_files(tmp_path)
     assert len(files_when_full) == 6
@@ -734,11 +745,7 @@ def test_full_disk_puts_work_again_once_jobs_are_deleted(tmp_path, clock, monkey
 
 
 def test_full_disk_of_dead_records_does_not_stop_a_restart(tmp_path, clock, monkeypatch):
-    disk = SmallDisk(tmp_path, 6 * FILE)
-    monkeypatch.setattr(os, "posix_fallocate", disk)
-    srv = Server(tmp_path, clock, max_size=FILE)
-    ids = fill(srv, BIG)
-    srv.turn()
+    srv, _, ids = filled_disk(tmp_path, clock, monkeypatch)
     for j in ids:
         assert srv.queue.delete(srv.s, j)
     assert len(binlog_files(tmp_path)) == 6
@@ -756,11 +763,7 @@ def test_full_disk_of_dead_records_does_not_stop_a_restart(tmp_path, clock, monk
 
 def test_full_disk_with_live_jobs_in_old_files_compacts_into_the_current_file(
         tmp_path, clock, monkeypatch):
-    disk = SmallDisk(tmp_path, 6 * FILE)
-    monkeypatch.setattr(os, "posix_fallocate", disk)
-    srv = Server(tmp_path, clock, max_size=FILE)
-    ids = fill(srv, BIG)
-    srv.turn()
+    srv, _, ids = filled_disk(tmp_path, clock, monkeypatch)
     keep = ids[0]  # lives in the oldest file: no file is dead
     for j in ids[1:]:
         assert srv.queue.delete(srv.s, j)
@@ -783,11 +786,7 @@ def test_full_disk_with_live_jobs_in_old_files_compacts_into_the_current_file(
 
 def test_full_disk_compaction_that_would_not_fit_waits(tmp_path, clock, monkeypatch):
     """With no room for a file, compaction must not eat the room kept for deletes."""
-    disk = SmallDisk(tmp_path, 6 * FILE)
-    monkeypatch.setattr(os, "posix_fallocate", disk)
-    srv = Server(tmp_path, clock, max_size=FILE)
-    ids = fill(srv, BIG)
-    srv.turn()
+    srv, _, ids = filled_disk(tmp_path, clock, monkeypatch)
     old = [j for j in ids if srv.queue.jobs[j].binlog_file < srv.journal.seq]
     keep = old[::10]  # live jobs in every old file: more than the current file has left
     for j in ids:
@@ -902,9 +901,7 @@ def test_a_file_that_cannot_be_removed_keeps_the_newer_ones(tmp_path, clock, mon
 def test_full_disk_during_compaction_leaves_room_for_deletes(tmp_path, clock, monkeypatch):
     """A compaction that runs out of room stops short of the room kept for
     deletes, so the jobs can still be deleted and the disk freed."""
-    disk = SmallDisk(tmp_path, 6 * FILE)
-    monkeypatch.setattr(os, "posix_fallocate", disk)
-    srv = Server(tmp_path, clock, max_size=FILE)
+    srv, _ = on_small_disk(tmp_path, clock, monkeypatch)
     j = srv.journal
     ids = []
     while j.seq < 6 or j.free_bytes > FILE * 3 // 4:
