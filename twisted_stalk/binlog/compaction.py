@@ -120,10 +120,11 @@ class Compactor:
     def _remove_below(self, keep_from: int) -> int:
         j = self.journal
         removed, freed = j.old_files.remove_below(keep_from)
-        if not j.no_fsync:
-            sync_directory(j.directory)
-        self.log.info("binlog: removed {removed} files no live job needs ({freed} bytes)",
-                      removed=removed, freed=freed)
+        if removed:
+            if not j.no_fsync:
+                sync_directory(j.directory)
+            self.log.info("binlog: removed {removed} files no live job needs ({freed} bytes)",
+                          removed=removed, freed=freed)
         return removed
 
     # -------------------------------------------------------------- compaction
