@@ -21,7 +21,8 @@ from typing import Dict, List, Set
 
 import pytest
 
-from servers import free_port, ours_command, start_server
+from servers import RunningServer, free_port, ours_command
+from servers import start_server as _start_server
 from wire import Wire
 
 from twisted_stalk.binlog.format import parse_file_name
@@ -35,8 +36,33 @@ def _user_exists(name: str) -> bool:
     return True
 
 
+#: Connections and servers a test made; closed (killed) when it ends.
+_connections: List[Wire] = []
+_servers: List[RunningServer] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_connections_and_servers():
+    yield
+    while _connections:
+        _connections.pop().close()
+    while _servers:
+        srv = _servers.pop()
+        srv.stop(signal.SIGKILL)
+        if srv.proc.stderr is not None:
+            srv.proc.stderr.close()
+
+
+def start_server(*args, **kwargs) -> RunningServer:
+    srv = _start_server(*args, **kwargs)
+    _servers.append(srv)
+    return srv
+
+
 def connect(server) -> Wire:
-    return Wire(server.connect())
+    w = Wire(server.connect())
+    _connections.append(w)
+    return w
 
 
 def stats_job(w: Wire, job_id: int) -> Dict[str, str]:
@@ -57,7 +83,14 @@ def put(w: Wire, body: bytes, pri=10, delay=0, ttr=60) -> int:
 
 
 def dir_bytes(path) -> int:
-    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+    """Bytes of the files in ``path`` (a running server may remove one meanwhile)."""
+    total = 0
+    for name in os.listdir(path):
+        try:
+            total += os.path.getsize(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+    return total
 
 
 STABLE = ("id", "tube", "state", "pri", "delay", "ttr", "file", "timeouts",
@@ -159,7 +192,7 @@ def test_reference_and_ours_exclude_each_other(tmp_path):
     if not REFERENCE:
         pytest.skip("beanstalkd is not installed")
     ref = subprocess.Popen([REFERENCE, "-l", "127.0.0.1", "-p", str(free_port()), "-b",
-                            str(tmp_path)], stderr=subprocess.PIPE)
+                            str(tmp_path)], stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
         done = _run_fails("-b", str(tmp_path))
