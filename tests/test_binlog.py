@@ -355,18 +355,18 @@ def test_updates_during_compaction_are_full_copies(tmp_path, clock):
     srv.turn()
     j = srv.journal
     # start compaction by hand, then change an old job before it is copied
-    j._start_compaction()
-    boundary = j._boundary
+    j.compactor.start()
+    boundary = j.compactor.boundary
     victim = ids[0]
     assert q.jobs[victim].binlog_file < boundary
     assert ok(q.reserve_job(s, victim))
     assert ok(q.bury(s, victim, 9))
     assert q.jobs[victim].binlog_file == j.seq
     assert ok(q.kick_job(s, victim))
-    j._schedule_compaction()
+    j.compactor.schedule()
     clock.advance(0)
     clock.advance(0)
-    assert j._boundary is None
+    assert j.compactor.boundary is None
     assert binlog_files(tmp_path)[0] == fmt.file_name(boundary)
     srv2 = restart(tmp_path, clock, srv)
     assert snapshot(srv2.queue) == snapshot(q)
@@ -679,3 +679,252 @@ def test_fsync_ms_in_a_thread(tmp_path, clock, monkeypatch):
     assert syncer.syncs == 1
     srv.close()
     assert not syncer.is_alive()
+
+
+# ------------------------------------------------ a full disk, and after it
+
+class SmallDisk:
+    """``os.posix_fallocate`` on a disk of ``capacity`` bytes: whatever the
+    directory's files hold counts as used, so removing files frees room."""
+
+    def __init__(self, directory, capacity: int, real=os.posix_fallocate) -> None:
+        self.directory = directory
+        self.capacity = capacity
+        self.real = real
+        self.refused = 0
+
+    def __call__(self, fd, offset, length):
+        used = dir_bytes(self.directory) - os.fstat(fd).st_size
+        if used + offset + length > self.capacity:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.real(fd, offset, length)
+
+
+def fill(srv: Server, body: bytes) -> List[int]:
+    """Put jobs until the binlog refuses one; the ids put."""
+    ids = []
+    while True:
+        try:
+            ids.append(srv.put(body))
+        except JournalError:
+            return ids
+        if len(ids) % 50 == 0:
+            srv.turn()
+
+
+BIG = b"f" * 2000
+FILE = 65536
+
+
+def on_small_disk(tmp_path, clock, monkeypatch) -> Tuple[Server, SmallDisk]:
+    """A server with 64 KiB files on a modelled disk that holds six of them."""
+    disk = SmallDisk(tmp_path, 6 * FILE)
+    monkeypatch.setattr(os, "posix_fallocate", disk)
+    return Server(tmp_path, clock, max_size=FILE), disk
+
+
+def filled_disk(tmp_path, clock, monkeypatch) -> Tuple[Server, SmallDisk, List[int]]:
+    """:func:`on_small_disk`, filled with 2,000-byte jobs until a put is refused."""
+    srv, disk = on_small_disk(tmp_path, clock, monkeypatch)
+    ids = fill(srv, BIG)
+    srv.turn()
+    return srv, disk, ids
+
+
+def test_full_disk_puts_work_again_once_jobs_are_deleted(tmp_path, clock, monkeypatch):
+    srv, disk, ids = filled_disk(tmp_path, clock, monkeypatch)
+    assert disk.refused and len(ids) > 100
+    files_when_full = binlog_files(tmp_path)
+    assert len(files_when_full) == 6
+    for j in ids:  # the deletes fit in the room kept for them
+        assert ok(srv.queue.delete(srv.s, j))
+    # Jobs were deleted since the last try: the next put tries again at once,
+    # removes the files no live job needs, and gets its new file.
+    again = srv.put(BIG)
+    srv.turn()
+    assert binlog_files(tmp_path) == files_when_full[-1:] + [fmt.file_name(srv.journal.seq)]
+    assert srv.journal.stats()["oldest"] == srv.journal.seq - 1
+    srv2 = restart(tmp_path, clock, srv, crash=True, max_size=FILE)
+    assert list(srv2.queue.jobs) == [again]
+    more = fill(srv2, BIG)
+    assert len(more) >= len(ids) - 1  # the whole disk is usable again
+
+
+def test_full_disk_of_dead_records_does_not_stop_a_restart(tmp_path, clock, monkeypatch):
+    srv, _, ids = filled_disk(tmp_path, clock, monkeypatch)
+    for j in ids:
+        assert ok(srv.queue.delete(srv.s, j))
+    assert len(binlog_files(tmp_path)) == 6
+    # crash with the disk full of records of deleted jobs: the restart removes
+    # them before it makes its file
+    srv2 = restart(tmp_path, clock, srv, crash=True, max_size=FILE)
+    assert not srv2.queue.jobs
+    assert binlog_files(tmp_path) == [fmt.file_name(srv2.journal.seq)]
+    # ids go on above the highest ever used, across another restart too
+    j = srv2.put(b"after")
+    assert j > ids[-1]
+    srv3 = restart(tmp_path, clock, srv2, max_size=FILE)
+    assert list(srv3.queue.jobs) == [j] and srv3.put(b"next") > j
+
+
+def test_full_disk_with_live_jobs_in_old_files_compacts_into_the_current_file(
+        tmp_path, clock, monkeypatch):
+    srv, _, ids = filled_disk(tmp_path, clock, monkeypatch)
+    keep = ids[0]  # lives in the oldest file: no file is dead
+    for j in ids[1:]:
+        assert ok(srv.queue.delete(srv.s, j))
+    srv.turn()
+    with pytest.raises(JournalError):
+        srv.put(BIG)
+    # No new file: compaction copies the live job into what is left of the
+    # current file and removes the old files.
+    clock.advance(0)
+    clock.advance(0)
+    assert srv.journal.compactor.boundary is None
+    assert srv.queue.jobs[keep].binlog_file == srv.journal.seq
+    assert binlog_files(tmp_path) == [fmt.file_name(srv.journal.seq)]
+    after = srv.put(BIG)
+    srv.turn()
+    srv2 = restart(tmp_path, clock, srv, crash=True, max_size=FILE)
+    assert sorted(srv2.queue.jobs) == [keep, after]
+    assert srv2.queue.jobs[keep].body == BIG + b"\r\n"
+
+
+def test_full_disk_compaction_that_would_not_fit_waits(tmp_path, clock, monkeypatch):
+    """With no room for a file, compaction must not eat the room kept for deletes."""
+    srv, _, ids = filled_disk(tmp_path, clock, monkeypatch)
+    old = [j for j in ids if srv.queue.jobs[j].binlog_file < srv.journal.seq]
+    keep = old[::10]  # live jobs in every old file: more than the current file has left
+    for j in ids:
+        if j not in keep:
+            assert ok(srv.queue.delete(srv.s, j))
+    srv.turn()
+    with pytest.raises(JournalError):
+        srv.put(BIG)
+    clock.advance(0)
+    assert srv.journal.compactor.boundary is None and srv.journal.migrated == 0
+    for j in keep:  # deletes still have their room
+        assert ok(srv.queue.delete(srv.s, j))
+    srv.turn()
+    assert srv.put(BIG)
+
+
+# -------------------------------- posix_fallocate: raising or returning errors
+
+def test_preallocating_more_than_the_disk_holds_raises(tmp_path):
+    """Whichever convention this interpreter's posix_fallocate follows (CPython
+    raises, PyPy returns the error number), no room is an OSError."""
+    from twisted_stalk.binlog.files import preallocate
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError) as info:
+            preallocate(fd, 1 << 62)
+        assert info.value.errno in (errno.EFBIG, errno.ENOSPC)
+        preallocate(fd, 8192)
+        assert os.fstat(fd).st_size == 8192
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("convention", ["returns", "raises"])
+def test_no_room_from_posix_fallocate_either_way_refuses_puts(tmp_path, clock, monkeypatch,
+                                                             convention):
+    srv = Server(tmp_path, clock, max_size=4096)
+    keep = srv.put(b"keep")
+    srv.turn()
+
+    def full(fd, offset, length):
+        if convention == "raises":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return errno.ENOSPC  # PyPy
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    acked = [keep]
+    with pytest.raises(JournalError):
+        for _ in range(200):
+            acked.append(srv.put(b"p" * 64))
+    assert "No space left on device" in srv.journal.room_error
+    srv.turn()
+    assert len(binlog_files(tmp_path)) == 1  # no file was made without its room
+    assert os.path.getsize(_last_file(tmp_path)) == 4096  # nothing written past -s
+    monkeypatch.undo()
+    srv2 = restart(tmp_path, clock, srv, max_size=4096)
+    assert sorted(srv2.queue.jobs) == acked
+
+
+def test_posix_fallocate_interrupted_is_tried_again(tmp_path, clock, monkeypatch):
+    real = os.posix_fallocate
+    calls = []
+
+    def interrupted_once(fd, offset, length):
+        calls.append(length)
+        if len(calls) == 1:
+            return errno.EINTR  # PyPy's convention; CPython retries by itself
+        return real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", interrupted_once)
+    srv = Server(tmp_path, clock, max_size=4096)
+    assert calls == [4096, 4096]
+    assert os.path.getsize(_last_file(tmp_path)) == 4096
+    srv.close()
+
+
+def test_a_file_that_cannot_be_removed_keeps_the_newer_ones(tmp_path, clock, monkeypatch):
+    """Files go oldest-first only: if one cannot be removed (a sticky
+    directory, a read-only file system...), the newer ones, which hold the
+    deletes of its jobs, must stay, or those jobs come back after a restart."""
+    srv = Server(tmp_path, clock, max_size=4096)
+    q, s = srv.queue, srv.s
+    gone = [srv.put(b"g" * 100) for _ in range(60)]  # files 1, 2, ...
+    keep = srv.put(b"keep")
+    srv.turn()
+    stuck = os.path.join(str(tmp_path), fmt.file_name(1))
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if os.fspath(path) == stuck:
+            raise OSError(errno.EACCES, "Permission denied")
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    for j in gone:
+        assert ok(q.delete(s, j))
+    c = srv.put(b"churn")
+    for _ in range(2000):  # compactions, which try to remove binlog.1
+        assert ok(q.reserve_job(s, c))
+        q.release(s, c, 3, 0)
+        clock.advance(0)
+    assert srv.journal.stats()["migrated"] > 0
+    files = binlog_files(tmp_path)
+    assert files[0] == fmt.file_name(1)
+    assert srv.journal.stats()["oldest"] == 1
+    # every file after the stuck one is still there (the deletes are in them)
+    seqs = [fmt.parse_file_name(n) for n in files]
+    assert seqs == list(range(1, srv.journal.seq + 1))
+    srv2 = restart(tmp_path, clock, srv)
+    assert sorted(srv2.queue.jobs) == [keep, c]
+
+
+def test_full_disk_during_compaction_leaves_room_for_deletes(tmp_path, clock, monkeypatch):
+    """A compaction that runs out of room stops short of the room kept for
+    deletes, so the jobs can still be deleted and the disk freed."""
+    srv, _ = on_small_disk(tmp_path, clock, monkeypatch)
+    j = srv.journal
+    ids = []
+    while j.seq < 6 or j.free_bytes > FILE * 3 // 4:
+        ids.append(srv.put(b"s" * 100))
+        if len(ids) % 50 == 0:
+            srv.turn()
+    live = [i for i in ids if srv.queue.jobs[i].binlog_file == 1]
+    for i in ids:
+        if srv.queue.jobs[i].binlog_file in (2, 3, 4, 5):
+            assert ok(srv.queue.delete(srv.s, i))
+    srv.turn()
+    j.compactor.schedule()
+    clock.advance(0)  # copies binlog.1's jobs until binlog.6 is full: no new file
+    assert j.compactor.boundary is not None and j.room_error and j.migrated
+    for i in live + [i for i in ids if i in srv.queue.jobs and i not in live]:
+        assert ok(srv.queue.delete(srv.s, i))
+    srv.turn()
+    assert srv.put(b"room again")

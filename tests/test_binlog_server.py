@@ -3,27 +3,66 @@ with SIGTERM or killed with SIGKILL, on the same directory.
 """
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import random
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from typing import Dict, List, Set
 
 import pytest
 
-from servers import free_port, ours_command, start_server
+from servers import RunningServer, free_port, ours_command
+from servers import start_server as _start_server
 from wire import Wire
 
 from twisted_stalk.binlog.format import parse_file_name
 
 
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+#: Connections and servers a test made; closed (killed) when it ends.
+_connections: List[Wire] = []
+_servers: List[RunningServer] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_connections_and_servers():
+    yield
+    while _connections:
+        _connections.pop().close()
+    while _servers:
+        srv = _servers.pop()
+        srv.stop(signal.SIGKILL)
+        if srv.proc.stderr is not None:
+            srv.proc.stderr.close()
+
+
+def start_server(*args, **kwargs) -> RunningServer:
+    srv = _start_server(*args, **kwargs)
+    _servers.append(srv)
+    return srv
+
+
 def connect(server) -> Wire:
-    return Wire(server.connect())
+    w = Wire(server.connect())
+    _connections.append(w)
+    return w
 
 
 def stats_job(w: Wire, job_id: int) -> Dict[str, str]:
@@ -44,7 +83,14 @@ def put(w: Wire, body: bytes, pri=10, delay=0, ttr=60) -> int:
 
 
 def dir_bytes(path) -> int:
-    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+    """Bytes of the files in ``path`` (a running server may remove one meanwhile)."""
+    total = 0
+    for name in os.listdir(path):
+        try:
+            total += os.path.getsize(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+    return total
 
 
 STABLE = ("id", "tube", "state", "pri", "delay", "ttr", "file", "timeouts",
@@ -146,7 +192,7 @@ def test_reference_and_ours_exclude_each_other(tmp_path):
     if not REFERENCE:
         pytest.skip("beanstalkd is not installed")
     ref = subprocess.Popen([REFERENCE, "-l", "127.0.0.1", "-p", str(free_port()), "-b",
-                            str(tmp_path)], stderr=subprocess.PIPE)
+                            str(tmp_path)], stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
         done = _run_fails("-b", str(tmp_path))
@@ -224,10 +270,12 @@ def test_corrupt_tail_and_middle_over_restarts(tmp_path):
     ids = [put(w, b"job-%d" % i) for i in range(20)]
     assert srv.stop() == 0
     path = os.path.join(d, "binlog.1")
-    data = bytearray(open(path, "rb").read())
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
     data[len(data) // 2] ^= 0xFF  # middle
     data = data[:-5]  # torn tail
-    open(path, "wb").write(bytes(data))
+    with open(path, "wb") as f:  # closed (so written) before the server reads it
+        f.write(bytes(data))
     srv2 = start_server("ours", "-b", d)
     try:
         st = stats(connect(srv2))
@@ -516,30 +564,63 @@ def test_crash_under_load_loses_nothing_acknowledged(tmp_path):
     assert time.monotonic() - started < 90
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
-def test_full_disk_refuses_changes_and_recovers_when_space_returns(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a directory on a tmpfs of ``size`` (e.g. "300k"), a
+    disk that really fills up; unmounted afterwards.  Skips without root."""
+    mounted = []
+
+    def mount(size: str) -> str:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root")
+        mnt = tmp_path / f"mnt{len(mounted)}"
+        mnt.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                              capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounted.append(mnt)
+        return str(mnt)
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def put_until_refused(w: Wire, body: bytes, most: int = 20000) -> List[int]:
+    """Put ``body`` until a put is not INSERTED (it must be INTERNAL_ERROR)."""
+    acked = []
+    for _ in range(most):
+        reply = w.ask(b"put 1 0 10 %d\r\n%s\r\n" % (len(body), body))
+        if not reply.startswith(b"INSERTED"):
+            assert reply == b"INTERNAL_ERROR\r\n", reply
+            return acked
+        acked.append(int(reply.split()[1]))
+    raise AssertionError(f"{most} puts and the disk is not full")
+
+
+def delete_all(w: Wire, ids: List[int]) -> None:
+    w.send(b"".join(b"delete %d\r\n" % j for j in ids))
+    assert w.replies(len(ids)) == [b"DELETED\r\n"] * len(ids)
+
+
+def binlog_count(d: str) -> int:
+    return sum(1 for n in os.listdir(d) if parse_file_name(n))
+
+
+def test_full_disk_refuses_changes_and_recovers_when_space_returns(tmpfs):
+    d = tmpfs("300k")
     srv = srv2 = None
     try:
-        d = str(mnt)
         srv = start_server("ours", "-b", d, "-s", "65536")
         w = connect(srv)
-        acked = []
-        for i in range(5000):
-            reply = w.ask(b"put 1 0 10 100\r\n%s\r\n" % (b"%100d" % i))
-            if not reply.startswith(b"INSERTED"):
-                break
-            acked.append(int(reply.split()[1]))
-        assert reply == b"INTERNAL_ERROR\r\n" and len(acked) > 1000
+        acked = put_until_refused(w, b"x" * 100)
+        assert len(acked) > 1000
         assert w.ask(b"peek %d\r\n" % acked[-1]).startswith(b"FOUND")
         assert w.ask(b"delete %d\r\n" % acked[0]) == b"DELETED\r\n"
         gone = acked.pop(0)
         assert w.ask(b"put 1 0 10 1\r\nx\r\n") == b"INTERNAL_ERROR\r\n"
-        subprocess.run(["mount", "-o", "remount,size=2m", str(mnt)], check=True)
+        subprocess.run(["mount", "-o", "remount,size=2m", d], check=True)
         time.sleep(0.3)
         acked.append(put(w, b"space again"))
         srv.stop(signal.SIGKILL)
@@ -551,4 +632,133 @@ def test_full_disk_refuses_changes_and_recovers_when_space_returns(tmp_path):
         for s in (srv, srv2):
             if s is not None:
                 s.stop(signal.SIGKILL)
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_full_disk_is_usable_again_once_jobs_are_deleted_and_restarts_on_it(tmpfs):
+    """A 2 MB disk, 256 KiB files: fill it, delete everything, put again at
+    once; fill it again, delete everything, kill, and start on the full disk."""
+    d = tmpfs("2m")
+    flags = ("-b", d, "-f", "0", "-s", "262144")
+    body = b"b" * 4000
+    srv = start_server("ours", *flags)
+    try:
+        w = connect(srv)
+        acked = put_until_refused(w, body)
+        assert len(acked) > 300
+        assert binlog_count(d) >= 7
+        delete_all(w, acked)
+        started = time.monotonic()
+        again = put(w, body)  # no waiting: the dead files go at once
+        assert time.monotonic() - started < 1
+        assert binlog_count(d) <= 2
+        more = put_until_refused(w, body)
+        assert len(more) >= len(acked) - 1
+        delete_all(w, [again] + more)
+        assert binlog_count(d) >= 7  # full of records of deleted jobs
+        w.close()
+    finally:
+        srv.stop(signal.SIGKILL)
+    srv = start_server("ours", *flags)
+    try:
+        w = connect(srv)
+        assert stats(w)["current-jobs-ready"] == "0"
+        assert binlog_count(d) == 1
+        assert put(w, body) > more[-1]
+        w.close()
+    finally:
+        assert srv.stop() == 0
+
+
+# ------------------------------------------------- twistd beanstalk -b checks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def twistd_command(*args: str) -> List[str]:
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    if not os.path.exists(twistd):
+        pytest.skip("no twistd script")
+    return [twistd, "-n", "--pidfile=", *args]
+
+
+def run_twistd(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(twistd_command(*args), cwd=cwd, capture_output=True, timeout=30,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+@pytest.mark.parametrize("what", ["missing", "file"])
+def test_twistd_unusable_directory_exits_with_one_line(tmp_path, what):
+    path = tmp_path / "x"
+    if what == "file":
+        path.write_bytes(b"")
+    done = run_twistd("beanstalk", "--port", f"tcp:{free_port()}:interface=127.0.0.1",
+                      "-b", str(path), cwd=tmp_path)
+    assert done.returncode == 10, done
+    lines = done.stderr.decode().strip().splitlines()
+    assert lines == [f"twistd: binlog directory {path} "
+                     + ("does not exist" if what == "missing" else "is not a directory")]
+
+
+@pytest.fixture
+def shared_dir():
+    """``shared_dir(mode)``: a root-owned directory in /tmp with ``mode``,
+    reachable by other users (pytest's tmp_path is not)."""
+    made = []
+
+    def make(mode: int) -> str:
+        d = tempfile.mkdtemp(prefix="stalk-binlog-")
+        os.chmod(d, mode)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _user_exists("nobody"),
+                    reason="needs root and a user nobody to switch to")
+@pytest.mark.parametrize("mode", [0o755, 0o777], ids=["0755", "0777"])
+def test_twistd_user_that_cannot_write_the_directory_is_refused_at_start(tmp_path, shared_dir,
+                                                                         mode):
+    """twistd opens the binlog as root and switches to -u/-g later: a directory
+    that user cannot write in must stop the start, not the first new file."""
+    d = shared_dir(mode)
+    group = grp.getgrgid(pwd.getpwnam("nobody").pw_gid).gr_name
+    port = free_port()
+    proc = subprocess.Popen(
+        twistd_command("-u", "nobody", "-g", group, "beanstalk",
+                       "--port", f"tcp:{port}:interface=127.0.0.1", "-b", d, "-s", "8192"),
+        cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        if mode == 0o755:
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == 10
+            assert err.decode().strip().splitlines() == [
+                f"twistd: binlog directory {d} is not writable by user nobody "
+                f"(uid {pwd.getpwnam('nobody').pw_uid}) and group {group} "
+                f"(gid {grp.getgrnam(group).gr_gid}), which the server runs as"]
+            return
+        # the directory that user can write in: every put, across new files
+        w = Wire(_connect_when_up(proc, port))
+        w.send(b"".join(b"put 1 0 10 100\r\n%s\r\n" % (b"%100d" % i) for i in range(100)))
+        assert all(r.startswith(b"INSERTED") for r in w.replies(100))
+        assert binlog_count(d) > 2
+        w.close()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(20)
+        proc.stderr.close()
+
+
+def _connect_when_up(proc: subprocess.Popen, port: int) -> socket.socket:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=20)
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_binlog -*-
 """The on-disk format of the binlog: file header and checksummed records.
 
 All integers are little-endian.  See docs/persistence.md for the prose version.
@@ -7,7 +8,7 @@ A binlog file ``binlog.<seq>`` starts with a 32-byte header::
     magic     8s  b"TSTALKBL"
     version   u32 1
     seq       u32 the file's sequence number (also in its name)
-    next_id   u64 the queue's next job id when the file was created
+    next_id   u64 the engine's next job id when the file was created
     crc       u32 CRC-32 of the 24 bytes above
     (4 bytes of zero padding)
 

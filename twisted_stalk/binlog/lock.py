@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_binlog -*-
 """One server per binlog directory: an exclusive lock on ``DIR/lock``.
 
 Both lock kinds are taken: ``flock`` (conflicts even between two opens in

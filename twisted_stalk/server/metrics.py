@@ -146,7 +146,7 @@ def binlog_problem(journal) -> Optional[str]:
     broken = getattr(journal, "broken", None)
     if broken:
         return str(broken)
-    room = getattr(journal, "_room_error", None)
+    room = getattr(journal, "room_error", None)
     if room:
         return f"no room for a new file: {room}"
     return None

@@ -7,6 +7,7 @@ service per endpoint string (tcp, tcp6, unix, ssl, systemd: anything
 from __future__ import annotations
 
 import signal
+import sys
 from typing import List
 
 from twisted.application.internet import StreamServerEndpointService
@@ -143,6 +144,24 @@ def make_factory(config, reactor) -> BeanstalkServerFactory:
     return factory
 
 
+def _factory_or_exit(config, reactor) -> BeanstalkServerFactory:
+    """:func:`make_factory` for twistd: a binlog directory that cannot be used
+    (nor written by the -u/-g user twistd will switch to) ends twistd with
+    one line and exit status 10, as stalkd does, not a traceback."""
+    if not config.get("binlog-dir"):
+        return make_factory(config, reactor)
+    try:
+        from ..binlog import BinlogError, check_run_as
+    except ImportError:  # make_factory says that -b is not available
+        return make_factory(config, reactor)
+    try:
+        check_run_as(config)
+        return make_factory(config, reactor)
+    except BinlogError as e:
+        sys.stderr.write(f"twistd: {e}\n")
+        raise SystemExit(10)
+
+
 def makeService(config, reactor=None) -> MultiService:
     """Build the beanstalk service from parsed :class:`Options`."""
     if reactor is None:
@@ -150,7 +169,7 @@ def makeService(config, reactor=None) -> MultiService:
         reactor = default_reactor
     from .reactor import upgrade
     upgrade(reactor)  # twistd's epoll reactor gets the lean main loop (see reactor.py)
-    factory = make_factory(config, reactor)
+    factory = _factory_or_exit(config, reactor)
     service = BeanstalkService(factory)
     for description in config["endpoints"]:
         endpoint = serverFromString(reactor, description)
