@@ -4,26 +4,20 @@
 All rules of a command live in the engine (:mod:`twisted_stalk.core`); this
 module turns bytes into one engine call per command and the outcome into
 reply bytes (:mod:`.render`).  Framing follows beanstalkd exactly (see
-docs/compat.md):
-
-* a command line is at most 224 bytes with its CRLF; a longer one is answered
-  ``BAD_FORMAT`` and discarded up to its CRLF, and the connection stays;
-* ``put``'s body is read raw (any bytes, CRLF included) as ``<bytes>`` + 2;
-  a body over the size limit is discarded without being parsed as commands
-  and answered ``JOB_TOO_BIG``;
-* pipelined commands are answered in order; while a reserve waits (or an
-  engine's answer is outstanding) further input is buffered, up to
-  :data:`MAX_BUFFERED_WHILE_WAITING`, then reading pauses; a disconnect or
-  half-close is still noticed;
-* a client that does not read its replies is not read either: while more
-  than :data:`MAX_UNSENT` bytes of replies wait for it, its input waits too.
+docs/compat.md): a command line is at most 224 bytes with its CRLF (a longer
+one is answered ``BAD_FORMAT`` and discarded up to its CRLF, and the
+connection stays); ``put``'s body is read raw as ``<bytes>`` + 2 (a body
+over the size limit is discarded, not parsed as commands, and answered
+``JOB_TOO_BIG``); pipelined commands are answered in order.
 
 ``LineReceiver`` supplies the interface (``delimiter``, ``MAX_LENGTH``,
 ``lineReceived``); its ``dataReceived`` is replaced because it splits the
 buffer once per line, copying the rest each time (quadratic for pipelined
 input), and closes the connection on long lines where beanstalkd answers
-BAD_FORMAT.  The speed tricks live in :mod:`._fastio` (socket I/O) and
-:mod:`._fastpath` (hot command lines), each with its contract.
+BAD_FORMAT.  Writes live in :mod:`.output`, holds (a waiting reserve, an
+engine answering later, a client not reading) in :mod:`.flow`, and the
+speed tricks in :mod:`._fastio` (socket I/O) and :mod:`._fastpath` (hot
+command lines), each with its contract.
 """
 from __future__ import annotations
 
@@ -31,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
-from twisted.logger import Logger
 from twisted.protocols.basic import LineReceiver
 from zope.interface import implementer
 
@@ -47,34 +40,15 @@ from ..protocol.commands import (
     identify_extension,
     parse_args,
 )
-from ..protocol.constants import (
-    BAD_FORMAT,
-    INTERNAL_ERROR,
-    MAX_LINE,
-    MAX_LINE_CONTENT,
-    TIMED_OUT,
-    UNKNOWN_COMMAND,
-)
+from ..protocol.constants import BAD_FORMAT, MAX_LINE, MAX_LINE_CONTENT, TIMED_OUT, UNKNOWN_COMMAND
 from . import _fastio
 from ._fastpath import FastPaths
+from .flow import MAX_BUFFERED_WHILE_WAITING, FlowControl
+from .output import MAX_UNSENT, ReplyOutput
 from .render import LINES, job_reply, render_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from .factory import BeanstalkServerFactory
-
-log = Logger(namespace="twisted_stalk.protocol")
-
-#: Bytes a client may send ahead while its reserve waits before reading pauses.
-MAX_BUFFERED_WHILE_WAITING = 256 * 1024
-#: Unsent reply bytes above which a connection's input is no longer read
-#: (beanstalkd reads a client's next command only once its reply is written).
-MAX_UNSENT = 256 * 1024
-#: Replies gathered from one read before they are written (and the unsent
-#: bound checked), and the size of a reply written at once: a burst of
-#: pipelined commands cannot pile up replies.  (The hot commands' own
-#: replies, INSERTED and DELETED, are a few bytes each and not counted.)
-_FLUSH_EVERY = 32
-_FLUSH_SIZE = 65536
 
 # Framer states.
 _LINE, _BODY, _DISCARD, _SKIP_LINE = range(4)
@@ -85,8 +59,9 @@ _SMALL_REST = 1024
 
 
 @implementer(IHalfCloseableProtocol, IPushProducer)
-class BeanstalkServerProtocol(LineReceiver):
-    """One client connection of the beanstalk server."""
+class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
+    """One client connection of the beanstalk server: framing and dispatch
+    here, writes in :class:`.output.ReplyOutput`, holds in :class:`.flow.FlowControl`."""
 
     delimiter = b"\r\n"
     MAX_LENGTH = MAX_LINE_CONTENT
@@ -105,23 +80,7 @@ class BeanstalkServerProtocol(LineReceiver):
         self._after_discard = b""
         #: Replies gathered while processing one read, written together.
         self._out: List[bytes] = []
-        #: True while dataReceived runs: replies go to _out, written at its end.
-        self._reading = False
-        #: True while the last command's reply is outstanding (a waiting
-        #: reserve, or an engine answering later): input is buffered.
-        self._blocked = False
-        #: True while too many replies are unsent (see MAX_UNSENT).
-        self._stalled = False
-        #: True while no input may be dispatched: closing, blocked or stalled
-        #: (one flag for the hot loop to test).
-        self._halt = False
-        self._paused_reading = False
-        self._eof = False
-        self._closing = False
         self._direct: Optional[_fastio.DirectIO] = None
-        #: Replies held until the journal has written what they acknowledge.
-        self._held: Optional[List[bytes]] = None
-        self._close_when_sent = False
         self.session = None
 
     # ---------------------------------------------------------- connection
@@ -182,13 +141,6 @@ class BeanstalkServerProtocol(LineReceiver):
             return
         self._lose()
 
-    def _lose(self) -> None:
-        # A transport with a producer registered waits for it before it
-        # closes (TLS never would): unregister first.
-        transport = self.transport
-        transport.unregisterProducer()
-        transport.loseConnection()
-
     # --------------------------------------------------- public (shutdown)
 
     @property
@@ -201,11 +153,6 @@ class BeanstalkServerProtocol(LineReceiver):
     def closing(self) -> bool:
         return self._closing
 
-    @property
-    def unsent(self) -> bool:
-        """True while replies are held for the journal or queued in the transport."""
-        return self._held is not None or _write_buffered(self.transport)
-
     def close(self) -> None:
         """Close after any replies due (a FIN, never a reset)."""
         self._close()
@@ -216,43 +163,6 @@ class BeanstalkServerProtocol(LineReceiver):
         if self.transport is not None:
             self.transport.abortConnection()
 
-    # ------------------------------------------------------------- writes
-
-    def _write(self, data: bytes) -> None:
-        if self._reading:
-            self._out.append(data)
-        else:
-            self._send(data)
-
-    def _send(self, data: bytes) -> None:
-        """Write ``data``, or hold it while the journal has unsettled records:
-        no reply may acknowledge a change that is not durable, and the records
-        of a whole reactor turn share one write and one fsync.
-        (:class:`._fastio.DirectIO` replaces this on plain sockets.)"""
-        held = self._held
-        if held is not None:
-            held.append(data)
-        elif self._journal.pending:
-            self._held = [data]
-            self._journal.when_settled(self._send_held)
-        else:
-            self.transport.write(data)
-
-    def _send_held(self) -> None:
-        """The journal settled: send the replies held meanwhile."""
-        held, self._held = self._held, None
-        if held:
-            self._send(b"".join(held))
-        if self._close_when_sent:
-            self._close_when_sent = False
-            self._lose()
-
-    def _flush(self) -> None:
-        out = self._out
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._send(data)
-
     # ------------------------------------------------------------- framing
 
     def dataReceived(self, data: bytes) -> None:
@@ -261,7 +171,7 @@ class BeanstalkServerProtocol(LineReceiver):
         wake-ups they caused (the factory delivers them)."""
         if self._halt:
             if not self._closing:
-                self._buffer_while_blocked(data)
+                self._buffer_while_held(data)
             return
         if self._chunks:
             data = self._collect_body(data)
@@ -388,19 +298,6 @@ class BeanstalkServerProtocol(LineReceiver):
             return b""
         return rest
 
-    def _buffer_while_blocked(self, data: bytes) -> None:
-        """Input that arrives while the last reply is outstanding: keep it, within bounds."""
-        self._buf += data
-        if len(self._buf) > MAX_BUFFERED_WHILE_WAITING:
-            if not self._paused_reading:
-                self._paused_reading = True
-                self.transport.pauseProducing()
-            elif len(self._buf) > 4 * MAX_BUFFERED_WHILE_WAITING:
-                # A transport that ignores pauseProducing: give up on
-                # this client rather than grow without bound.
-                self._buf = b""
-                self.transport.abortConnection()
-
     def _frame_raw(self, buf: bytes, pos: int, end: int) -> int:
         """Consume input in the non-line modes; return the new position
         (unchanged when nothing more can be done until more input comes)."""
@@ -428,87 +325,6 @@ class BeanstalkServerProtocol(LineReceiver):
         self._mode = _LINE
         self._write(BAD_FORMAT)
         return i + 2
-
-    # ------------------------------------------------- waiting and answers
-
-    def wake(self, outcome: Any) -> None:
-        """The waiting reserve's result (a Job, TIMED_OUT or DEADLINE_SOON):
-        the factory delivers it after the reply of the command that caused it."""
-        if self._closing:
-            return
-        self._send(job_reply(b"RESERVED", outcome) if outcome.__class__ is Job
-                   else LINES[outcome])
-        self._unblock()
-
-    def withdraw_wait(self) -> bool:
-        """Withdraw a waiting reserve without replying; True if one was waiting."""
-        if not self._blocked or not self.engine.cancel_wait(self.session):
-            return False
-        self._unblock()
-        return True
-
-    def _block(self) -> None:
-        self._blocked = self._halt = True
-
-    def _later(self, d: Deferred, render: Callable[[Any], bytes]) -> None:
-        """The engine will answer later: hold further input until it does."""
-        self._block()
-        d.addCallback(lambda outcome: self._answered(render, outcome))
-        d.addErrback(self._engine_failed)
-
-    def _engine_failed(self, failure) -> None:
-        log.failure("engine failed a command", failure)
-        self._answered(lambda _: INTERNAL_ERROR, None)
-
-    def _answered(self, render: Callable[[Any], bytes], outcome: Any) -> None:
-        if outcome is WAITING:
-            return  # still waiting: the result comes as a wake-up
-        if self._closing:
-            return
-        self._write(render(outcome))
-        self._unblock()
-
-    def _unblock(self) -> None:
-        self._blocked = False
-        self._halt = self._closing or self._stalled
-        if self._paused_reading and not self._stalled:
-            self._paused_reading = False
-            self.transport.resumeProducing()
-        if self._buf or self._eof:
-            self.resume()
-
-    def resume(self) -> None:
-        """Process input that arrived while the reply was outstanding."""
-        if self._halt:
-            return
-        if self._buf:
-            buf, self._buf = self._buf, b""
-            self.dataReceived(buf)
-        if self._eof and not self._blocked:
-            self._close()
-
-    # IPushProducer: Twisted's queue for this client passed MAX_UNSENT
-    # (pause), then drained (resume).
-
-    def pauseProducing(self) -> None:
-        self._stalled = self._halt = True
-        if not self._paused_reading:
-            self._paused_reading = True
-            self.transport.pauseProducing()
-
-    def resumeProducing(self) -> None:
-        if not self._stalled:
-            return
-        self._stalled = False
-        self._halt = self._closing or self._blocked
-        if self._paused_reading and not self._blocked:
-            self._paused_reading = False
-            self.transport.resumeProducing()
-        if self._buf:
-            self.resume()
-
-    def stopProducing(self) -> None:
-        pass
 
     # ------------------------------------------------------------ dispatch
 
@@ -548,19 +364,13 @@ class BeanstalkServerProtocol(LineReceiver):
         else:
             self._send(render(outcome))
 
-    def _append(self, reply: bytes) -> None:
-        """Add a reply to the read's list; write the list once it is long or
-        large (its writing may stall this connection: see pauseProducing)."""
-        out = self._out
-        out.append(reply)
-        if len(out) >= _FLUSH_EVERY or len(reply) > _FLUSH_SIZE:
-            self._flush()
-
     # ------------------------------------------------------------ commands
     #
-    # One engine call per command.  The hot ones (put, reserve, delete)
-    # append their replies to the read's reply list directly: commands run
-    # only inside dataReceived.
+    # One engine call per command.  Commands whose handler only calls the
+    # engine method of the same name and renders its outcome get a handler
+    # made from the command table (_plain_handler, below); these are the
+    # rest.  The hot ones (put, reserve, delete) append their replies to the
+    # read's reply list directly: commands run only inside dataReceived.
 
     def do_put(self, pri: int, delay: int, ttr: int, nbytes: int, trailing_ok: bool = True) -> None:
         need = self._put_started((pri, delay, ttr, nbytes), trailing_ok)
@@ -618,66 +428,6 @@ class BeanstalkServerProtocol(LineReceiver):
         else:
             self._out.append(line)
 
-    def do_reserve_job(self, job_id: int) -> None:
-        self._answer("reserve-job", self.engine.reserve_job(self.session, job_id))
-
-    def do_release(self, job_id: int, pri: int, delay: int) -> None:
-        self._answer("release", self.engine.release(self.session, job_id, pri, delay))
-
-    def do_bury(self, job_id: int, pri: int) -> None:
-        self._answer("bury", self.engine.bury(self.session, job_id, pri))
-
-    def do_touch(self, job_id: int) -> None:
-        self._answer("touch", self.engine.touch(self.session, job_id))
-
-    def do_use(self, name: bytes) -> None:
-        self._answer("use", self.engine.use(self.session, name))
-
-    def do_watch(self, name: bytes) -> None:
-        self._answer("watch", self.engine.watch(self.session, name))
-
-    def do_ignore(self, name: bytes) -> None:
-        self._answer("ignore", self.engine.ignore(self.session, name))
-
-    def do_peek(self, job_id: int) -> None:
-        self._answer("peek", self.engine.peek(self.session, job_id))
-
-    def do_peek_ready(self) -> None:
-        self._answer("peek-ready", self.engine.peek_ready(self.session))
-
-    def do_peek_delayed(self) -> None:
-        self._answer("peek-delayed", self.engine.peek_delayed(self.session))
-
-    def do_peek_buried(self) -> None:
-        self._answer("peek-buried", self.engine.peek_buried(self.session))
-
-    def do_kick(self, bound: int) -> None:
-        self._answer("kick", self.engine.kick(self.session, bound))
-
-    def do_kick_job(self, job_id: int) -> None:
-        self._answer("kick-job", self.engine.kick_job(self.session, job_id))
-
-    def do_stats_job(self, job_id: int) -> None:
-        self._answer("stats-job", self.engine.stats_job(self.session, job_id))
-
-    def do_stats_tube(self, name: bytes) -> None:
-        self._answer("stats-tube", self.engine.stats_tube(self.session, name))
-
-    def do_stats(self) -> None:
-        self._answer("stats", self.engine.stats(self.session))
-
-    def do_list_tubes(self) -> None:
-        self._answer("list-tubes", self.engine.list_tubes(self.session))
-
-    def do_list_tube_used(self) -> None:
-        self._answer("list-tube-used", self.engine.list_tube_used(self.session))
-
-    def do_list_tubes_watched(self) -> None:
-        self._answer("list-tubes-watched", self.engine.list_tubes_watched(self.session))
-
-    def do_pause_tube(self, name: bytes, delay: int) -> None:
-        self._answer("pause-tube", self.engine.pause_tube(self.session, name, delay))
-
     def do_list_jobs(self, name: bytes, state: bytes, limit: int) -> None:
         self._answer("list-jobs", self.engine.list_jobs(self.session, name, state.decode(), limit))
 
@@ -693,24 +443,21 @@ class BeanstalkServerProtocol(LineReceiver):
         self._close()
 
 
-def _write_buffered(transport: Any, depth: int = 4) -> bool:
-    """True while ``transport`` (or the transport under a TLS wrapper) still
-    holds bytes it has not handed to the kernel."""
-    while transport is not None and depth:
-        if getattr(transport, "_appSendBuffer", None):  # TLS, before the handshake
-            return True
-        if getattr(transport, "dataBuffer", b"") or getattr(transport, "_tempDataLen", 0):
-            return True
-        transport = getattr(transport, "transport", None)
-        depth -= 1
-    return False
-
-
 # ---------------------------------------------------------------- dispatch tables
+
+def _plain_handler(name: str, method: str) -> Callable:
+    """The handler of a command that calls the engine method ``method`` with
+    the session and the parsed arguments, and renders the outcome."""
+    def handler(proto: BeanstalkServerProtocol, *args: Any) -> None:
+        proto._answer(name, getattr(proto.engine, method)(proto.session, *args))
+    handler.__name__ = "do_" + method
+    return handler
+
 
 #: The handler of each stock command and extension verb, by name.
 _HANDLERS: Dict[str, Callable] = {
-    spec.name: getattr(BeanstalkServerProtocol, "do_" + spec.method)
+    spec.name: getattr(BeanstalkServerProtocol, "do_" + spec.method, None)
+    or _plain_handler(spec.name, spec.method)
     for spec in COMMANDS + EXTENSION_COMMANDS}
 #: The fast paths every connection shares (see _fastpath).
 FAST_PATHS = FastPaths(_HANDLERS)

@@ -1,0 +1,151 @@
+# -*- test-case-name: tests.test_wire,tests.test_engine,tests.test_wire_abuse -*-
+"""When a connection's input may run: held while its last reply is
+outstanding or while its unsent replies pile up, resumed after.
+
+:class:`FlowControl` is a part of
+:class:`~twisted_stalk.server.protocol.BeanstalkServerProtocol`.  Input is
+dispatched command by command until one of these holds it (``_halt``):
+
+* **blocked**: the last command's reply is outstanding: a reserve waits for
+  a job (its result arrives as a wake-up, :meth:`FlowControl.wake`), or the
+  engine answers later (a Deferred, :meth:`FlowControl._later`);
+* **stalled**: more than ``MAX_UNSENT`` bytes of replies wait for the client
+  (Twisted calls :meth:`FlowControl.pauseProducing`, then
+  :meth:`FlowControl.resumeProducing` once they are written);
+* **closing**.
+
+Input that arrives meanwhile is buffered (up to
+:data:`MAX_BUFFERED_WHILE_WAITING`, then reading pauses) and run when the
+hold ends, in order, so replies stay in order.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from ..core.job import Job
+from ..core.outcomes import WAITING
+from ..protocol.constants import INTERNAL_ERROR
+from .render import LINES, job_reply
+
+log = Logger(namespace="twisted_stalk.protocol")
+
+#: Bytes a client may send ahead while its reply is outstanding before reading pauses.
+MAX_BUFFERED_WHILE_WAITING = 256 * 1024
+
+
+class FlowControl:
+    """The hold/resume side of a connection (a part of the server protocol)."""
+
+    transport: Any
+    engine: Any
+    session: Any
+    _buf = b""
+    _eof = False
+    _closing = False
+    #: True while the last command's reply is outstanding.
+    _blocked = False
+    #: True while too many replies are unsent.
+    _stalled = False
+    #: True while no input may be dispatched: closing, blocked or stalled
+    #: (one flag for the hot loop to test).
+    _halt = False
+    #: True while the transport is not being read.
+    _paused_reading = False
+
+    def wake(self, outcome: Any) -> None:
+        """The waiting reserve's result (a Job, TIMED_OUT or DEADLINE_SOON):
+        the factory delivers it after the reply of the command that caused it."""
+        if self._closing:
+            return
+        self._send(job_reply(b"RESERVED", outcome) if outcome.__class__ is Job
+                   else LINES[outcome])
+        self._unblock()
+
+    def withdraw_wait(self) -> bool:
+        """Withdraw a waiting reserve without replying; True if one was waiting."""
+        if not self._blocked or not self.engine.cancel_wait(self.session):
+            return False
+        self._unblock()
+        return True
+
+    def _block(self) -> None:
+        self._blocked = self._halt = True
+
+    def _later(self, d: Deferred, render: Callable[[Any], bytes]) -> None:
+        """The engine will answer later: hold further input until it does."""
+        self._block()
+        d.addCallback(lambda outcome: self._answered(render, outcome))
+        d.addErrback(self._engine_failed)
+
+    def _engine_failed(self, failure) -> None:
+        log.failure("engine failed a command", failure)
+        self._answered(lambda _: INTERNAL_ERROR, None)
+
+    def _answered(self, render: Callable[[Any], bytes], outcome: Any) -> None:
+        if outcome is WAITING:
+            return  # still waiting: the result comes as a wake-up
+        if self._closing:
+            return
+        self._write(render(outcome))
+        self._unblock()
+
+    def _unblock(self) -> None:
+        self._blocked = False
+        self._halt = self._closing or self._stalled
+        if self._paused_reading and not self._stalled:
+            self._paused_reading = False
+            self.transport.resumeProducing()
+        if self._buf or self._eof:
+            self.resume()
+
+    def resume(self) -> None:
+        """Run the input that arrived while the hold lasted."""
+        if self._halt:
+            return
+        if self._buf:
+            buf, self._buf = self._buf, b""
+            self.dataReceived(buf)
+        if self._eof and not self._blocked:
+            self._close()
+
+    def _buffer_while_held(self, data: bytes) -> None:
+        """Input that arrives during a hold: keep it, within bounds."""
+        self._buf += data
+        if len(self._buf) > MAX_BUFFERED_WHILE_WAITING:
+            if not self._paused_reading:
+                self._paused_reading = True
+                self.transport.pauseProducing()
+            elif len(self._buf) > 4 * MAX_BUFFERED_WHILE_WAITING:
+                # A transport that ignores pauseProducing: give up on
+                # this client rather than grow without bound.
+                self._buf = b""
+                self.transport.abortConnection()
+
+    # IPushProducer: Twisted's queue for this client passed its bound
+    # (pause), then drained (resume).
+
+    def pauseProducing(self) -> None:
+        self._stalled = self._halt = True
+        if not self._paused_reading:
+            self._paused_reading = True
+            self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        if not self._stalled:
+            return
+        self._stalled = False
+        self._halt = self._closing or self._blocked
+        if self._paused_reading and not self._blocked:
+            self._paused_reading = False
+            self.transport.resumeProducing()
+        if self._buf:
+            self.resume()
+
+    def stopProducing(self) -> None:
+        pass
+
+
+__all__ = ["FlowControl", "MAX_BUFFERED_WHILE_WAITING"]
