@@ -118,12 +118,18 @@ def _connect(factory, transport):
     return proto
 
 
-def test_the_producers_reply_goes_out_before_the_wake_up_it_caused():
+def _worker_and_producer():
+    """Two connections of one server whose writes go to one log, in order."""
     factory = BeanstalkServerFactory(Clock())
     factory.direct_io = False
     log = _Log()
     worker = _connect(factory, log.transport("worker"))
     producer = _connect(factory, log.transport("producer"))
+    return log, worker, producer
+
+
+def test_the_producers_reply_goes_out_before_the_wake_up_it_caused():
+    log, worker, producer = _worker_and_producer()
     worker.dataReceived(b"reserve\r\n")
     assert log.writes == []
     producer.dataReceived(b"put 0 0 10 2\r\nhi\r\n")
@@ -132,11 +138,7 @@ def test_the_producers_reply_goes_out_before_the_wake_up_it_caused():
 
 
 def test_a_woken_connection_then_runs_the_input_it_buffered():
-    factory = BeanstalkServerFactory(Clock())
-    factory.direct_io = False
-    log = _Log()
-    worker = _connect(factory, log.transport("worker"))
-    producer = _connect(factory, log.transport("producer"))
+    log, worker, producer = _worker_and_producer()
     worker.dataReceived(b"reserve\r\nlist-tube-used\r\n")
     producer.dataReceived(b"put 0 0 10 2\r\nhi\r\n")
     assert log.writes == [("producer", b"INSERTED 1\r\n"),

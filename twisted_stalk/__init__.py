@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_packaging -*-
 """twisted-stalk: a beanstalkd-compatible work-queue server, client and shell on Twisted."""
 
 __version__ = "0.1.0"

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_client_memory -*-
 """An in-memory beanstalk server and connected clients for unit tests.
 
 No sockets and no real time: the real server protocol

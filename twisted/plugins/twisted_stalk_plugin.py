@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_packaging -*-
 """twistd plugins: the ``beanstalk`` service and the ``stalk-epoll`` reactor.
 
     twistd -n beanstalk

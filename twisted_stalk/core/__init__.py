@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_core -*-
 """The engine, free of I/O: tubes, jobs, their state machine, counters, deadlines.
 
 :class:`~twisted_stalk.core.engine.Engine` is the seam every front end uses;

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_binlog -*-
 """The interface between the queue and a persistence layer (the binlog)."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_protocol_table -*-
 """Numbers and reply words fixed by the beanstalk protocol (beanstalkd 1.13)."""
 from __future__ import annotations
 

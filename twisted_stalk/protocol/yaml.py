@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_differential -*-
 """The YAML shapes of stats and list replies, written and read byte-exactly.
 
 beanstalkd prints these bodies with printf, not a YAML library: ``---`` then

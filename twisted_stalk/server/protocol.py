@@ -129,13 +129,10 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         self._closing = self._halt = True
         if self._direct is not None:
             self._direct.uninstall()
-        out = self._out
-        if out:
+        if self._out:
             # Send this read's replies first: a TLS transport drops writes
             # made after loseConnection (pipelined ``...\r\nquit\r\n``).
-            data = b"".join(out)
-            del out[:]
-            self._send(data)
+            self._flush()
         if self._held is not None:
             self._close_when_sent = True  # after the held replies
             return

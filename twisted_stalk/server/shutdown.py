@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_ops_shutdown -*-
 """Graceful shutdown on SIGTERM / SIGINT.
 
 :meth:`GracefulShutdown.start`:
