@@ -62,7 +62,10 @@ class Journal(Protocol):
 class NullJournal:
     """No persistence: every change is in memory only."""
 
-    pending = False
+    def __init__(self) -> None:
+        # An instance attribute: the wire front end reads it for every reply,
+        # and CPython 3.11 specialises that read only for instance values.
+        self.pending = False
 
     def job_put(self, job: "Job") -> None:
         pass

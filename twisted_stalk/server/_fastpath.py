@@ -82,11 +82,33 @@ def _numeric(spec: CommandSpec) -> bool:
 _DELETE = b"delete "
 
 
+def _router(delete: Handler, words: Dict[bytes, Route],
+            put_header: Callable[[bytes], Optional[Tuple[int, int, int, int]]]):
+    # A closure: the handlers it calls are cell variables, which CPython
+    # loads faster than attributes of an object.
+    def route(proto: object, line: bytes) -> Union[bool, Tuple[int, int, int, int]]:
+        if line[:7] == _DELETE:
+            text = line[7:]
+            if text.isdigit() and len(text) < 20:
+                delete(proto, int(text))
+                return True
+            return False
+        sp = line.find(b" ")
+        if sp > 0:
+            word = line[:sp]
+            if word == b"put":
+                return put_header(line) or False
+            fast = words.get(word)
+            if fast is not None:
+                return fast(proto, line[sp + 1:])
+        return False
+    return route
+
+
 class FastPaths:
     """The fast paths for one set of command handlers (by command name)."""
 
     def __init__(self, handlers: Dict[str, Handler]) -> None:
-        self._delete = handlers["delete"]
         self._no_args: Dict[bytes, LineEntry] = {
             spec.name.encode(): handlers[spec.name] for spec in COMMANDS if not spec.args}
         #: Exact lines: see the module docstring.
@@ -101,25 +123,11 @@ class FastPaths:
                     _route_one(handler, limits[0]) if len(limits) == 1
                     else _route_many(handler, limits))
 
-    def route(self, proto: object, line: bytes) -> Union[bool, Tuple[int, int, int, int]]:
-        """Run ``line`` (not in :attr:`lines`) if a fast path takes it: True;
-        a well-formed put line is not run but memoised and its header
-        returned; False leaves it to the exact parser."""
-        if line[:7] == _DELETE:
-            text = line[7:]
-            if text.isdigit() and len(text) < 20:
-                self._delete(proto, int(text))
-                return True
-            return False
-        sp = line.find(b" ")
-        if sp > 0:
-            word = line[:sp]
-            if word == b"put":
-                return self.put_header(line) or False
-            fast = self.words.get(word)
-            if fast is not None:
-                return fast(proto, line[sp + 1:])
-        return False
+        #: Run ``line`` (not in :attr:`lines`) if a fast path takes it: True;
+        #: a well-formed put line is not run but memoised and its header
+        #: returned; False leaves it to the exact parser.
+        self.route: Callable[[object, bytes], Union[bool, Tuple[int, int, int, int]]] = \
+            _router(handlers["delete"], self.words, self.put_header)
 
     def put_header(self, line: bytes) -> Optional[Tuple[int, int, int, int]]:
         """Parse and memoise ``pri delay ttr bytes`` of a well-formed put

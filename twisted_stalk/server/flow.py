@@ -42,18 +42,21 @@ class FlowControl:
     transport: Any
     engine: Any
     session: Any
-    _buf = b""
-    _eof = False
-    _closing = False
-    #: True while the last command's reply is outstanding.
-    _blocked = False
-    #: True while too many replies are unsent.
-    _stalled = False
-    #: True while no input may be dispatched: closing, blocked or stalled
-    #: (one flag for the hot loop to test).
-    _halt = False
-    #: True while the transport is not being read.
-    _paused_reading = False
+    _buf: bytes
+
+    def _init_flow(self) -> None:
+        # Instance attributes, not class defaults (see output._init_output).
+        self._eof = False
+        self._closing = False
+        #: True while the last command's reply is outstanding.
+        self._blocked = False
+        #: True while too many replies are unsent.
+        self._stalled = False
+        #: True while no input may be dispatched: closing, blocked or stalled
+        #: (one flag for the hot loop to test).
+        self._halt = False
+        #: True while the transport is not being read.
+        self._paused_reading = False
 
     def wake(self, outcome: Any) -> None:
         """The waiting reserve's result (a Job, TIMED_OUT or DEADLINE_SOON):

@@ -30,12 +30,19 @@ class ReplyOutput:
 
     transport: Any
     _journal: Any
-    #: True while dataReceived runs: replies go to _out, written at its end.
-    _reading = False
-    #: Replies held until the journal has written what they acknowledge.
-    _held: Optional[List[bytes]] = None
-    #: Close the connection once the held replies are sent.
-    _close_when_sent = False
+
+    def _init_output(self) -> None:
+        # Instance attributes, set in __init__ in a fixed order, not class
+        # defaults: CPython 3.11 specialises attribute reads only for values
+        # stored in the instance (a class default costs a full lookup).
+        #: Replies gathered while processing one read, written together.
+        self._out: List[bytes] = []
+        #: True while dataReceived runs: replies go to _out, written at its end.
+        self._reading = False
+        #: Replies held until the journal has written what they acknowledge.
+        self._held: Optional[List[bytes]] = None
+        #: Close the connection once the held replies are sent.
+        self._close_when_sent = False
 
     def _write(self, data: bytes) -> None:
         if self._reading:

@@ -78,8 +78,8 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         #: The header (pri, delay, ttr, bytes) of the put whose body is next.
         self._put: Optional[Tuple[int, int, int, int]] = None
         self._after_discard = b""
-        #: Replies gathered while processing one read, written together.
-        self._out: List[bytes] = []
+        self._init_output()
+        self._init_flow()
         self._direct: Optional[_fastio.DirectIO] = None
         self.session = None
 
@@ -177,6 +177,7 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         buf = self._buf
         if buf:
             buf += data
+            self._buf = b""
         else:
             buf = data
         # Input is consumed from ``buf[pos:]``.  A small remainder is kept
@@ -254,12 +255,8 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
                     break
         finally:
             self._reading = False
-            rest = buf[pos:] if pos < end else b""
-            if self._mode == _BODY and rest and not self._halt:
-                self._chunks.append(rest)  # an unfinished body, see _collect_body
-                self._have = len(rest)
-                rest = b""
-            self._buf = rest
+            if pos < end:
+                self._keep(buf[pos:])
             if out:
                 data = out[0] if len(out) == 1 else b"".join(out)
                 out.clear()
@@ -267,6 +264,15 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         engine = self.engine
         if engine.wakeups or engine.wake_changed:
             self.factory.after_input()
+
+    def _keep(self, rest: bytes) -> None:
+        """Keep input not consumed by a read: the start of a body that spans
+        reads (see :meth:`_collect_body`), or the rest of the input for later."""
+        if self._mode == _BODY and not self._halt:
+            self._chunks.append(rest)
+            self._have = len(rest)
+        else:
+            self._buf = rest
 
     def _collect_body(self, data: bytes) -> bytes:
         """Add a read to a put body that spans reads; once complete, store the
