@@ -870,6 +870,29 @@ add(script(
 ))
 
 add(script(
+    "closing-client-drops-unused-tubes-in-reference-order",
+    # The closing client's watch list is cleared from the front, each removal moving
+    # the last watched tube there: b goes before a, so c keeps its place before d.
+    S("watch a\r\nwatch b\r\n", "WATCHING 2", "WATCHING 3", conn=1),
+    S("use c\r\n" + put("x").decode() + "use d\r\n" + put("y").decode(),
+      "USING c", "INSERTED 1", "USING d", "INSERTED 2", conn=2),
+    S("list-tubes\r\n", ylist("default", "a", "b", "c", "d")),
+    S(b"", conn=1, hangup=True),
+    # blocks until the server has noticed the hang-up (a zero-timeout reserve would not)
+    S("list-tube-used\r\n", "USING default"),
+    S("list-tubes\r\n", ylist("default", "c", "d"), sleep=0.2),
+))
+
+add(script(
+    "zero-timeout-reserve-in-the-last-ttr-second-over-a-paused-tube",
+    # A paused tube's ready jobs skip the first DEADLINE_SOON check; the zero
+    # timeout is then answered from the wait, where the deadline wins.
+    S(put("x", ttr=1) + put("y", ttr=60), "INSERTED 1", "INSERTED 2"),
+    S("pause-tube default 3600\r\nreserve-job 1\r\nreserve-with-timeout 0\r\n",
+      "PAUSED", job("RESERVED", 1, "x"), "DEADLINE_SOON"),
+))
+
+add(script(
     "waiting-reserve",
     S("reserve\r\n", conn=1, silent=True),
     S("stats\r\n", stats(current_waiting=1, current_workers=1, cmd_reserve=1)),
