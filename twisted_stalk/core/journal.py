@@ -62,6 +62,8 @@ class Journal(Protocol):
 class NullJournal:
     """No persistence: every change is in memory only."""
 
+    pending = False  # (for subclasses that do not call __init__)
+
     def __init__(self) -> None:
         # An instance attribute: the wire front end reads it for every reply,
         # and CPython 3.11 specialises that read only for instance values.
