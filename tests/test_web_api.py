@@ -266,3 +266,24 @@ def test_viewer_token_reads_but_cannot_act():
     assert h.get("overview", headers=bearer).status == 200
     response = h.post("tubes/default/pause", {"delay": 5}, headers=bearer)
     assert response.status == 403 and "viewer" in response.json["error"]
+
+
+def test_startup_refuses_bad_console_options(tmp_path):
+    from twisted.python import usage
+
+    from twisted_stalk.server import tap
+    bad = tmp_path / "auth"
+    bad.write_text("user x admin nothing\n")
+    options = tap.Options()
+    with pytest.raises(usage.UsageError, match="goes with --web"):
+        options.parseOptions(["--web-auth", str(bad)])
+    with pytest.raises(usage.UsageError, match="line 1"):
+        tap.Options().parseOptions(["--web", "tcp:0", "--web-auth", str(bad)])
+    from servers import free_port, ours_command
+    done = subprocess.run(ours_command(free_port(), "--web", "tcp:0:interface=127.0.0.1",
+                                       "--web-auth", str(bad)),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "line 1" in done.stderr
+    done = subprocess.run(ours_command(free_port(), "--web-auth", str(bad)),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 5 and "--web-auth goes with --web" in done.stderr
