@@ -137,6 +137,7 @@ def main() -> int:
         pinger = Pinger(port)
         pinger.start()
         time.sleep(3)  # a few sampler ticks
+        quiet = statistics.median(pinger.samples)
         rows = []
         for label, path in (
             (f"overview (1 of {args.tubes + 2} tubes pages, 50 rows)", "overview"),
@@ -179,7 +180,6 @@ def main() -> int:
         for label, median, worst, stall in rows:
             print(f"| {label} | {median * 1000:.1f} ms | {worst * 1000:.1f} ms "
                   f"| {stall * 1000:.1f} ms |")
-        quiet = statistics.median(pinger.samples) if pinger.samples else 0
         print(f"\nA wire round trip with nothing else happening: {quiet * 1000:.2f} ms (median).")
     finally:
         proc.terminate()
