@@ -40,6 +40,9 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
  --tls-ca FILE          require client certificates signed by these CAs (mutual TLS)
  --metrics ENDPOINT     serve /metrics, /healthz, /readyz over HTTP, e.g.
                         tcp:9100:interface=127.0.0.1
+ --web ENDPOINT         serve the web console (docs/web.md), e.g.
+                        tcp:8080:interface=127.0.0.1
+ --web-auth FILE        credentials that let the console act (else read-only)
  --max-connections N    refuse connections beyond N (default: as many as the
                         open-file limit allows)
  --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
@@ -52,7 +55,7 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
 _LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                    "max-memory", "shutdown-grace"}
+                    "max-memory", "shutdown-grace", "web", "web-auth"}
 _LONG_FLAGS = {"extensions"}
 
 
@@ -183,6 +186,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         binlog_size = _int_option(opts, "s", 10485760, 1, 2**31 - 1)
         for name in ("max-connections", "max-memory"):
             opts[name] = _int_option(opts, name, 0, 0, 2**63 - 1)
+        if opts.get("web-auth") and not opts.get("web"):
+            raise UsageError("--web-auth goes with --web")
         grace = opts.get("shutdown-grace")
         try:
             # Like beanstalkd, the drop-in exits at once unless asked to wait:
@@ -280,8 +285,27 @@ def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
             raise fail(f"--metrics {config['metrics']}: {e}", 111)
         endpoint.listen(metrics_site(factory, shutdown, lambda: port.connected)
                         ).addErrback(metrics_failed)
+    if opts.get("web"):
+        _serve_web(reactor, factory, opts, status)
     reactor.run()
     return status[0]
+
+
+def _serve_web(reactor, factory, opts: Dict[str, object], status: List[int]) -> None:
+    """``--web ENDPOINT`` (and ``--web-auth FILE``): the console (docs/web.md)."""
+    from twisted_stalk.web import listen
+    from twisted_stalk.web.auth import AuthFileError
+
+    def failed(failure) -> None:
+        sys.stderr.write(f"stalkd: cannot serve --web: {failure.getErrorMessage()}\n")
+        status[0] = 111
+        reactor.stop()
+    try:
+        listen(factory, reactor, str(opts["web"]), opts.get("web-auth")).addErrback(failed)
+    except AuthFileError as e:
+        raise fail(str(e), 1)
+    except Exception as e:  # a malformed endpoint string
+        raise fail(f"--web {opts['web']}: {e}", 111)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,11 @@ before they answer gives a ``NullJournal``.
 **Inspection.**  Front ends that look without being a client (metrics, a
 console) use :meth:`Engine.server_stats`, :meth:`Engine.tube_names`,
 :meth:`Engine.tube_stats`, :meth:`Engine.job_stats` and :meth:`Engine.job`:
-they count nothing and change nothing.
+they count nothing and change nothing.  A console also lists a tube's jobs
+page by page (:meth:`Engine.jobs_page`), finds who holds a reservation
+(:meth:`Engine.job_holder`) and searches bodies in bounded steps
+(:meth:`Engine.search_bodies`); these answer at once in the in-memory engine
+and may answer with a Deferred elsewhere.
 
 Nothing here is specific to an in-memory engine: no method hands out
 internal structures that a database engine could not produce (jobs are
@@ -74,6 +78,9 @@ from ..protocol.yaml import StatPairs
 from .job import Job
 from .outcomes import Outcome
 from .session import Session, SessionListener
+
+#: The orders :meth:`Engine.jobs_page` can sort by.
+JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
 
 #: A command's result: data, an outcome constant, or (an asynchronous
 #: engine) a Deferred firing with either.
@@ -227,5 +234,30 @@ class Engine(Protocol):
     def flush_tube(self, s: Session, name: bytes, states: Iterable[str] = ...) -> Result:
         """How many jobs were deleted, NOT_FOUND, or INTERNAL_ERROR."""
 
+    # Listing for consoles: counted as no command, changing nothing.
 
-__all__ = ["Engine", "Result"]
+    def jobs_page(self, name: bytes, state: str, sort: str = "queue", offset: int = 0,
+                  limit: int = 50, descending: bool = False) -> Result:
+        """One page of a tube's jobs in a state (a name from ``JOB_STATES``):
+        ``(total, jobs)``, where ``total`` is how many jobs the tube has in that
+        state and ``jobs`` holds at most ``limit`` :class:`Job` records from
+        position ``offset`` of that list sorted by ``sort`` (one of
+        :data:`JOB_SORTS`: ``queue`` is the order the engine takes them in,
+        as ``list-jobs`` lists them; ``id``; ``pri`` then id; ``age``, newest
+        first; ``time-left``, the TTR or delay deadline, then id),
+        ``descending`` reversing it.  NOT_FOUND if there is no such tube."""
+
+    def job_holder(self, job_id: int) -> Optional[Session]:
+        """The session holding reserved job ``job_id`` (None: no such
+        reservation)."""
+
+    def search_bodies(self, name: bytes, needle: bytes, after_id: int, span: int) -> Result:
+        """One bounded step of a body search: ``(jobs, next_after)``, the jobs
+        of tube ``name`` (any state) whose id lies in ``(after_id, after_id +
+        span]`` and whose body (without its CRLF) contains ``needle``, in id
+        order, and the ``after_id`` to continue from (None once the range has
+        passed the highest id given out).  The caller sizes ``span`` to bound
+        the time of one step.  NOT_FOUND if there is no such tube."""
+
+
+__all__ = ["Engine", "JOB_SORTS", "Result"]

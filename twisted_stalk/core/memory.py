@@ -36,6 +36,8 @@ from ..protocol.constants import (
     URGENT_THRESHOLD,
 )
 from ..protocol.yaml import StatPairs
+from . import listing
+from .engine import JOB_SORTS
 from .facts import Facts
 from .job import (
     BURIED,
@@ -607,7 +609,7 @@ class MemoryEngine:
         t = self.tubes.get(name)
         if t is None:
             return NOT_FOUND
-        return self._job_ids(t, STATE_BY_NAME[state], limit)
+        return listing.job_ids(self, t, STATE_BY_NAME[state], limit)
 
     def flush_tube(self, s: Session, name: bytes,
                    states: Iterable[str] = UNRESERVED_STATES):
@@ -641,6 +643,41 @@ class MemoryEngine:
             t.compact_ready()
         self._maybe_drop_tube(t)
         return deleted
+
+    # ------------------------------------------- listing (consoles; no counting)
+
+    def jobs_page(self, name: bytes, state: str, sort: str = "queue", offset: int = 0,
+                  limit: int = 50, descending: bool = False):
+        """``(total, jobs)``: one page of tube ``name``'s jobs in ``state``
+        sorted by ``sort`` (see ``Engine.jobs_page``), or NOT_FOUND.  Taking
+        order costs O((offset + limit) log); other orders scan the tube's jobs
+        in that state once."""
+        t = self.tubes.get(name)
+        if t is None:
+            return NOT_FOUND
+        if sort not in JOB_SORTS:
+            raise ValueError(f"unknown sort {sort!r}")
+        return listing.jobs_page(self, t, STATE_BY_NAME[state], sort, max(0, offset),
+                                 limit, descending)
+
+    def job_holder(self, job_id: int) -> Optional[Session]:
+        """The session that holds reserved job ``job_id``, or None."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state != RESERVED:
+            return None
+        for s in self.sessions:
+            if s.reserved.get(job_id) is job:
+                return s
+        return None
+
+    def search_bodies(self, name: bytes, needle: bytes, after_id: int, span: int):
+        """``(jobs, next_after)``: tube ``name``'s jobs with ids in
+        ``(after_id, after_id + span]`` whose body contains ``needle`` (see
+        ``Engine.search_bodies``), or NOT_FOUND.  O(span)."""
+        t = self.tubes.get(name)
+        if t is None:
+            return NOT_FOUND
+        return listing.search_bodies(self, t, needle, after_id, span)
 
     def _job_ids(self, t: Tube, state: int, limit: int) -> List[int]:
         if limit <= 0:

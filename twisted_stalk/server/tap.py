@@ -41,6 +41,8 @@ class Options(usage.Options):
         ["fsync-ms", "f", 50, "fsync at most once every MS milliseconds (0: always).", int],
         ["binlog-size", "s", 10485760, "Size of each binlog file in bytes.", int],
         ["metrics", None, None, "Serve /metrics, /healthz, /readyz over HTTP on this endpoint."],
+        ["web", None, None, "Serve the web console (docs/web.md) over HTTP on this endpoint."],
+        ["web-auth", None, None, "Credentials file that lets the web console act (else read-only)."],
         ["max-connections", None, 0, "Refuse connections beyond N (default: as many as "
          "the open-file limit allows).", int],
         ["max-memory", None, 0, "Put answers OUT_OF_MEMORY above BYTES of stored jobs.", int],
@@ -88,6 +90,14 @@ class Options(usage.Options):
             try:
                 options_from_config(self)  # fail now, with the file's name
             except TLSConfigError as e:
+                raise usage.UsageError(str(e))
+        if self["web-auth"]:
+            if not self["web"]:
+                raise usage.UsageError("--web-auth goes with --web")
+            from ..web.auth import AuthFileError, load
+            try:
+                load(self["web-auth"])  # fail now, with the file's name
+            except AuthFileError as e:
                 raise usage.UsageError(str(e))
         self["endpoints"] = endpoints or ([] if self["tls-listen"] else ["tcp:11300"])
 
@@ -190,4 +200,8 @@ def makeService(config, reactor=None) -> MultiService:
         site = metrics_site(factory, service.shutdown)
         StreamServerEndpointService(serverFromString(reactor, config["metrics"]),
                                     site).setServiceParent(service)
+    if config.get("web"):
+        from ..web import console_service
+        console_service(factory, reactor, config["web"], config.get("web-auth")
+                        ).setServiceParent(service)
     return service
