@@ -70,7 +70,6 @@ from .outcomes import (
     DRAINING,
     EXPECTED_CRLF,
     INTERNAL_ERROR,
-    JOB_TOO_BIG,
     NOT_FOUND,
     NOT_IGNORED,
     OUT_OF_MEMORY,
@@ -627,7 +626,8 @@ class MemoryEngine:
                 if job_id in holder.reserved:
                     holders[job_id] = holder
         everything = len(jobs)
-        doomed = [jobs[job_id] for code in codes for job_id in self._job_ids(t, code, everything)]
+        doomed = [jobs[job_id] for code in codes
+                  for job_id in listing.job_ids(self, t, code, everything)]
         deleted = 0
         try:
             for job in doomed:
@@ -678,31 +678,6 @@ class MemoryEngine:
         if t is None:
             return NOT_FOUND
         return listing.search_bodies(self, t, needle, after_id, span)
-
-    def _job_ids(self, t: Tube, state: int, limit: int) -> List[int]:
-        if limit <= 0:
-            return []
-        if state == BURIED:
-            out: List[int] = []
-            for job_id in t.buried:
-                if len(out) >= limit:
-                    break
-                out.append(job_id)
-            return out
-        if state == READY:
-            return t.ready_ids(limit)
-        if state == DELAYED:
-            entries = ((e[0], e[1]) for e in t.delayed)
-        else:
-            entries = ((e[0], e[1]) for e in self.ttr_heap)
-        jobs = self.jobs
-        live: Dict[int, float] = {}
-        for deadline, job_id in entries:
-            job = jobs.get(job_id)
-            if (job is not None and job.state == state and job.tube is t
-                    and job.deadline_at == deadline):
-                live[job_id] = deadline
-        return [job_id for _, job_id in heapq.nsmallest(limit, ((d, i) for i, d in live.items()))]
 
     # ============================================================ server
 

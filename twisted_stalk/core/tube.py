@@ -144,19 +144,6 @@ class Tube:
         self.ready_pris = sorted(self.ready)
         self.ready_entries = entries
 
-    def ready_ids(self, limit: int) -> List[int]:
-        """Ids of up to ``limit`` ready jobs in the order they would be taken."""
-        jobs = self.jobs
-        ready: List[Tuple[int, int]] = []
-        for pri in sorted(self.ready):
-            for job_id in self.ready[pri]:
-                job = jobs.get(job_id)
-                if job is not None and job.state == READY and job.heap_key == pri:
-                    ready.append((pri, job_id))
-            if len(ready) >= limit:
-                break
-        return [job_id for _, job_id in heapq.nsmallest(limit, ready)]
-
     # ---------------------------------------------------------------- facts
 
     def paused_at(self, now: float) -> bool:
