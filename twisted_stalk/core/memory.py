@@ -1,5 +1,9 @@
 # -*- test-case-name: tests.test_core,tests.test_engine -*-
-"""The in-memory engine: every command's rules, the job state machine, counters, deadlines.
+"""The in-memory engine: every command's rules, counters, sessions and tubes.
+
+The job state machine and deadlines are in :mod:`.states`, what can be read
+without being a client (stats, listings) in :mod:`.inspection`; both are parts
+of :class:`MemoryEngine`.
 
 :class:`MemoryEngine` implements :class:`~twisted_stalk.core.engine.Engine`,
 the seam every front end (wire protocol, web console, metrics) uses: one
@@ -31,27 +35,21 @@ from ..protocol.commands import COUNTED_COMMANDS, valid_tube_name
 from ..protocol.constants import (
     DEFAULT_MAX_JOB_SIZE,
     DEFAULT_TUBE,
-    SAFETY_MARGIN,
     UNRESERVED_STATES,
     URGENT_THRESHOLD,
 )
 from ..protocol.yaml import StatPairs
 from . import listing
-from .engine import JOB_SORTS
 from .facts import Facts
+from .inspection import Inspection
 from .job import (
     BURIED,
     BURIES,
     DELAYED,
-    INVALID,
-    KICKS,
     READY,
     RELEASES,
     RESERVED,
-    RESERVES,
     STATE_BY_NAME,
-    STATE_NAMES,
-    TIMEOUTS,
     Job,
 )
 from .journal import (
@@ -59,13 +57,11 @@ from .journal import (
     UPDATE_KICK,
     UPDATE_RELEASE,
     UPDATE_RESERVE,
-    UPDATE_TIMEOUT,
     JournalError,
     NullJournal,
 )
 from .outcomes import (
     BAD_FORMAT,
-    DEADLINE_SOON,
     DELETED,
     DRAINING,
     EXPECTED_CRLF,
@@ -75,7 +71,6 @@ from .outcomes import (
     OUT_OF_MEMORY,
     PAUSED,
     RELEASED,
-    TIMED_OUT,
     TOUCHED,
     WAITING,
     Outcome,
@@ -83,6 +78,7 @@ from .outcomes import (
 from .outcomes import BURIED as BURIED_OUTCOME
 from .outcomes import KICKED as KICKED_OUTCOME
 from .session import Session, SessionListener
+from .states import JobStates
 from .tube import Tube
 
 heappush = heapq.heappush
@@ -93,7 +89,7 @@ _new_job = object.__new__
 WakeUp = Tuple[Session, Union[Job, Outcome]]
 
 
-class MemoryEngine:
+class MemoryEngine(Inspection, JobStates):
     """All tubes and jobs of one server, and the rules that move jobs between states."""
 
     # Slots, not an instance dict: with more than 30 attributes CPython 3.11
@@ -644,41 +640,6 @@ class MemoryEngine:
         self._maybe_drop_tube(t)
         return deleted
 
-    # ------------------------------------------- listing (consoles; no counting)
-
-    def jobs_page(self, name: bytes, state: str, sort: str = "queue", offset: int = 0,
-                  limit: int = 50, descending: bool = False):
-        """``(total, jobs)``: one page of tube ``name``'s jobs in ``state``
-        sorted by ``sort`` (see ``Engine.jobs_page``), or NOT_FOUND.  Taking
-        order costs O((offset + limit) log); other orders scan the tube's jobs
-        in that state once."""
-        t = self.tubes.get(name)
-        if t is None:
-            return NOT_FOUND
-        if sort not in JOB_SORTS:
-            raise ValueError(f"unknown sort {sort!r}")
-        return listing.jobs_page(self, t, STATE_BY_NAME[state], sort, max(0, offset),
-                                 limit, descending)
-
-    def job_holder(self, job_id: int) -> Optional[Session]:
-        """The session that holds reserved job ``job_id``, or None."""
-        job = self.jobs.get(job_id)
-        if job is None or job.state != RESERVED:
-            return None
-        for s in self.sessions:
-            if s.reserved.get(job_id) is job:
-                return s
-        return None
-
-    def search_bodies(self, name: bytes, needle: bytes, after_id: int, span: int):
-        """``(jobs, next_after)``: tube ``name``'s jobs with ids in
-        ``(after_id, after_id + span]`` whose body contains ``needle`` (see
-        ``Engine.search_bodies``), or NOT_FOUND.  O(span)."""
-        t = self.tubes.get(name)
-        if t is None:
-            return NOT_FOUND
-        return listing.search_bodies(self, t, needle, after_id, span)
-
     # ============================================================ server
 
     def drain(self) -> None:
@@ -714,469 +675,5 @@ class MemoryEngine:
             self._make_buried(job)
         else:
             self._make_ready(job)
-
-    # ========================================================= state machine
-    #
-    # Each _make_* puts a detached job into a state and counts it; _detach
-    # takes a job out of whatever state it is in.
-
-    def _make_ready(self, job: Job) -> None:
-        t = job.tube
-        waiting = t.waiting
-        if waiting and not t.ready_count and not t.pause and not self.held:
-            # The first waiting client would reserve this job straight away
-            # when it watches only this tube (nothing else is ready here):
-            # reserve it now, without the round trip through the ready heap.
-            for s in waiting:
-                break
-            if len(s.watch) == 1:
-                self._stop_waiting(s)
-                self._make_reserved(s, job, self._now())
-                self.wakeups.append((s, job))
-                return
-        job.state = READY
-        t.push_ready(job)
-        self.ready_count += 1
-        if job.pri < URGENT_THRESHOLD:
-            self.urgent_count += 1
-        if waiting:
-            self._serve_waiters(t)
-
-    def _make_delayed(self, job: Job, deadline_at: float) -> None:
-        job.state = DELAYED
-        job.deadline_at = deadline_at
-        t = job.tube
-        entry = (deadline_at, job.id)
-        heappush(t.delayed, entry)
-        heappush(self.delay_heap, entry)
-        if deadline_at < self.wake_at:
-            self.wake_at = deadline_at
-            self.wake_changed = True
-        t.delayed_count += 1
-        self.delayed_count += 1
-        if len(t.delayed) > 2 * t.delayed_count + 32:
-            t.delayed = self._live_deadlines(t.delayed, DELAYED)
-        if len(self.delay_heap) > 2 * self.delayed_count + 32:
-            self.delay_heap = self._live_deadlines(self.delay_heap, DELAYED)
-
-    def _make_buried(self, job: Job) -> None:
-        job.state = BURIED
-        job.tube.buried[job.id] = job
-        self.buried_count += 1
-
-    def _make_reserved(self, s: Session, job: Job, now: float) -> None:
-        job.state = RESERVED
-        job_id = job.id
-        deadline = job.deadline_at = now + job.ttr
-        counts = job.counts  # job.count(RESERVES), inline: once per reservation
-        if counts is None:
-            job.counts = [1, 0, 0, 0, 0]
-        else:
-            counts[RESERVES] += 1
-        reserved = s.reserved
-        if reserved:
-            self._track_session_deadline(s, job_id, deadline)
-        reserved[job_id] = job
-        ttrs = self.ttr_heap
-        heappush(ttrs, (deadline, job_id, s))
-        if deadline < self.wake_at:
-            self.wake_at = deadline
-            self.wake_changed = True
-        job.tube.reserved_count += 1
-        self.reserved_count += 1
-        if len(ttrs) > 2 * self.reserved_count + 32:
-            self.ttr_heap = self._live_deadlines(ttrs, RESERVED)
-
-    def _track_session_deadline(self, s: Session, job_id: int, deadline: float) -> None:
-        """Record a deadline in the session's own heap (for DEADLINE_SOON).
-
-        A session holding one job needs no heap (its soonest deadline is that
-        job's); the heap is kept only while it holds more, so when a second
-        job arrives the first one's entry goes in too.
-        """
-        heap = s.ttr_heap
-        reserved = s.reserved
-        if len(reserved) == 1:
-            for other in reserved.values():
-                heappush(heap, (other.deadline_at, other.id))
-        heappush(heap, (deadline, job_id))
-        if len(heap) > 2 * len(reserved) + 32:
-            s.ttr_heap = self._live_deadlines(heap, RESERVED)
-
-    def _touch_deadline(self, s: Session, job: Job, deadline: float) -> None:
-        job.deadline_at = deadline
-        heappush(self.ttr_heap, (deadline, job.id, s))
-        if len(s.reserved) > 1:
-            heappush(s.ttr_heap, (deadline, job.id))
-
-    def _detach(self, job: Job, s: Optional[Session] = None) -> None:
-        """Take ``job`` out of its state; ``s`` holds it if it is reserved."""
-        state = job.state
-        t = job.tube
-        if state == READY:
-            t.ready_count -= 1
-            self.ready_count -= 1
-            if job.pri < URGENT_THRESHOLD:
-                t.urgent_count -= 1
-                self.urgent_count -= 1
-        elif state == RESERVED:
-            if s is not None:
-                s.reserved.pop(job.id, None)
-            t.reserved_count -= 1
-            self.reserved_count -= 1
-        elif state == DELAYED:
-            t.delayed_count -= 1
-            self.delayed_count -= 1
-        elif state == BURIED:
-            del t.buried[job.id]
-            self.buried_count -= 1
-        job.state = INVALID
-
-    def _unreserve_counts(self, job: Job) -> None:
-        job.tube.reserved_count -= 1
-        self.reserved_count -= 1
-
-    def _kick(self, job: Job) -> None:
-        self._detach(job)
-        job.count(KICKS)
-        self._make_ready(job)
-
-    def _take_ready(self, t: Tube) -> Optional[Job]:
-        """Take the best ready job of ``t`` out of the ready state."""
-        job = t.ready_top(True)
-        if job is not None:
-            self.ready_count -= 1
-            if job.pri < URGENT_THRESHOLD:
-                self.urgent_count -= 1
-        return job
-
-    def _live_deadlines(self, heap: list, state: int) -> list:
-        jobs = self.jobs
-        live = []
-        for entry in heap:
-            job = jobs.get(entry[1])
-            if job is not None and job.state == state and job.deadline_at == entry[0]:
-                live.append(entry)
-        heapq.heapify(live)
-        return live
-
-    def _delayed_top(self, heap: List[Tuple[float, int]]) -> Optional[Job]:
-        jobs = self.jobs
-        while heap:
-            deadline, job_id = heap[0]
-            job = jobs.get(job_id)
-            if job is not None and job.state == DELAYED and job.deadline_at == deadline:
-                return job
-            heappop(heap)
-        return None
-
-    # ------------------------------------------------------------- reserve
-
-    def _best_tube(self, s: Session, now: float) -> Optional[Tube]:
-        """The watched tube whose next ready job is the best (lowest priority,
-        then id) among those not paused, or None."""
-        if self.held:
-            return None
-        best = best_tube = None
-        for t in s.watch:
-            if t.ready_count and not (t.pause and t.unpause_at > now):
-                job = t.ready_top()
-                if job is not None and (best is None or job.pri < best.pri
-                                        or (job.pri == best.pri and job.id < best.id)):
-                    best, best_tube = job, t
-        return best_tube
-
-    def _reserve(self, s: Session, timeout: Optional[int]):
-        if not s.is_worker:
-            self._set_worker(s)
-        now = self._now()
-        if s.reserved:
-            soonest = s.soonest_deadline()
-            deadline_soon = soonest is not None and now >= soonest - SAFETY_MARGIN
-            if deadline_soon and not any(t.ready_count for t in s.watch):
-                return DEADLINE_SOON
-        else:
-            deadline_soon = False
-        watch = s.watch
-        if len(watch) == 1:
-            t = watch[0]
-            job = (self._take_ready(t) if t.ready_count and not self.held
-                   and not (t.pause and t.unpause_at > now) else None)
-        else:
-            best = self._best_tube(s, now)
-            job = self._take_ready(best) if best is not None else None
-        if job is not None:
-            self._make_reserved(s, job, now)
-            return job
-        if timeout == 0:
-            # beanstalkd answers a zero timeout from its wait, where a
-            # reservation in its last second wins over the timeout.
-            return DEADLINE_SOON if deadline_soon else TIMED_OUT
-        self._start_waiting(s, now, timeout)
-        return WAITING
-
-    def _start_waiting(self, s: Session, now: float, timeout: Optional[int]) -> None:
-        s.waiting = True
-        self.waiting_count += 1
-        for t in s.watch:
-            t.waiting[s] = None
-        s.wait_deadline = now + timeout if timeout is not None and timeout > 0 else None
-        if s.wait_deadline is not None or s.reserved:
-            self._schedule_wait(s)
-        # Otherwise only a job ends this wait: no timer entry, and its token
-        # stays 0, which no wait_heap entry carries.
-
-    def _schedule_wait(self, s: Session) -> None:
-        wake = s.wait_deadline
-        if s.reserved:
-            soonest = s.soonest_deadline()
-            if soonest is not None:
-                margin = soonest - SAFETY_MARGIN
-                if wake is None or margin < wake:
-                    wake = margin
-        self._wait_seq += 1
-        s.wait_token = self._wait_seq
-        if wake is not None:
-            heappush(self.wait_heap, (wake, s.wait_token, s))
-            if wake < self.wake_at:
-                self.wake_at = wake
-                self.wake_changed = True
-            if len(self.wait_heap) > 2 * self.waiting_count + 32:
-                self.wait_heap = [e for e in self.wait_heap
-                                  if e[2].waiting and e[2].wait_token == e[1]]
-                heapq.heapify(self.wait_heap)
-
-    def _stop_waiting(self, s: Session) -> None:
-        if not s.waiting:
-            return
-        s.waiting = False
-        s.wait_token = 0
-        self.waiting_count -= 1
-        for t in s.watch:
-            t.waiting.pop(s, None)
-
-    def _serve_waiters(self, t: Tube) -> None:
-        now = self._now()
-        if self.held or (t.pause and t.unpause_at > now):
-            return
-        waiting = t.waiting
-        while waiting and t.ready_count:
-            s = next(iter(waiting))
-            best = self._best_tube(s, now)
-            if best is None:  # pragma: no cover - t has a ready job
-                return
-            job = self._take_ready(best)
-            self._stop_waiting(s)
-            self._make_reserved(s, job, now)  # type: ignore[arg-type]
-            self.wakeups.append((s, job))  # type: ignore[arg-type]
-
-    # ------------------------------------------------------------ deadlines
-
-    def next_deadline(self) -> Optional[float]:
-        """When :meth:`tick` next has work to do, or None.
-
-        Also resets :attr:`wake_at` to that time: call it when (re)arming the
-        timer, after a tick or when :attr:`wake_changed` is set.
-        """
-        self.wake_changed = False
-        at = self._next_deadline()
-        self.wake_at = float("inf") if at is None else at
-        return at
-
-    def _next_deadline(self) -> Optional[float]:
-        best: Optional[float] = None
-        top = self._delayed_top(self.delay_heap) if self.delay_heap else None
-        if top is not None:
-            best = top.deadline_at
-        ttrs = self.ttr_heap
-        jobs = self.jobs
-        while ttrs:
-            deadline, job_id, _ = ttrs[0]
-            job = jobs.get(job_id)
-            if job is not None and job.state == RESERVED and job.deadline_at == deadline:
-                if best is None or deadline < best:
-                    best = deadline
-                break
-            heappop(ttrs)
-        waits = self.wait_heap
-        while waits:
-            when, token, s = waits[0]
-            if s.waiting and s.wait_token == token:
-                if best is None or when < best:
-                    best = when
-                break
-            heappop(waits)
-        pauses = self.pause_heap
-        while pauses:
-            when, name = pauses[0]
-            t = self.tubes.get(name)
-            if t is not None and t.pause and t.unpause_at == when:
-                if best is None or when < best:
-                    best = when
-                break
-            heappop(pauses)
-        return best
-
-    def tick(self) -> None:
-        """Do everything that is due: delays end, TTRs expire, waits end,
-        pauses end.  Results for waiting sessions go to :attr:`wakeups`."""
-        now = self._now()
-        jobs = self.jobs
-        delays = self.delay_heap
-        while delays and delays[0][0] <= now:
-            deadline, job_id = heappop(delays)
-            job = jobs.get(job_id)
-            if job is None or job.state != DELAYED or job.deadline_at != deadline:
-                continue
-            self._detach(job)
-            self._make_ready(job)
-        # _make_ready may serve a waiter, which may compact these heaps:
-        # read them from self on every turn.
-        while self.ttr_heap and self.ttr_heap[0][0] <= now:
-            deadline, job_id, s = heappop(self.ttr_heap)
-            job = jobs.get(job_id)
-            if job is None or job.state != RESERVED or job.deadline_at != deadline:
-                continue
-            self._time_out(job, s)
-        while self.wait_heap and self.wait_heap[0][0] <= now:
-            _, token, s = heappop(self.wait_heap)
-            if not s.waiting or s.wait_token != token:
-                continue
-            soonest = s.soonest_deadline() if s.reserved else None
-            if soonest is not None and now >= soonest - SAFETY_MARGIN:
-                self._stop_waiting(s)
-                self.wakeups.append((s, DEADLINE_SOON))
-            elif s.wait_deadline is not None and now >= s.wait_deadline:
-                self._stop_waiting(s)
-                self.wakeups.append((s, TIMED_OUT))
-            else:
-                self._schedule_wait(s)
-        pauses = self.pause_heap
-        while pauses and pauses[0][0] <= now:
-            when, name = heappop(pauses)
-            t = self.tubes.get(name)
-            if t is None or not t.pause or t.unpause_at != when:
-                continue
-            t.pause = 0
-            if t.waiting:
-                self._serve_waiters(t)
-
-    def _time_out(self, job: Job, s: Session) -> None:
-        try:
-            self._journal.job_updated(job, UPDATE_TIMEOUT)
-        except JournalError:
-            pass  # the job comes back as ready after a restart anyway
-        s.reserved.pop(job.id, None)
-        self._unreserve_counts(job)
-        job.count(TIMEOUTS)
-        self.job_timeouts += 1
-        self._make_ready(job)
-
-    # ============================================================ inspection
-    #
-    # For front ends that look without being a client (metrics, a console):
-    # nothing here counts as a command or changes anything.
-
-    def job(self, job_id: int):
-        """The job with this id, or NOT_FOUND (``peek`` without counting)."""
-        return self.jobs.get(job_id) or NOT_FOUND
-
-    def tube_names(self) -> List[bytes]:
-        """The names of all tubes, in ``list-tubes`` order."""
-        return [t.name for t in self.tube_list]
-
-    def job_stats(self, job_id: int):
-        """A job's ``stats-job`` pairs, or NOT_FOUND."""
-        job = self.jobs.get(job_id)
-        if job is None:
-            return NOT_FOUND
-        now = self._now()
-        if job.state in (RESERVED, DELAYED):
-            time_left = max(0, int(job.deadline_at - now))
-        else:
-            time_left = 0
-        counts = job.counts or (0, 0, 0, 0, 0)
-        return [
-            ("id", job.id),
-            ("tube", job.tube.name),
-            ("state", STATE_NAMES[job.state]),
-            ("pri", job.pri),
-            ("age", int(now - job.created_at)),
-            ("delay", job.delay),
-            ("ttr", job.ttr),
-            ("time-left", time_left),
-            ("file", job.binlog_file),
-            ("reserves", counts[RESERVES]),
-            ("timeouts", counts[TIMEOUTS]),
-            ("releases", counts[RELEASES]),
-            ("buries", counts[BURIES]),
-            ("kicks", counts[KICKS]),
-        ]
-
-    def tube_stats(self, name: bytes):
-        """A tube's ``stats-tube`` pairs, or NOT_FOUND."""
-        t = self.tubes.get(name)
-        if t is None:
-            return NOT_FOUND
-        left = max(0, int(t.unpause_at - self._now())) if t.pause else 0
-        return [
-            ("name", t.name),
-            ("current-jobs-urgent", t.urgent_count),
-            ("current-jobs-ready", t.ready_count),
-            ("current-jobs-reserved", t.reserved_count),
-            ("current-jobs-delayed", t.delayed_count),
-            ("current-jobs-buried", len(t.buried)),
-            ("total-jobs", t.total_jobs),
-            ("current-using", t.using_count),
-            ("current-watching", t.watching_count),
-            ("current-waiting", len(t.waiting)),
-            ("cmd-delete", t.cmd_delete),
-            ("cmd-pause-tube", t.cmd_pause),
-            ("pause", t.pause),
-            ("pause-time-left", left),
-        ]
-
-    def server_stats(self) -> StatPairs:
-        """The server's ``stats`` pairs."""
-        now = self._now()
-        facts = self.facts
-        utime, stime = facts.rusage()
-        binlog = self._journal.stats()
-        items: List[Tuple[str, object]] = [
-            ("current-jobs-urgent", self.urgent_count),
-            ("current-jobs-ready", self.ready_count),
-            ("current-jobs-reserved", self.reserved_count),
-            ("current-jobs-delayed", self.delayed_count),
-            ("current-jobs-buried", self.buried_count),
-        ]
-        items += [("cmd-" + name, self.cmd_counts[name]) for name in COUNTED_COMMANDS]
-        items += [
-            ("job-timeouts", self.job_timeouts),
-            ("total-jobs", self.total_jobs),
-            ("max-job-size", self.max_job_size),
-            ("current-tubes", len(self.tube_list)),
-            ("current-connections", self.current_connections),
-            ("current-producers", self.producers),
-            ("current-workers", self.workers),
-            ("current-waiting", self.waiting_count),
-            ("total-connections", self.total_connections),
-            ("pid", facts.pid()),
-            ("version", facts.version),
-            ("rusage-utime", float(utime)),
-            ("rusage-stime", float(stime)),
-            ("uptime", int(now - facts.started_at)),
-            ("binlog-oldest-index", binlog["oldest"]),
-            ("binlog-current-index", binlog["current"]),
-            ("binlog-records-migrated", binlog["migrated"]),
-            ("binlog-records-written", binlog["written"]),
-            ("binlog-max-size", binlog["max_size"]),
-            ("draining", self.draining),
-            ("id", facts.instance_id),
-            ("hostname", facts.hostname),
-            ("os", facts.os),
-            ("platform", facts.platform),
-        ]
-        return items  # type: ignore[return-value]
-
 
 __all__ = ["MemoryEngine", "WakeUp"]

@@ -1,0 +1,164 @@
+# -*- test-case-name: tests.test_engine,tests.test_web_engine -*-
+"""Looking at a :class:`~twisted_stalk.core.memory.MemoryEngine` without
+being a client: stats as data, jobs and tubes by name, listings for consoles.
+
+Nothing here counts as a command or changes anything.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from ..protocol.commands import COUNTED_COMMANDS
+from ..protocol.yaml import StatPairs
+from . import listing
+from .engine import JOB_SORTS
+from .job import BURIES, DELAYED, KICKS, RELEASES, RESERVED, RESERVES, STATE_BY_NAME, STATE_NAMES, TIMEOUTS
+from .outcomes import NOT_FOUND
+from .session import Session
+
+
+class Inspection:
+    """A part of :class:`~twisted_stalk.core.memory.MemoryEngine`."""
+
+    __slots__ = ()
+
+
+    def job(self, job_id: int):
+        """The job with this id, or NOT_FOUND (``peek`` without counting)."""
+        return self.jobs.get(job_id) or NOT_FOUND
+
+    def tube_names(self) -> List[bytes]:
+        """The names of all tubes, in ``list-tubes`` order."""
+        return [t.name for t in self.tube_list]
+
+    def job_stats(self, job_id: int):
+        """A job's ``stats-job`` pairs, or NOT_FOUND."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return NOT_FOUND
+        now = self._now()
+        if job.state in (RESERVED, DELAYED):
+            time_left = max(0, int(job.deadline_at - now))
+        else:
+            time_left = 0
+        counts = job.counts or (0, 0, 0, 0, 0)
+        return [
+            ("id", job.id),
+            ("tube", job.tube.name),
+            ("state", STATE_NAMES[job.state]),
+            ("pri", job.pri),
+            ("age", int(now - job.created_at)),
+            ("delay", job.delay),
+            ("ttr", job.ttr),
+            ("time-left", time_left),
+            ("file", job.binlog_file),
+            ("reserves", counts[RESERVES]),
+            ("timeouts", counts[TIMEOUTS]),
+            ("releases", counts[RELEASES]),
+            ("buries", counts[BURIES]),
+            ("kicks", counts[KICKS]),
+        ]
+
+    def tube_stats(self, name: bytes):
+        """A tube's ``stats-tube`` pairs, or NOT_FOUND."""
+        t = self.tubes.get(name)
+        if t is None:
+            return NOT_FOUND
+        left = max(0, int(t.unpause_at - self._now())) if t.pause else 0
+        return [
+            ("name", t.name),
+            ("current-jobs-urgent", t.urgent_count),
+            ("current-jobs-ready", t.ready_count),
+            ("current-jobs-reserved", t.reserved_count),
+            ("current-jobs-delayed", t.delayed_count),
+            ("current-jobs-buried", len(t.buried)),
+            ("total-jobs", t.total_jobs),
+            ("current-using", t.using_count),
+            ("current-watching", t.watching_count),
+            ("current-waiting", len(t.waiting)),
+            ("cmd-delete", t.cmd_delete),
+            ("cmd-pause-tube", t.cmd_pause),
+            ("pause", t.pause),
+            ("pause-time-left", left),
+        ]
+
+    def server_stats(self) -> StatPairs:
+        """The server's ``stats`` pairs."""
+        now = self._now()
+        facts = self.facts
+        utime, stime = facts.rusage()
+        binlog = self._journal.stats()
+        items: List[Tuple[str, object]] = [
+            ("current-jobs-urgent", self.urgent_count),
+            ("current-jobs-ready", self.ready_count),
+            ("current-jobs-reserved", self.reserved_count),
+            ("current-jobs-delayed", self.delayed_count),
+            ("current-jobs-buried", self.buried_count),
+        ]
+        items += [("cmd-" + name, self.cmd_counts[name]) for name in COUNTED_COMMANDS]
+        items += [
+            ("job-timeouts", self.job_timeouts),
+            ("total-jobs", self.total_jobs),
+            ("max-job-size", self.max_job_size),
+            ("current-tubes", len(self.tube_list)),
+            ("current-connections", self.current_connections),
+            ("current-producers", self.producers),
+            ("current-workers", self.workers),
+            ("current-waiting", self.waiting_count),
+            ("total-connections", self.total_connections),
+            ("pid", facts.pid()),
+            ("version", facts.version),
+            ("rusage-utime", float(utime)),
+            ("rusage-stime", float(stime)),
+            ("uptime", int(now - facts.started_at)),
+            ("binlog-oldest-index", binlog["oldest"]),
+            ("binlog-current-index", binlog["current"]),
+            ("binlog-records-migrated", binlog["migrated"]),
+            ("binlog-records-written", binlog["written"]),
+            ("binlog-max-size", binlog["max_size"]),
+            ("draining", self.draining),
+            ("id", facts.instance_id),
+            ("hostname", facts.hostname),
+            ("os", facts.os),
+            ("platform", facts.platform),
+        ]
+        return items  # type: ignore[return-value]
+
+
+    # Listings for consoles.
+
+    def jobs_page(self, name: bytes, state: str, sort: str = "queue", offset: int = 0,
+                  limit: int = 50, descending: bool = False):
+        """``(total, jobs)``: one page of tube ``name``'s jobs in ``state``
+        sorted by ``sort`` (see ``Engine.jobs_page``), or NOT_FOUND.  Taking
+        order costs O((offset + limit) log); other orders scan the tube's jobs
+        in that state once."""
+        t = self.tubes.get(name)
+        if t is None:
+            return NOT_FOUND
+        if sort not in JOB_SORTS:
+            raise ValueError(f"unknown sort {sort!r}")
+        return listing.jobs_page(self, t, STATE_BY_NAME[state], sort, max(0, offset),
+                                 limit, descending)
+
+    def job_holder(self, job_id: int) -> Optional[Session]:
+        """The session that holds reserved job ``job_id``, or None."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state != RESERVED:
+            return None
+        for s in self.sessions:
+            if s.reserved.get(job_id) is job:
+                return s
+        return None
+
+    def search_bodies(self, name: bytes, needle: bytes, after_id: int, span: int):
+        """``(jobs, next_after)``: tube ``name``'s jobs with ids in
+        ``(after_id, after_id + span]`` whose body contains ``needle`` (see
+        ``Engine.search_bodies``), or NOT_FOUND.  O(span)."""
+        t = self.tubes.get(name)
+        if t is None:
+            return NOT_FOUND
+        return listing.search_bodies(self, t, needle, after_id, span)
+
+
+__all__ = ["Inspection"]
