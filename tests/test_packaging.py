@@ -57,6 +57,22 @@ def test_wheel_ships_plugin_without_twisted_init(tmp_path):
     assert "twisted_stalk/py.typed" in names
 
 
+def _user_env() -> dict:
+    """The environment of a user's shell: no source tree on the path."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_installed_twistd_finds_the_plugin(tmp_path):
+    """``twistd`` as installed (editable or not) lists ``beanstalk``, run from
+    outside the source tree: twistd finds plugins by scanning sys.path for
+    twisted/plugins/, which an import-hook editable install would hide."""
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    result = subprocess.run([twistd, "--help"], cwd=tmp_path, env=_user_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "beanstalk" in result.stdout and "A beanstalkd-compatible" in result.stdout
+
+
 def test_twistd_beanstalk_runs(tmp_path):
     from servers import free_port
     from wire import Wire
@@ -65,7 +81,7 @@ def test_twistd_beanstalk_runs(tmp_path):
 
     port = free_port()
     twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = _user_env()
     proc = subprocess.Popen([twistd, "-n", "--pidfile=", "--reactor=stalk-epoll", "beanstalk",
                              "--port", f"tcp:{port}:interface=127.0.0.1"],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
