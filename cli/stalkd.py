@@ -6,8 +6,9 @@ socket is bound before Twisted is imported, so connections are accepted (into
 the kernel's backlog) within a few milliseconds of launch; the reactor adopts
 the socket once it is loaded.
 
-Exit status follows beanstalkd: 5 for a bad flag, 111 when the address cannot
-be bound, 10 for a binlog directory that cannot be used, 0 after SIGTERM.
+Exit status follows beanstalkd: 5 for a bad flag, 111 when the address (or
+the ``--metrics`` endpoint) cannot be bound, 10 for a binlog directory that
+cannot be used, 0 after SIGTERM or SIGINT, from the moment the port is bound.
 """
 from __future__ import annotations
 
@@ -47,12 +48,17 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
  --shutdown-grace SECS  SIGTERM/SIGINT waits this long for workers still holding
                         jobs (default 0: exit at once, as beanstalkd does;
                         twistd beanstalk defaults to 10)
+ --tls-handshake-timeout SECS
+                        a TLS client that has not completed its handshake by
+                        then is disconnected (default 5; 0: no limit)
 """
 
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
 _LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                    "max-memory", "shutdown-grace"}
+                    "max-memory", "shutdown-grace", "tls-handshake-timeout"}
+#: beanstalkd's JOB_DATA_SIZE_LIMIT_MAX: a larger -z is capped with a warning.
+MAX_JOB_SIZE = 1073741824
 _LONG_FLAGS = {"extensions"}
 
 
@@ -166,30 +172,31 @@ def become_user(name: str) -> None:
         raise fail(f"cannot become user {name}: {e.strerror}", 1)
 
 
-def _exit_on_early_sigterm(signum, frame) -> None:
-    # SIGTERM before the reactor runs: nothing has been acknowledged yet.
-    raise SystemExit(0)
+def job_size_limit(opts: Dict[str, object]) -> int:
+    """``-z``, capped at 1 GiB with a warning as beanstalkd does."""
+    size = _int_option(opts, "z", 65535, 0, 2**63 - 1)
+    if size > MAX_JOB_SIZE:
+        sys.stderr.write(f"stalkd: maximum job size was set to {MAX_JOB_SIZE}\n")
+        size = MAX_JOB_SIZE
+    return size
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    import signal
-    signal.signal(signal.SIGTERM, _exit_on_early_sigterm)
+    from twisted_stalk_cli.boot import EarlySignals
+    early = EarlySignals().install()
     argv = sys.argv[1:] if argv is None else argv
     try:
         opts = parse_argv(argv)
         port = _int_option(opts, "p", 11300, 0, 65535)
-        max_job_size = _int_option(opts, "z", 65535, 0, 1073741824)
+        max_job_size = job_size_limit(opts)
         fsync_ms = _int_option(opts, "f", 50, 0, 2**31 - 1)
         binlog_size = _int_option(opts, "s", 10485760, 1, 2**31 - 1)
         for name in ("max-connections", "max-memory"):
             opts[name] = _int_option(opts, name, 0, 0, 2**63 - 1)
-        grace = opts.get("shutdown-grace")
-        try:
-            # Like beanstalkd, the drop-in exits at once unless asked to wait:
-            # test suites stop it between tests while workers hold jobs.
-            opts["shutdown-grace"] = 0.0 if grace is None else float(str(grace))
-        except ValueError:
-            raise UsageError(f"--shutdown-grace needs a number of seconds, got {grace!r}")
+        # Like beanstalkd, the drop-in exits at once unless asked to wait:
+        # test suites stop it between tests while workers hold jobs.
+        opts["shutdown-grace"] = _seconds(opts, "shutdown-grace", 0.0)
+        opts["tls-handshake-timeout"] = _seconds(opts, "tls-handshake-timeout", 5.0)
     except UsageError as e:
         sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
         return 5
@@ -208,31 +215,28 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise fail(f"cannot listen on {where}: {e.strerror or e}", 111)
     except UnicodeError:
         raise fail(f"bad listen address: {address}", 111)
-    if opts.get("u"):
-        become_user(str(opts["u"]))
-    return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size)
+    return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size, early)
+
+
+def _seconds(opts: Dict[str, object], name: str, default: float) -> float:
+    text = opts.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(str(text))
+    except ValueError:
+        raise UsageError(f"--{name} needs a number of seconds, got {text!r}")
+    if not value >= 0:
+        raise UsageError(f"--{name} must not be negative, got {text}")
+    return value
 
 
 def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
-           max_job_size: int, fsync_ms: int, binlog_size: int) -> int:
-    # Heavy imports only now that the socket is listening.
-    from twisted_stalk.server import reactor as lean
-    try:
-        lean.install()
-    except Exception:  # pragma: no cover - another reactor already installed
-        pass
-    from twisted.internet import reactor
-    from twisted.logger import globalLogBeginner, textFileLogObserver, LogLevel, FilteringLogObserver, LogLevelFilterPredicate
-
-    from twisted_stalk.server.tap import install_drain_signal, make_factory
-
-    verbosity = int(opts["V"])  # type: ignore[arg-type]
-    level = LogLevel.warn if verbosity == 0 else (LogLevel.info if verbosity == 1 else LogLevel.debug)
-    observer = FilteringLogObserver(textFileLogObserver(sys.stderr),
-                                    [LogLevelFilterPredicate(defaultLogLevel=level)])
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
-
-    config = {
+           max_job_size: int, fsync_ms: int, binlog_size: int, early) -> int:
+    """Everything after the bind, in the order daemons do it: import, read the
+    secrets, bind the other listeners, drop privileges (``-u``), open the
+    binlog as that user, serve."""
+    config: Dict[str, object] = {
         "max-job-size": max_job_size,
         "binlog-dir": opts.get("b"),
         "fsync-ms": fsync_ms,
@@ -240,48 +244,116 @@ def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
         "binlog-size": binlog_size,
     }
     for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                 "max-memory", "extensions", "shutdown-grace"):
+                 "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout"):
         config[name] = opts.get(name)
-    tls = None
-    if config["tls-cert"] or config["tls-key"] or config["tls-ca"]:
-        from twisted_stalk.server.ops import tls_options
-        from twisted_stalk.server.tls import TLSConfigError
+    tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
+
+    # Heavy imports only now that the socket is listening, and only those
+    # the flags need (see cli/boot.py).
+    from twisted_stalk_cli.boot import lean_imports
+    with lean_imports(tls=tls_wanted):
+        from twisted_stalk.server import reactor as lean
         try:
-            tls = tls_options(config)
+            lean.install()
+        except Exception:  # pragma: no cover - another reactor already installed
+            pass
+        from twisted.internet import reactor
+        from twisted.logger import (FilteringLogObserver, LogLevel, LogLevelFilterPredicate,
+                                    globalLogBeginner, textFileLogObserver)
+
+        from twisted_stalk.server import ops
+        if config["binlog-dir"]:
+            import twisted_stalk.binlog  # noqa: F401  (imported before -u drops privileges)
+        if config["metrics"]:
+            from twisted_stalk.server import metrics  # noqa: F401
+            from twisted_stalk.server.listening import ListenError, listen_now
+
+    verbosity = int(opts["V"])  # type: ignore[arg-type]
+    level = LogLevel.warn if verbosity == 0 else (LogLevel.info if verbosity == 1 else LogLevel.debug)
+    observer = FilteringLogObserver(textFileLogObserver(sys.stderr),
+                                    [LogLevelFilterPredicate(defaultLogLevel=level)])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+    tls = None
+    if tls_wanted:  # read the certificate and key while still privileged
+        import twisted.protocols.tls  # noqa: F401  (wrap_factory's, before -u)
+        from twisted_stalk.server.tls import TLSConfigError, wrap_factory
+        try:
+            tls = ops.tls_options(config)
         except TLSConfigError as e:
             raise fail(str(e), 1)
+    site = None
+    if config["metrics"]:
+        site = ops.metrics_site()  # served once the queue exists, before the reactor runs
+        try:
+            listen_now(reactor, str(config["metrics"]), site, "--metrics")
+        except ListenError as e:
+            raise fail(str(e), 111)
+    if opts.get("u"):
+        become_user(str(opts["u"]))
     try:
-        factory = make_factory(config, reactor)
+        factory = ops.make_factory(config, reactor)
     except Exception as e:  # a binlog directory that cannot be used
         raise fail(str(e) or e.__class__.__name__, 10)
+    if early.drain_requested:
+        ops.enter_drain(factory)
+    ops.install_drain_signal(factory)
     factory.doStart()
     listening = factory
     if tls is not None:
-        from twisted_stalk.server.tls import wrap_factory
-        listening = wrap_factory(factory, tls)
+        listening = wrap_factory(factory, tls, float(config["tls-handshake-timeout"]), reactor)
     port = reactor.adoptStreamPort(sock.fileno(), family, listening)
+    limit = factory.connection_limit
+    if limit is not None:
+        limit.watch(port)
+    accept_backlog(sock, reactor, listening,
+                   limit.maximum - len(factory.connections) if limit is not None else 1 << 30)
     sock.close()
-    install_drain_signal(factory)
-    from twisted_stalk.server.ops import (install_signals_when_running, make_shutdown,
-                                          metrics_site)
-    shutdown = make_shutdown(factory, reactor, port.stopListening, config)
-    install_signals_when_running(reactor, shutdown)
-    status = [0]
-    if config["metrics"]:
-        from twisted.internet.endpoints import serverFromString
-
-        def metrics_failed(failure) -> None:
-            sys.stderr.write(f"stalkd: cannot serve --metrics: {failure.getErrorMessage()}\n")
-            status[0] = 111
-            reactor.stop()
-        try:
-            endpoint = serverFromString(reactor, str(config["metrics"]))
-        except Exception as e:  # a malformed endpoint string
-            raise fail(f"--metrics {config['metrics']}: {e}", 111)
-        endpoint.listen(metrics_site(factory, shutdown, lambda: port.connected)
-                        ).addErrback(metrics_failed)
+    shutdown = ops.make_shutdown(factory, reactor, port.stopListening, config)
+    ops.install_signals_when_running(reactor, shutdown)
+    if site is not None:
+        site.attach(factory, shutdown, lambda: port.connected)
     reactor.run()
-    return status[0]
+    return 0
+
+
+def accept_backlog(sock: socket.socket, reactor, factory, room: int) -> int:
+    """Adopt up to ``room`` connections the kernel queued while Twisted was
+    loading; returns how many.  A connection whose client has already gone (a
+    readiness probe that connected and closed) is closed here, never counted
+    as open, as a server running from the start would have done; it still
+    counts in total-connections (``queue.total_connections``), as there."""
+    adopted = 0
+    while adopted < room:
+        try:
+            conn, _ = sock.accept()
+        except OSError:  # EAGAIN: none left; anything else: the reactor's accept deals with it
+            break
+        try:
+            conn.setblocking(False)
+            if _peer_gone(conn):
+                factory_of(factory).queue.total_connections += 1
+                continue
+            reactor.adoptStreamConnection(conn.fileno(), conn.family, factory)
+            adopted += 1
+        finally:
+            conn.close()  # the reactor holds its own duplicate
+    return adopted
+
+
+def factory_of(listening):
+    """The beanstalk factory behind ``listening`` (itself, or what TLS wraps)."""
+    return getattr(listening, "wrappedFactory", listening)
+
+
+def _peer_gone(conn: socket.socket) -> bool:
+    """True when the peer has closed (EOF with nothing to read) or reset."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 if __name__ == "__main__":

@@ -290,42 +290,94 @@ class _Root(Resource):
         return b"twisted-stalk: /metrics /healthz /readyz\n"
 
 
+#: Connections the metrics listener serves at once; more are closed at once.
+MAX_CONNECTIONS = 16
+#: Seconds an idle (keep-alive) metrics connection is kept (twisted.web's default: 12 hours).
+IDLE_TIMEOUT = 30.0
+
+
 class QuietSite(Site):
-    """A Site that writes no access log line per scrape."""
+    """A Site that writes no access log line per scrape, holds at most
+    ``max_connections`` connections (a connection over that is closed at once
+    and counted in ``refused``) and closes connections idle for ``timeout``
+    seconds."""
 
     displayTracebacks = False
+
+    def __init__(self, resource, max_connections: int = MAX_CONNECTIONS,
+                 timeout: float = IDLE_TIMEOUT, reactor=None) -> None:
+        kwargs = {"reactor": reactor} if reactor is not None else {}
+        super().__init__(resource, timeout=timeout, **kwargs)
+        self.max_connections = max_connections
+        self.open_connections = 0
+        self.refused = 0
+
+    def buildProtocol(self, addr):
+        if self.open_connections >= self.max_connections:
+            self.refused += 1
+            return None  # the port closes the socket at once
+        channel = super().buildProtocol(addr)
+        self.open_connections += 1
+        lost = channel.connectionLost
+
+        def connection_lost(reason) -> None:
+            self.open_connections -= 1
+            lost(reason)
+        channel.connectionLost = connection_lost
+        return channel
 
     def log(self, request) -> None:
         pass
 
 
-def make_site(factory, shutdown=None, listening: Optional[Callable[[], bool]] = None) -> Site:
-    """The HTTP site for ``--metrics``: /metrics, /healthz, /readyz."""
-    collector = Collector(factory, shutdown)
-    readiness = Readiness(factory, shutdown, listening)
-    plain = b"text/plain; charset=utf-8"
+class MetricsSite(QuietSite):
+    """The ``--metrics`` site.  It can listen before the server it reports on
+    exists (``stalkd`` binds every listener before dropping privileges and
+    opening the binlog); :meth:`attach` gives it the server before the reactor
+    runs, so no request arrives before it."""
 
-    def metrics():
-        return 200, CONTENT_TYPE, collector.render().encode("utf-8")
+    collector: Optional["Collector"] = None
+    readiness: Optional["Readiness"] = None
 
-    def healthz():
-        return 200, plain, b"ok\n"
+    def __init__(self, **kwargs) -> None:
+        root = _Root()
+        super().__init__(root, **kwargs)
+        self.root = root
 
-    def readyz():
-        problems = readiness.problems()
-        if problems:
-            return 503, plain, ("".join(p + "\n" for p in problems)).encode("utf-8")
-        return 200, plain, b"ready\n"
+    def attach(self, factory, shutdown=None, listening: Optional[Callable[[], bool]] = None
+               ) -> "MetricsSite":
+        collector = self.collector = Collector(factory, shutdown)
+        readiness = self.readiness = Readiness(factory, shutdown, listening)
+        plain = b"text/plain; charset=utf-8"
 
-    root = _Root()
-    root.putChild(b"metrics", _Text(metrics))
-    root.putChild(b"healthz", _Text(healthz))
-    root.putChild(b"readyz", _Text(readyz))
-    site = QuietSite(root)
-    site.collector = collector  # type: ignore[attr-defined]
-    site.readiness = readiness  # type: ignore[attr-defined]
+        def metrics():
+            return 200, CONTENT_TYPE, collector.render().encode("utf-8")
+
+        def healthz():
+            return 200, plain, b"ok\n"
+
+        def readyz():
+            problems = readiness.problems()
+            if problems:
+                return 503, plain, ("".join(p + "\n" for p in problems)).encode("utf-8")
+            return 200, plain, b"ready\n"
+
+        self.root.putChild(b"metrics", _Text(metrics))
+        self.root.putChild(b"healthz", _Text(healthz))
+        self.root.putChild(b"readyz", _Text(readyz))
+        return self
+
+
+def make_site(factory=None, shutdown=None, listening: Optional[Callable[[], bool]] = None,
+              **kwargs) -> MetricsSite:
+    """The HTTP site for ``--metrics``: /metrics, /healthz, /readyz (attached
+    to ``factory`` now, or later with :meth:`MetricsSite.attach`)."""
+    site = MetricsSite(**kwargs)
+    if factory is not None:
+        site.attach(factory, shutdown, listening)
     return site
 
 
-__all__ = ["CONTENT_TYPE", "Collector", "QuietSite", "Readiness", "STATS_METRICS",
+__all__ = ["CONTENT_TYPE", "Collector", "IDLE_TIMEOUT", "MAX_CONNECTIONS", "MetricsSite",
+           "QuietSite", "Readiness", "STATS_METRICS",
            "TUBE_METRICS", "binlog_problem", "make_site", "parse_stats"]

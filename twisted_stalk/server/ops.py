@@ -8,9 +8,14 @@ Both read the same configuration keys (``twistd`` option names):
 ``metrics``          endpoint string for the HTTP metrics/health site, or None
 ``tls-cert``, ``tls-key``, ``tls-ca``   PEM files (see :mod:`.tls`)
 ``shutdown-grace``   seconds a graceful shutdown waits for busy connections
+``tls-handshake-timeout``  seconds a TLS client has to finish its handshake
+
+It imports nothing of ``twisted.application``: ``stalkd`` builds its server
+from here without the twistd machinery (see docs/operations.md, "Startup time").
 """
 from __future__ import annotations
 
+import signal
 from typing import Any, Callable, Optional
 
 from twisted.logger import Logger
@@ -19,6 +24,41 @@ from . import admin, limits
 from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
 
 log = Logger(namespace="twisted_stalk.ops")
+
+
+def make_factory(config, reactor):
+    """The server factory for ``config``: binlog replayed, limits and extensions on."""
+    from .factory import BeanstalkServerFactory
+    journal = None
+    if config.get("binlog-dir"):
+        try:
+            from ..binlog import open_journal  # type: ignore[attr-defined]
+        except ImportError:
+            raise RuntimeError("-b/--binlog-dir: binlog persistence is not available in this build")
+        journal = open_journal(config, reactor)
+    factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
+                                     journal=journal)
+    configure(factory, config, reactor)  # limits, --max-memory, --extensions
+    if journal is not None:
+        # Replay the binlog into the queue, then arm the timer for the
+        # restored delayed jobs.
+        journal.attach(factory.queue)
+        factory.rearm()
+    return factory
+
+
+def enter_drain(factory) -> None:
+    """Drain mode (SIGUSR1): put answers DRAINING.  The one place that sets it."""
+    factory.queue.draining = True
+
+
+def install_drain_signal(factory) -> None:
+    """SIGUSR1 puts the server in drain mode."""
+    def drain(signum, frame) -> None:
+        enter_drain(factory)
+        log.info("SIGUSR1: entering drain mode")
+
+    signal.signal(signal.SIGUSR1, drain)
 
 
 def configure(factory, config, clock) -> None:
@@ -66,8 +106,9 @@ def make_shutdown(factory, clock, stop_listening: Callable[[], Any], config) -> 
                             grace=DEFAULT_GRACE if grace is None else float(grace))
 
 
-def metrics_site(factory, shutdown: Optional[GracefulShutdown] = None,
+def metrics_site(factory=None, shutdown: Optional[GracefulShutdown] = None,
                  listening: Optional[Callable[[], bool]] = None):
+    """The ``--metrics`` site (attached to ``factory`` now, or later: ``site.attach``)."""
     from .metrics import make_site
     return make_site(factory, shutdown, listening)
 
@@ -77,5 +118,5 @@ def install_signals_when_running(reactor, shutdown: GracefulShutdown) -> None:
     reactor.callWhenRunning(install_signal_handlers, reactor, shutdown)
 
 
-__all__ = ["configure", "install_signals_when_running", "make_shutdown", "metrics_site",
-           "tls_options"]
+__all__ = ["configure", "enter_drain", "install_drain_signal", "install_signals_when_running",
+           "make_factory", "make_shutdown", "metrics_site", "tls_options"]

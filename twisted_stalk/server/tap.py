@@ -2,22 +2,24 @@
 
 ``makeService`` builds one :class:`BeanstalkServerFactory` and one listening
 service per endpoint string (tcp, tcp6, unix, ssl, systemd: anything
-``serverFromString`` knows).
+``serverFromString`` knows).  Every listener binds in
+``privilegedStartService``; one that cannot bind ends twistd with one line
+naming it and status 1 (:class:`~.listening.ListenerService`).
 """
 from __future__ import annotations
 
-import signal
 from typing import List
 
-from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
 from twisted.internet import defer
-from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
 
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT
 from .factory import BeanstalkServerFactory
+from .listening import ListenerService
+from .ops import install_drain_signal, make_factory
+from .tls import DEFAULT_HANDSHAKE_TIMEOUT
 
 log = Logger()
 
@@ -49,6 +51,9 @@ class Options(usage.Options):
          "certificate they signed (mutual TLS)."],
         ["shutdown-grace", None, 10.0, "Seconds SIGTERM/SIGINT waits for busy connections.",
          float],
+        ["tls-handshake-timeout", None, DEFAULT_HANDSHAKE_TIMEOUT,
+         "Seconds a --tls-listen client has to finish its TLS handshake (0: no limit).",
+         float],
     ]
     optFlags = [
         ["no-fsync", "F", "Never fsync the binlog."],
@@ -77,7 +82,8 @@ class Options(usage.Options):
         endpoints: List[str] = list(self["listen"])
         if self["port"]:
             endpoints.append(endpoint_for_port(self["port"]))
-        for name in ("max-connections", "max-memory", "shutdown-grace"):
+        for name in ("max-connections", "max-memory", "shutdown-grace",
+                     "tls-handshake-timeout"):
             if self[name] < 0:
                 raise usage.UsageError(f"--{name} must not be negative")
         if bool(self["tls-listen"]) != bool(self["tls-cert"]):
@@ -89,15 +95,6 @@ class Options(usage.Options):
             except TLSConfigError as e:
                 raise usage.UsageError(str(e))
         self["endpoints"] = endpoints or ([] if self["tls-listen"] else ["tcp:11300"])
-
-
-def install_drain_signal(factory: BeanstalkServerFactory) -> None:
-    """SIGUSR1 puts the server in drain mode: put answers DRAINING."""
-    def drain(signum, frame) -> None:
-        factory.queue.draining = True
-        log.info("SIGUSR1: entering drain mode")
-
-    signal.signal(signal.SIGUSR1, drain)
 
 
 class BeanstalkService(MultiService):
@@ -123,26 +120,6 @@ class BeanstalkService(MultiService):
         return self.shutdown.start().addCallback(lambda _: super(BeanstalkService, self).stopService())
 
 
-def make_factory(config, reactor) -> BeanstalkServerFactory:
-    journal = None
-    if config.get("binlog-dir"):
-        try:
-            from ..binlog import open_journal  # type: ignore[attr-defined]
-        except ImportError:
-            raise RuntimeError("-b/--binlog-dir: binlog persistence is not available in this build")
-        journal = open_journal(config, reactor)
-    factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
-                                     journal=journal)
-    from .ops import configure
-    configure(factory, config, reactor)  # limits, --max-memory, --extensions
-    if journal is not None:
-        # Replay the binlog into the queue, then arm the timer for the
-        # restored delayed jobs.
-        journal.attach(factory.queue)
-        factory.rearm()
-    return factory
-
-
 def makeService(config, reactor=None) -> MultiService:
     """Build the beanstalk service from parsed :class:`Options`."""
     if reactor is None:
@@ -150,16 +127,20 @@ def makeService(config, reactor=None) -> MultiService:
         reactor = default_reactor
     factory = make_factory(config, reactor)
     service = BeanstalkService(factory)
+    limit = factory.connection_limit
+    watch = limit.watch if limit is not None else None
     for description in config["endpoints"]:
-        endpoint = serverFromString(reactor, description)
-        StreamServerEndpointService(endpoint, factory).setServiceParent(service)
+        ListenerService(description, factory, "--listen", reactor, watch
+                        ).setServiceParent(service)
     if config.get("tls-listen"):
         from .ops import tls_options
         from .tls import wrap_factory
-        tls_factory = wrap_factory(factory, tls_options(config))
+        tls_factory = wrap_factory(factory, tls_options(config),
+                                   config.get("tls-handshake-timeout", DEFAULT_HANDSHAKE_TIMEOUT),
+                                   reactor)
         for description in config["tls-listen"]:
-            endpoint = serverFromString(reactor, description)
-            StreamServerEndpointService(endpoint, tls_factory).setServiceParent(service)
+            ListenerService(description, tls_factory, "--tls-listen", reactor, watch
+                            ).setServiceParent(service)
     from .ops import make_shutdown, metrics_site
     listening = list(service)
     service.shutdown = make_shutdown(
@@ -167,6 +148,5 @@ def makeService(config, reactor=None) -> MultiService:
         config)
     if config.get("metrics"):
         site = metrics_site(factory, service.shutdown)
-        StreamServerEndpointService(serverFromString(reactor, config["metrics"]),
-                                    site).setServiceParent(service)
+        ListenerService(config["metrics"], site, "--metrics", reactor).setServiceParent(service)
     return service

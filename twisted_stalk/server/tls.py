@@ -90,11 +90,30 @@ def server_options(cert: str, key: Optional[str] = None, ca: Optional[str] = Non
         raise TLSConfigError(f"cannot use certificate {cert}: {e}")
 
 
-def wrap_factory(factory, options):
-    """``factory`` behind TLS: listen with the result on any stream endpoint."""
+#: Seconds a TLS client has to complete its handshake (``--tls-handshake-timeout``).
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0
+
+
+def wrap_factory(factory, options, handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+                 clock=None):
+    """``factory`` behind TLS: listen with the result on any stream endpoint.
+
+    A client that has not completed its handshake ``handshake_timeout``
+    seconds after connecting is disconnected (0: no deadline), so sockets that
+    never start TLS cannot hold connection slots.  A connection ``factory``
+    refuses (its ``buildProtocol`` returns None, at the connection limit) is
+    refused here too: the port closes it before any handshake.
+    """
     from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 
+    if clock is None:
+        clock = getattr(factory, "reactor", None)
+        if clock is None:
+            from twisted.internet import reactor as clock
+
     class NoDelayTLSProtocol(TLSMemoryBIOProtocol):
+        _handshake_deadline = None
+
         def makeConnection(self, transport) -> None:
             # Replies are small and latency matters, as on plain TCP.
             set_no_delay = getattr(transport, "setTcpNoDelay", None)
@@ -103,9 +122,30 @@ def wrap_factory(factory, options):
                     set_no_delay(True)
                 except OSError:  # a unix socket
                     pass
+            if handshake_timeout > 0:
+                self._handshake_deadline = clock.callLater(handshake_timeout,
+                                                           self._handshake_overdue)
             TLSMemoryBIOProtocol.makeConnection(self, transport)
 
-    wrapped = TLSMemoryBIOFactory(options, False, factory)
+        def _handshake_overdue(self) -> None:
+            self._handshake_deadline = None
+            if not self._handshakeDone:
+                self.transport.abortConnection()
+
+        def connectionLost(self, reason) -> None:
+            deadline, self._handshake_deadline = self._handshake_deadline, None
+            if deadline is not None and deadline.active():
+                deadline.cancel()
+            TLSMemoryBIOProtocol.connectionLost(self, reason)
+
+    class LimitedTLSFactory(TLSMemoryBIOFactory):
+        def buildProtocol(self, addr):
+            inner = self.wrappedFactory.buildProtocol(addr)
+            if inner is None:
+                return None
+            return self.protocol(self, inner)
+
+    wrapped = LimitedTLSFactory(options, False, factory)
     wrapped.protocol = NoDelayTLSProtocol
     return wrapped
 
