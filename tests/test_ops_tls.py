@@ -185,3 +185,45 @@ def test_twistd_ssl_endpoint_mutual_tls_metrics_and_sigterm(tmp_path, pki):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_peers_that_never_start_tls_lose_their_slot(tmp_path, pki):
+    """Five TCP peers that never send a ClientHello hold all five places of
+    --max-connections 5 only until the handshake deadline; then a client with
+    a valid certificate is served."""
+    server = start_stalkd(tmp_path, "--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
+                          "--tls-ca", pki.ca, "--max-connections", "5",
+                          "--tls-handshake-timeout", "0.5")
+    idle = []
+    try:
+        time.sleep(0.1)  # start_stalkd's probe (a plain connect) is dropped at its deadline
+        idle = [socket.create_connection(server.address, timeout=5) for _ in range(5)]
+        started = time.monotonic()
+        for s in idle:  # each is cut (reset) at its deadline
+            s.settimeout(5)
+            try:
+                assert s.recv(10) == b""
+            except ConnectionResetError:
+                pass
+        assert time.monotonic() - started < 3
+        s = tls_socket(server.address, client_context(pki, pki.client_cert, pki.client_key))
+        s.sendall(b"list-tube-used\r\n")
+        assert s.recv(100) == b"USING default\r\n"
+        s.close()
+    finally:
+        for s in idle:
+            s.close()
+        assert server.stop() == 0
+
+
+def test_handshake_deadline_spares_finished_handshakes(tmp_path, pki):
+    server = start_stalkd(tmp_path, "--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
+                          "--tls-handshake-timeout", "0.3")
+    try:
+        s = tls_socket(server.address, client_context(pki))
+        time.sleep(0.6)
+        s.sendall(b"list-tube-used\r\n")
+        assert s.recv(100) == b"USING default\r\n"
+        s.close()
+    finally:
+        assert server.stop() == 0
