@@ -268,7 +268,7 @@ def test_rotation_and_stats(tmp_path, clock):
     assert len(binlog_files(tmp_path)) == st["current"]
     first = srv.queue.jobs[1]
     assert first.binlog_file == 1
-    assert b"file: 1\n" in srv.queue.stats_job(1)
+    assert ("file", 1) in srv.queue.stats_job(1)
     # closed files are cut to their used size; each stays within -s
     for name in binlog_files(tmp_path)[:-1]:
         assert os.path.getsize(tmp_path / name) <= 4096

@@ -16,7 +16,7 @@ from twisted_stalk.core import (
     TIMED_OUT,
     WorkQueue,
 )
-from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
+from twisted_stalk.protocol.yaml import parse_mapping, render_mapping
 
 
 class FakeClock:
@@ -101,7 +101,7 @@ def test_ttr_expiry_returns_job_and_counts_timeout(q, clock):
     assert job.state == RESERVED
     advance(q, clock, 0.02)
     assert job.state == READY and q.job_timeouts == 1
-    stats = parse_mapping(q.stats_job(job.id))
+    stats = parse_mapping(render_mapping(q.stats_job(job.id)))
     assert stats["timeouts"] == 1 and stats["reserves"] == 1
 
 
@@ -194,7 +194,7 @@ def test_pause_tube_holds_reserves_until_pause_ends(q, clock):
     assert events == []
     advance(q, clock, 0.2)
     assert events == [("RESERVED", job.id)]
-    assert parse_mapping(q.stats_tube(b"default"))["pause"] == 0
+    assert parse_mapping(render_mapping(q.stats_tube(b"default")))["pause"] == 0
 
 
 def test_release_bury_kick(q, clock):
@@ -212,7 +212,7 @@ def test_release_bury_kick(q, clock):
     assert q.kick(s, 10) == 1 and job.state == READY and other.state == DELAYED
     assert q.kick_job(other.id) and other.state == READY
     assert not q.kick_job(other.id)
-    counts = parse_mapping(q.stats_job(job.id))
+    counts = parse_mapping(render_mapping(q.stats_job(job.id)))
     assert (counts["releases"], counts["buries"], counts["kicks"], counts["pri"]) == (1, 1, 2, 9)
 
 
@@ -239,15 +239,15 @@ def test_tubes_created_on_use_and_dropped_when_unused(q):
     s, _ = session(q)
     q.use(s, b"t1")
     q.watch(s, b"t2")
-    assert parse_sequence(q.list_tubes()) == ["default", "t1", "t2"]
+    assert q.list_tubes() == [b"default", b"t1", b"t2"]
     job = put(q, s)
     q.use(s, b"default")
     assert b"t1" in q.tubes  # holds a job
     q.delete(s, job.id)
     # beanstalkd removes by swapping the last tube into the hole
-    assert parse_sequence(q.list_tubes()) == ["default", "t2"]
+    assert q.list_tubes() == [b"default", b"t2"]
     assert q.ignore(s, b"t2") == 1
-    assert parse_sequence(q.list_tubes()) == ["default"]
+    assert q.list_tubes() == [b"default"]
     assert q.ignore(s, b"default") is None  # NOT_IGNORED
 
 
@@ -297,12 +297,12 @@ def test_million_delayed_jobs_keep_put_reserve_cheap(q, clock):
 def test_stats_shape(q):
     s, _ = session(q)
     put(q, s, pri=5)
-    body = q.stats()
+    body = render_mapping(q.stats())
     assert body.startswith(b"---\ncurrent-jobs-urgent: 1\ncurrent-jobs-ready: 1\n")
     keys = [line.split(b":")[0] for line in body.splitlines()[1:]]
     assert keys[-5:] == [b"draining", b"id", b"hostname", b"os", b"platform"]
     assert b'\nversion: "' in body and b'\nhostname: "' in body
-    tube = q.stats_tube(b"default")
+    tube = render_mapping(q.stats_tube(b"default"))
     assert tube.startswith(b'---\nname: "default"\ncurrent-jobs-urgent: 1\n')
 
 

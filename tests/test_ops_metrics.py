@@ -13,8 +13,7 @@ from test_ops_helpers import http_get, start_stalkd, stats_of, wait_http
 from servers import free_port
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import admin, limits
-from twisted_stalk.server.metrics import (INFO_KEYS, STATS_METRICS, Collector, Readiness,
-                                          parse_stats)
+from twisted_stalk.server.metrics import INFO_KEYS, STATS_METRICS, Collector, Readiness
 from wire import Wire
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -155,7 +154,7 @@ def test_binlog_figures_and_readiness(tmp_path):
 
 def test_every_stats_field_has_a_metric():
     factory = BeanstalkServerFactory(Clock())
-    keys = parse_stats(factory.queue.stats())
+    keys = dict(factory.queue.stats())
     unmapped = [k for k in keys
                 if not k.startswith("cmd-") and k not in INFO_KEYS and k not in STATS_METRICS]
     assert unmapped == []

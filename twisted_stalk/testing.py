@@ -35,7 +35,7 @@ from zope.interface import implementer
 
 from .client import BeanstalkClient, BeanstalkClientFactory, BeanstalkProtocol
 from .protocol.constants import DEFAULT_MAX_JOB_SIZE
-from .protocol.yaml import StatValue, parse_mapping, parse_sequence
+from .protocol.yaml import StatValue, as_dict
 from .server import BeanstalkServerFactory
 
 __all__ = ["MemoryBeanstalk", "MemoryEndpoint"]
@@ -176,21 +176,21 @@ class MemoryBeanstalk:
 
     def stats(self) -> Dict[str, StatValue]:
         """The server's ``stats``, read directly from the queue."""
-        return parse_mapping(self.factory.queue.stats())
+        return as_dict(self.factory.queue.stats())
 
     def stats_tube(self, name: str) -> Dict[str, StatValue]:
         """A tube's ``stats-tube`` (empty if there is no such tube)."""
-        body = self.factory.queue.stats_tube(name.encode("ascii"))
-        return parse_mapping(body) if body is not None else {}
+        pairs = self.factory.queue.stats_tube(name.encode("ascii"))
+        return as_dict(pairs) if pairs is not None else {}
 
     def stats_job(self, job_id: int) -> Dict[str, StatValue]:
         """A job's ``stats-job`` (empty if there is no such job)."""
-        body = self.factory.queue.stats_job(job_id)
-        return parse_mapping(body) if body is not None else {}
+        pairs = self.factory.queue.stats_job(job_id)
+        return as_dict(pairs) if pairs is not None else {}
 
     def tubes(self) -> List[str]:
         """Existing tubes."""
-        return parse_sequence(self.factory.queue.list_tubes())
+        return [name.decode("ascii") for name in self.factory.queue.list_tubes()]
 
     def close(self) -> None:
         """Close every client made by :meth:`client` and flush."""

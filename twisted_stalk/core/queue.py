@@ -14,11 +14,9 @@ happens when stale entries outnumber live ones (amortised O(1)).
 from __future__ import annotations
 
 import heapq
-import os
-import resource
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple
 
-from ..protocol import yaml
+from ..protocol.yaml import StatPairs
 from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.constants import (
     DEFAULT_MAX_JOB_SIZE,
@@ -49,6 +47,7 @@ from .journal import (
     JournalError,
     NullJournal,
 )
+from .facts import Facts
 from .session import Session, SessionListener
 from .tube import Tube
 
@@ -59,28 +58,6 @@ heappop = heapq.heappop
 #: Sentinel results of :meth:`WorkQueue.reserve`.
 TIMED_OUT = "TIMED_OUT"
 DEADLINE_SOON = "DEADLINE_SOON"
-
-class ProcessFacts:
-    """The stats fields that describe the process rather than the queue."""
-
-    def __init__(self, version: str, started_at: float) -> None:
-        self.version = version
-        self.started_at = started_at
-        self.instance_id = os.urandom(8).hex()
-        uname = os.uname()
-        self.hostname = uname.nodename
-        self.os = uname.version
-        self.platform = uname.machine
-
-    def rusage(self) -> Tuple[float, float]:
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        return ru.ru_utime, ru.ru_stime
-
-
-def _seconds(value: float) -> bytes:
-    whole = int(value)
-    return b"%d.%06d" % (whole, int(round((value - whole) * 1e6)) % 1000000)
-
 
 class WorkQueue:
     """All tubes and jobs of one server, and the rules that move jobs between states."""
@@ -102,14 +79,14 @@ class WorkQueue:
     )
 
     def __init__(self, clock, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
-                 journal=None, facts: Optional[ProcessFacts] = None) -> None:
+                 journal=None, facts: Optional[Facts] = None) -> None:
         self.clock = clock
         #: ``clock.seconds``, looked up once: a reactor's is a builtin stored
         #: on its class, which CPython cannot cache at the call site.
         self._now = clock.seconds
         self.max_job_size = max_job_size
         self.journal = journal if journal is not None else NullJournal()
-        self.facts = facts or ProcessFacts("0", clock.seconds())
+        self.facts = facts or Facts(clock.seconds())
         self.jobs: Dict[int, Job] = {}
         self.next_id = 1
         self.tubes: Dict[bytes, Tube] = {}
@@ -954,7 +931,7 @@ class WorkQueue:
 
     # ----------------------------------------------------------------- stats
 
-    def stats_job(self, job_id: int) -> Optional[bytes]:
+    def stats_job(self, job_id: int) -> Optional[StatPairs]:
         job = self.jobs.get(job_id)
         if job is None:
             return None
@@ -964,94 +941,92 @@ class WorkQueue:
         else:
             time_left = 0
         counts = job.counts or (0, 0, 0, 0, 0)
-        return yaml.mapping((
-            (b"id", b"%d" % job.id),
-            (b"tube", yaml.quoted(job.tube.name)),
-            (b"state", STATE_NAMES[job.state]),
-            (b"pri", b"%d" % job.pri),
-            (b"age", b"%d" % int(now - job.created_at)),
-            (b"delay", b"%d" % job.delay),
-            (b"ttr", b"%d" % job.ttr),
-            (b"time-left", b"%d" % time_left),
-            (b"file", b"%d" % job.binlog_file),
-            (b"reserves", b"%d" % counts[RESERVES]),
-            (b"timeouts", b"%d" % counts[TIMEOUTS]),
-            (b"releases", b"%d" % counts[RELEASES]),
-            (b"buries", b"%d" % counts[BURIES]),
-            (b"kicks", b"%d" % counts[KICKS]),
-        ))
+        return [
+            ("id", job.id),
+            ("tube", job.tube.name),
+            ("state", STATE_NAMES[job.state]),
+            ("pri", job.pri),
+            ("age", int(now - job.created_at)),
+            ("delay", job.delay),
+            ("ttr", job.ttr),
+            ("time-left", time_left),
+            ("file", job.binlog_file),
+            ("reserves", counts[RESERVES]),
+            ("timeouts", counts[TIMEOUTS]),
+            ("releases", counts[RELEASES]),
+            ("buries", counts[BURIES]),
+            ("kicks", counts[KICKS]),
+        ]
 
-    def stats_tube(self, name: bytes) -> Optional[bytes]:
+    def stats_tube(self, name: bytes) -> Optional[StatPairs]:
         t = self.tubes.get(name)
         if t is None:
             return None
         now = self._now()
         left = max(0, int(t.unpause_at - now)) if t.pause else 0
-        return yaml.mapping((
-            (b"name", yaml.quoted(t.name)),
-            (b"current-jobs-urgent", b"%d" % t.urgent_count),
-            (b"current-jobs-ready", b"%d" % t.ready_count),
-            (b"current-jobs-reserved", b"%d" % t.reserved_count),
-            (b"current-jobs-delayed", b"%d" % t.delayed_count),
-            (b"current-jobs-buried", b"%d" % len(t.buried)),
-            (b"total-jobs", b"%d" % t.total_jobs),
-            (b"current-using", b"%d" % t.using_count),
-            (b"current-watching", b"%d" % t.watching_count),
-            (b"current-waiting", b"%d" % len(t.waiting)),
-            (b"cmd-delete", b"%d" % t.cmd_delete),
-            (b"cmd-pause-tube", b"%d" % t.cmd_pause),
-            (b"pause", b"%d" % t.pause),
-            (b"pause-time-left", b"%d" % left),
-        ))
+        return [
+            ("name", t.name),
+            ("current-jobs-urgent", t.urgent_count),
+            ("current-jobs-ready", t.ready_count),
+            ("current-jobs-reserved", t.reserved_count),
+            ("current-jobs-delayed", t.delayed_count),
+            ("current-jobs-buried", len(t.buried)),
+            ("total-jobs", t.total_jobs),
+            ("current-using", t.using_count),
+            ("current-watching", t.watching_count),
+            ("current-waiting", len(t.waiting)),
+            ("cmd-delete", t.cmd_delete),
+            ("cmd-pause-tube", t.cmd_pause),
+            ("pause", t.pause),
+            ("pause-time-left", left),
+        ]
 
-    def stats(self) -> bytes:
+    def stats(self) -> StatPairs:
         now = self._now()
         facts = self.facts
         utime, stime = facts.rusage()
         binlog = self.journal.stats()
-        items: List[Tuple[bytes, Union[int, bytes]]] = [
-            (b"current-jobs-urgent", self.urgent_count),
-            (b"current-jobs-ready", self.ready_count),
-            (b"current-jobs-reserved", self.reserved_count),
-            (b"current-jobs-delayed", self.delayed_count),
-            (b"current-jobs-buried", self.buried_count),
+        items: List[Tuple[str, object]] = [
+            ("current-jobs-urgent", self.urgent_count),
+            ("current-jobs-ready", self.ready_count),
+            ("current-jobs-reserved", self.reserved_count),
+            ("current-jobs-delayed", self.delayed_count),
+            ("current-jobs-buried", self.buried_count),
         ]
-        items += [(b"cmd-" + name.encode(), self.cmd_counts[name])
-                  for name in COUNTED_COMMANDS]
+        items += [("cmd-" + name, self.cmd_counts[name]) for name in COUNTED_COMMANDS]
         items += [
-            (b"job-timeouts", self.job_timeouts),
-            (b"total-jobs", self.total_jobs),
-            (b"max-job-size", self.max_job_size),
-            (b"current-tubes", len(self.tube_list)),
-            (b"current-connections", self.current_connections),
-            (b"current-producers", self.producers),
-            (b"current-workers", self.workers),
-            (b"current-waiting", self.waiting_count),
-            (b"total-connections", self.total_connections),
-            (b"pid", os.getpid()),
-            (b"version", yaml.quoted(facts.version)),
-            (b"rusage-utime", _seconds(utime)),
-            (b"rusage-stime", _seconds(stime)),
-            (b"uptime", int(now - facts.started_at)),
-            (b"binlog-oldest-index", binlog["oldest"]),
-            (b"binlog-current-index", binlog["current"]),
-            (b"binlog-records-migrated", binlog["migrated"]),
-            (b"binlog-records-written", binlog["written"]),
-            (b"binlog-max-size", binlog["max_size"]),
-            (b"draining", b"true" if self.draining else b"false"),
-            (b"id", facts.instance_id.encode()),
-            (b"hostname", yaml.quoted(facts.hostname)),
-            (b"os", yaml.quoted(facts.os)),
-            (b"platform", yaml.quoted(facts.platform)),
+            ("job-timeouts", self.job_timeouts),
+            ("total-jobs", self.total_jobs),
+            ("max-job-size", self.max_job_size),
+            ("current-tubes", len(self.tube_list)),
+            ("current-connections", self.current_connections),
+            ("current-producers", self.producers),
+            ("current-workers", self.workers),
+            ("current-waiting", self.waiting_count),
+            ("total-connections", self.total_connections),
+            ("pid", facts.pid()),
+            ("version", facts.version),
+            ("rusage-utime", float(utime)),
+            ("rusage-stime", float(stime)),
+            ("uptime", int(now - facts.started_at)),
+            ("binlog-oldest-index", binlog["oldest"]),
+            ("binlog-current-index", binlog["current"]),
+            ("binlog-records-migrated", binlog["migrated"]),
+            ("binlog-records-written", binlog["written"]),
+            ("binlog-max-size", binlog["max_size"]),
+            ("draining", self.draining),
+            ("id", facts.instance_id),
+            ("hostname", facts.hostname),
+            ("os", facts.os),
+            ("platform", facts.platform),
         ]
-        return yaml.mapping([(k, v if isinstance(v, bytes) else b"%d" % v)
-                             for k, v in items])
+        return items  # type: ignore[return-value]
 
-    def list_tubes(self) -> bytes:
-        return yaml.sequence([t.name for t in self.tube_list])
+    def list_tubes(self) -> List[bytes]:
+        return [t.name for t in self.tube_list]
 
-    def list_tubes_watched(self, s: Session) -> bytes:
-        return yaml.sequence([t.name for t in s.watch])
+    def list_tubes_watched(self, s: Session) -> List[bytes]:
+        return [t.name for t in s.watch]
 
 
-__all__ = ["WorkQueue", "ProcessFacts", "TIMED_OUT", "DEADLINE_SOON"]
+__all__ = ["WorkQueue", "TIMED_OUT", "DEADLINE_SOON"]

@@ -8,9 +8,15 @@ The reader accepts both quoted (1.13) and bare (1.12) strings.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Tuple, Union
+from typing import Dict, Iterable, List, Sequence, Tuple, Union
 
-StatValue = Union[int, float, str, bool]
+StatValue = Union[int, float, str, bytes, bool]
+#: A stats body as data: ``(key, value)`` pairs in beanstalkd's order.
+StatPairs = Sequence[Tuple[str, StatValue]]
+
+#: Keys whose (string) values beanstalkd 1.13 prints in double quotes and
+#: 1.12 prints bare; other strings (``state``, the server ``id``) are bare in both.
+QUOTED_KEYS = frozenset({"name", "tube", "version", "hostname", "os", "platform"})
 
 
 def quoted(value: Union[str, bytes]) -> bytes:
@@ -23,6 +29,39 @@ def quoted(value: Union[str, bytes]) -> bytes:
 def mapping(items: Iterable[Tuple[bytes, bytes]]) -> bytes:
     """``---\\nkey: value\\n...`` from already formatted values."""
     return b"---\n" + b"".join([k + b": " + v + b"\n" for k, v in items])
+
+
+def as_dict(pairs: StatPairs) -> Dict[str, StatValue]:
+    """Stats data as a dict, with names (bytes in the engine) as str."""
+    return {key: value.decode("utf-8", "replace") if value.__class__ is bytes else value
+            for key, value in pairs}
+
+
+def seconds(value: float) -> bytes:
+    """A duration as beanstalkd prints rusage: whole seconds, six decimals."""
+    whole = int(value)
+    return b"%d.%06d" % (whole, int(round((value - whole) * 1e6)) % 1000000)
+
+
+def render_mapping(pairs: StatPairs, quote: bool = True) -> bytes:
+    """A stats body from data: ints bare, floats as :func:`seconds`, bools as
+    ``true``/``false``, strings bare or (keys in :data:`QUOTED_KEYS`, when
+    ``quote``: the 1.13 shape) in double quotes."""
+    items = []
+    for key, value in pairs:
+        kind = value.__class__
+        if kind is int:
+            text = b"%d" % value
+        elif kind is bool:
+            text = b"true" if value else b"false"
+        elif kind is float:
+            text = seconds(value)  # type: ignore[arg-type]
+        else:
+            text = value if kind is bytes else str(value).encode("utf-8", "replace")
+            if quote and key in QUOTED_KEYS:
+                text = b'"' + text + b'"'
+        items.append((key.encode("ascii"), text))
+    return mapping(items)
 
 
 def sequence(names: Iterable[bytes]) -> bytes:

@@ -8,8 +8,9 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
 from .. import PROTOCOL_VERSION
-from ..core import ProcessFacts, WorkQueue
+from ..core import WorkQueue
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE
+from .facts import ProcessFacts
 from .protocol import BeanstalkServerProtocol
 
 
@@ -27,6 +28,9 @@ class BeanstalkServerFactory(Factory):
     extensions = None
     #: :class:`~twisted_stalk.server.limits.ConnectionLimit`, None when unlimited.
     connection_limit = None
+    #: True: string stats values in double quotes, as beanstalkd 1.13 prints
+    #: them; False: bare, as 1.12 does.
+    stats_quoted = True
 
     def __init__(self, reactor: IReactorTime, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
                  journal=None, queue: Optional[WorkQueue] = None,

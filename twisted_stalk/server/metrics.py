@@ -3,7 +3,7 @@
 ``/metrics``
     The Prometheus text exposition format (version 0.0.4): every counter and
     gauge of the ``stats`` command (same numbers: they are read from the same
-    ``WorkQueue.stats()``), per-tube gauges and counters with a ``tube``
+    ``stats`` data the wire protocol renders), per-tube gauges and counters with a ``tube``
     label (the ``stats-tube`` fields), the binlog figures, and the operations
     figures (refused connections, the connection, memory and open-file limits,
     stored job bytes with ``--max-memory``, extension verb counts, process descriptors and memory).
@@ -27,6 +27,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from ..protocol.commands import COUNTED_COMMANDS
+from ..protocol.yaml import as_dict
 from .limits import memory_limit_of, open_fds
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -114,19 +115,6 @@ def _number(value) -> str:
     return repr(float(value))
 
 
-def parse_stats(body: bytes) -> Dict[str, str]:
-    """The ``stats`` YAML (as the queue renders it) as a dict of strings."""
-    out = {}
-    for line in body.decode("utf-8", "replace").splitlines():
-        key, sep, value = line.partition(": ")
-        if sep:
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] == '"':
-                value = value[1:-1]
-            out[key] = value
-    return out
-
-
 class Readiness:
     """Why the server is not ready (an empty list: ready)."""
 
@@ -185,8 +173,8 @@ class Collector:
             for labels, value in samples:
                 lines.append(f"{name}{labels} {_number(value)}")
 
-        stats = parse_stats(queue.stats())
-        info = ",".join(f'{k}="{escape_label(stats.get(k, ""))}"' for k in INFO_KEYS)
+        stats = as_dict(queue.stats())
+        info = ",".join(f'{k}="{escape_label(str(stats.get(k, "")))}"' for k in INFO_KEYS)
         family("beanstalk_info", "gauge", "Server identity (labels); always 1.",
                [("{" + info + "}", 1)])
         family("beanstalk_commands_total", "counter",
@@ -195,13 +183,7 @@ class Collector:
         for key, (name, kind, help_text) in STATS_METRICS.items():
             if key not in stats:
                 continue
-            raw = stats[key]
-            value: object
-            if raw in ("true", "false"):
-                value = raw == "true"
-            else:
-                value = float(raw) if "." in raw else int(raw)
-            family(name, kind, help_text, [("", value)])
+            family(name, kind, help_text, [("", stats[key])])
 
         # Operations figures.
         limit = factory.connection_limit
@@ -379,5 +361,5 @@ def make_site(factory=None, shutdown=None, listening: Optional[Callable[[], bool
 
 
 __all__ = ["CONTENT_TYPE", "Collector", "IDLE_TIMEOUT", "MAX_CONNECTIONS", "MetricsSite",
-           "QuietSite", "Readiness", "STATS_METRICS",
-           "TUBE_METRICS", "binlog_problem", "make_site", "parse_stats"]
+           "QuietSite", "Readiness", "STATS_METRICS", "TUBE_METRICS", "binlog_problem",
+           "make_site"]

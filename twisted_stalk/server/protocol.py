@@ -636,23 +636,27 @@ class BeanstalkServerProtocol(LineReceiver):
             return
         self._write(KICKED if ok else NOT_FOUND)
 
+    def _stats_reply(self, pairs) -> None:
+        if pairs is None:
+            self._write(NOT_FOUND)
+        else:
+            self._write(yaml.ok_reply(yaml.render_mapping(pairs, self.factory.stats_quoted)))
+
     def do_stats_job(self, job_id: int) -> None:
         self._count("stats-job")
-        body = self.queue.stats_job(job_id)
-        self._write(NOT_FOUND if body is None else yaml.ok_reply(body))
+        self._stats_reply(self.queue.stats_job(job_id))
 
     def do_stats_tube(self, name: bytes) -> None:
         self._count("stats-tube")
-        body = self.queue.stats_tube(name)
-        self._write(NOT_FOUND if body is None else yaml.ok_reply(body))
+        self._stats_reply(self.queue.stats_tube(name))
 
     def do_stats(self) -> None:
         self._count("stats")
-        self._write(yaml.ok_reply(self.queue.stats()))
+        self._stats_reply(self.queue.stats())
 
     def do_list_tubes(self) -> None:
         self._count("list-tubes")
-        self._write(yaml.ok_reply(self.queue.list_tubes()))
+        self._write(yaml.ok_reply(yaml.sequence(self.queue.list_tubes())))
 
     def do_list_tube_used(self) -> None:
         self._count("list-tube-used")
@@ -660,7 +664,7 @@ class BeanstalkServerProtocol(LineReceiver):
 
     def do_list_tubes_watched(self) -> None:
         self._count("list-tubes-watched")
-        self._write(yaml.ok_reply(self.queue.list_tubes_watched(self.session)))
+        self._write(yaml.ok_reply(yaml.sequence(self.queue.list_tubes_watched(self.session))))
 
     def do_pause_tube(self, name: bytes, delay: int) -> None:
         self._count("pause-tube")
