@@ -41,10 +41,16 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
  --tls-ca FILE          require client certificates signed by these CAs (mutual TLS)
  --metrics ENDPOINT     serve /metrics, /healthz, /readyz over HTTP, e.g.
                         tcp:9100:interface=127.0.0.1
+ --metrics-tubes N      tubes with their own /metrics series at most (default
+                        100: the busiest active ones; the rest are summed)
+ --metrics-tube-pattern REGEX
+                        only tubes whose names match get their own series
  --max-connections N    refuse connections beyond N (default: as many as the
                         open-file limit allows)
  --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
  --extensions           serve list-jobs, flush-tube and capabilities
+ --stats-yaml 1.12      print stats string values bare, as beanstalkd 1.12 did
+                        (default 1.13: in double quotes)
  --shutdown-grace SECS  SIGTERM/SIGINT waits this long for workers still holding
                         jobs (default 0: exit at once, as beanstalkd does;
                         twistd beanstalk defaults to 10)
@@ -56,7 +62,8 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
 _LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                    "max-memory", "shutdown-grace", "tls-handshake-timeout"}
+                    "max-memory", "shutdown-grace", "tls-handshake-timeout", "metrics-tubes",
+                    "metrics-tube-pattern", "stats-yaml"}
 #: beanstalkd's JOB_DATA_SIZE_LIMIT_MAX: a larger -z is capped with a warning.
 MAX_JOB_SIZE = 1073741824
 _LONG_FLAGS = {"extensions"}
@@ -197,6 +204,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # test suites stop it between tests while workers hold jobs.
         opts["shutdown-grace"] = _seconds(opts, "shutdown-grace", 0.0)
         opts["tls-handshake-timeout"] = _seconds(opts, "tls-handshake-timeout", 5.0)
+        opts["metrics-tubes"] = _int_option(opts, "metrics-tubes", 100, 0, 2**31 - 1)
     except UsageError as e:
         sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
         return 5
@@ -244,7 +252,8 @@ def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
         "binlog-size": binlog_size,
     }
     for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                 "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout"):
+                 "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
+                 "metrics-tubes", "metrics-tube-pattern", "stats-yaml"):
         config[name] = opts.get(name)
     tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
 
@@ -267,6 +276,13 @@ def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
         if config["metrics"]:
             from twisted_stalk.server import metrics  # noqa: F401
             from twisted_stalk.server.listening import ListenError, listen_now
+
+    try:  # the flags checked by the modules that use them
+        ops.stats_quoted(config["stats-yaml"])  # type: ignore[arg-type]
+        policy = ops.tube_policy(config)
+    except ValueError as e:
+        sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
+        return 5
 
     verbosity = int(opts["V"])  # type: ignore[arg-type]
     level = LogLevel.warn if verbosity == 0 else (LogLevel.info if verbosity == 1 else LogLevel.debug)
@@ -312,7 +328,7 @@ def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
     shutdown = ops.make_shutdown(factory, reactor, port.stopListening, config)
     ops.install_signals_when_running(reactor, shutdown)
     if site is not None:
-        site.attach(factory, shutdown, lambda: port.connected)
+        site.attach(factory, shutdown, lambda: port.connected, policy)
     reactor.run()
     return 0
 

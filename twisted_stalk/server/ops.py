@@ -9,6 +9,9 @@ Both read the same configuration keys (``twistd`` option names):
 ``tls-cert``, ``tls-key``, ``tls-ca``   PEM files (see :mod:`.tls`)
 ``shutdown-grace``   seconds a graceful shutdown waits for busy connections
 ``tls-handshake-timeout``  seconds a TLS client has to finish its handshake
+``metrics-tubes``    int: tubes with their own /metrics series at most
+``metrics-tube-pattern``  regex: only tubes whose names match get their own series
+``stats-yaml``       "1.13" (default) or "1.12": string values quoted or bare
 
 It imports nothing of ``twisted.application``: ``stalkd`` builds its server
 from here without the twistd machinery (see docs/operations.md, "Startup time").
@@ -80,6 +83,7 @@ def configure(factory, config, clock) -> None:
     limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit))
     log.info("open-file limit {soft} (hard {hard}); accepting at most {maximum} connections",
              soft=_show(soft), hard=_show(hard), maximum=maximum or "unlimited")
+    factory.stats_quoted = stats_quoted(config.get("stats-yaml"))
     max_memory = int(config.get("max-memory") or 0)
     if max_memory:
         limits.install_memory_limit(factory, max_memory)
@@ -87,6 +91,34 @@ def configure(factory, config, clock) -> None:
     if config.get("extensions"):
         admin.enable(factory)
         log.info("extension verbs on: {verbs}", verbs=", ".join(admin.VERBS))
+
+
+#: ``--stats-yaml`` values: does the stats YAML quote string values?
+STATS_YAML = {"1.13": True, "1.12": False}
+
+
+def stats_quoted(shape: Optional[str]) -> bool:
+    """``--stats-yaml``: True for 1.13's quoted strings (the default), False
+    for 1.12's bare ones.  ValueError for any other shape."""
+    if shape is None:
+        return True
+    try:
+        return STATS_YAML[shape]
+    except KeyError:
+        raise ValueError(f"--stats-yaml must be 1.12 or 1.13, not {shape!r}")
+
+
+def tube_policy(config):
+    """The /metrics per-tube policy from ``metrics-tubes`` and
+    ``metrics-tube-pattern``; ValueError (one line) when they are unusable."""
+    import re
+    from .metrics_tubes import DEFAULT_LIMIT, TubePolicy
+    limit = config.get("metrics-tubes")
+    try:
+        return TubePolicy(DEFAULT_LIMIT if limit is None else int(limit),
+                          config.get("metrics-tube-pattern"))
+    except re.error as e:
+        raise ValueError(f"--metrics-tube-pattern: {e}")
 
 
 def _show(n: int) -> str:
@@ -107,10 +139,10 @@ def make_shutdown(factory, clock, stop_listening: Callable[[], Any], config) -> 
 
 
 def metrics_site(factory=None, shutdown: Optional[GracefulShutdown] = None,
-                 listening: Optional[Callable[[], bool]] = None):
+                 listening: Optional[Callable[[], bool]] = None, policy=None):
     """The ``--metrics`` site (attached to ``factory`` now, or later: ``site.attach``)."""
     from .metrics import make_site
-    return make_site(factory, shutdown, listening)
+    return make_site(factory, shutdown, listening, policy)
 
 
 def install_signals_when_running(reactor, shutdown: GracefulShutdown) -> None:
@@ -119,4 +151,5 @@ def install_signals_when_running(reactor, shutdown: GracefulShutdown) -> None:
 
 
 __all__ = ["configure", "enter_drain", "install_drain_signal", "install_signals_when_running",
-           "make_factory", "make_shutdown", "metrics_site", "tls_options"]
+           "make_factory", "make_shutdown", "metrics_site", "stats_quoted", "tls_options",
+           "tube_policy"]

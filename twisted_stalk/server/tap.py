@@ -51,6 +51,12 @@ class Options(usage.Options):
          "certificate they signed (mutual TLS)."],
         ["shutdown-grace", None, 10.0, "Seconds SIGTERM/SIGINT waits for busy connections.",
          float],
+        ["metrics-tubes", None, 100, "Tubes with their own /metrics series at most (the "
+         "busiest active ones; the rest are summed into tube=\"*other*\").", int],
+        ["metrics-tube-pattern", None, None, "Only tubes whose names match this regular "
+         "expression get their own /metrics series."],
+        ["stats-yaml", None, "1.13", "Stats YAML shape: 1.13 quotes string values, 1.12 "
+         "(for clients that split lines on ': ') leaves them bare."],
         ["tls-handshake-timeout", None, DEFAULT_HANDSHAKE_TIMEOUT,
          "Seconds a --tls-listen client has to finish its TLS handshake (0: no limit).",
          float],
@@ -83,9 +89,15 @@ class Options(usage.Options):
         if self["port"]:
             endpoints.append(endpoint_for_port(self["port"]))
         for name in ("max-connections", "max-memory", "shutdown-grace",
-                     "tls-handshake-timeout"):
+                     "tls-handshake-timeout", "metrics-tubes"):
             if self[name] < 0:
                 raise usage.UsageError(f"--{name} must not be negative")
+        from .ops import stats_quoted, tube_policy
+        try:
+            stats_quoted(self["stats-yaml"])
+            tube_policy(self)
+        except ValueError as e:
+            raise usage.UsageError(str(e))
         if bool(self["tls-listen"]) != bool(self["tls-cert"]):
             raise usage.UsageError("--tls-listen and --tls-cert go together")
         if self["tls-cert"] or self["tls-key"] or self["tls-ca"]:
@@ -147,6 +159,7 @@ def makeService(config, reactor=None) -> MultiService:
         factory, reactor, lambda: defer.DeferredList([s.stopService() for s in listening]),
         config)
     if config.get("metrics"):
-        site = metrics_site(factory, service.shutdown)
+        from .ops import tube_policy
+        site = metrics_site(factory, service.shutdown, policy=tube_policy(config))
         ListenerService(config["metrics"], site, "--metrics", reactor).setServiceParent(service)
     return service
