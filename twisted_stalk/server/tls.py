@@ -12,8 +12,8 @@ Two ways to listen with TLS:
   certificate signed by one of the CA certificates in that file (mutual TLS),
   and a client without one fails the handshake.
 
-Needs pyOpenSSL (``pip install twisted-stalk[tls]``, which is Twisted's own
-``twisted[tls]`` set: pyOpenSSL and service_identity).  TLS connections skip
+Needs pyOpenSSL (``pip install '.[tls]'`` from this repository: pyOpenSSL and
+service_identity, Twisted's own ``twisted[tls]`` set).  TLS connections skip
 the direct-socket write of plain TCP; everything else is the same protocol.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _require_openssl() -> None:
     try:
         import OpenSSL  # noqa: F401
     except ImportError:
-        raise TLSConfigError("TLS needs pyOpenSSL: pip install 'twisted-stalk[tls]'")
+        raise TLSConfigError("TLS needs pyOpenSSL: pip install pyOpenSSL service_identity")
 
 
 def _read(path: str, what: str) -> bytes:
