@@ -206,6 +206,22 @@ def stats_of(wire) -> dict:
     return out
 
 
+def fd_limited(limit: int, *cmd: str) -> List[str]:
+    """``cmd`` run under ``ulimit -n limit`` (soft and hard)."""
+    return ["sh", "-c", f'ulimit -n {limit} && exec "$@"', "sh", *cmd]
+
+
+def allow_test_descriptors(need: int) -> None:
+    """Raise this test process's open-file limit for ``need`` descriptors, or skip."""
+    import resource
+    import pytest
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"needs {need} descriptors in the test process")
+    resource.setrlimit(resource.RLIMIT_NOFILE,
+                       (hard if hard != resource.RLIM_INFINITY else max(need, 4096), hard))
+
+
 def bytes_lines(*lines: bytes) -> List[bytes]:
     return [line + b"\r\n" for line in lines]
 

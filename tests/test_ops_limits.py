@@ -15,7 +15,8 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from servers import free_port
-from test_ops_helpers import http_get, start_stalkd, wait_http
+from test_ops_helpers import (allow_test_descriptors, fd_limited, http_get, start_stalkd,
+                              wait_http)
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import limits, ops
 from wire import Wire
@@ -54,10 +55,6 @@ def test_at_the_limit_new_connections_wait_until_a_slot_frees(tmp_path):
         assert server.stop() == 0
 
 
-def _fd_limited(limit: int, *cmd: str) -> list:
-    return ["sh", "-c", f'ulimit -n {limit} && exec "$@"', "sh", *cmd]
-
-
 def test_connection_flood_keeps_descriptors_for_the_binlog(tmp_path):
     """Under ``ulimit -n 256`` a flood of 1,000 connections while a producer
     writes to a binlog rotating every 4 KiB: every put is stored, the server
@@ -66,17 +63,13 @@ def test_connection_flood_keeps_descriptors_for_the_binlog(tmp_path):
     import selectors
     import subprocess
     import threading
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < 2200:
-        pytest.skip("needs 2,200 descriptors in the test process")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY
-                                                else 4096, hard))
+    allow_test_descriptors(2200)
     from servers import ours_command
     port, metrics_port = free_port(), free_port()
     binlog = tmp_path / "binlog"
     binlog.mkdir()
     with open(tmp_path / "log", "wb") as log:
-        proc = subprocess.Popen(_fd_limited(256, *ours_command(
+        proc = subprocess.Popen(fd_limited(256, *ours_command(
             port, "-b", str(binlog), "-s", "4096",
             "--metrics", f"tcp:{metrics_port}:interface=127.0.0.1")),
             stdout=subprocess.DEVNULL, stderr=log)
@@ -276,6 +269,24 @@ def test_limit_pauses_accepting_and_counts_the_overflow():
     port.connected = False
     b.connectionLost(None)
     assert port.calls == ["stop", "start", "stop"]
+
+
+def test_a_watched_port_accepts_no_more_than_the_free_places():
+    clock, factory, limit = _factory(5)
+
+    class Port(_Port):
+        numberAccepts = 100
+
+        def doRead(self):
+            self.calls.append(self.numberAccepts)
+
+    port = Port()
+    limit.watch(port)
+    port.doRead()
+    a, _ = _connect(factory)
+    b, _ = _connect(factory)
+    port.doRead()
+    assert port.calls == [5, 3]
 
 
 def test_limit_counts_twisteds_emfile_recovery_closes():

@@ -237,17 +237,13 @@ def test_metrics_idle_connections_time_out():
 def test_metrics_listener_holds_few_connections(tmp_path):
     """400 idle connections to --metrics under ``ulimit -n 256``: the listener
     keeps 16 and closes the rest at once; beanstalk clients are still served."""
-    import resource
     import subprocess
     from servers import ours_command
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < 1024:
-        pytest.skip("needs 1,024 descriptors in the test process")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY
-                                                else 4096, hard))
+    from test_ops_helpers import allow_test_descriptors, fd_limited
+    allow_test_descriptors(1024)
     port, metrics_port = free_port(), free_port()
-    proc = subprocess.Popen(["sh", "-c", 'ulimit -n 256 && exec "$@"', "sh", *ours_command(
-        port, "--metrics", f"tcp:{metrics_port}:interface=127.0.0.1")],
+    proc = subprocess.Popen(fd_limited(256, *ours_command(
+        port, "--metrics", f"tcp:{metrics_port}:interface=127.0.0.1")),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     idle = []
     try:

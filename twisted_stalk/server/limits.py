@@ -100,12 +100,13 @@ class ConnectionLimit:
     with :meth:`watch` stop being read (``stopReading``), so a flood of
     connections neither wakes the reactor nor takes descriptors; those
     connections wait in the kernel's listen backlog and are accepted, in
-    order, as open ones close (:meth:`closed` resumes reading).  A connection
-    accepted over the limit all the same -- the rest of the accept batch in
-    which the limit was reached, or a port that cannot pause -- is refused:
-    :meth:`refuse` counts it and the factory returns no protocol, so the port
-    closes the socket before accepting the next one (one descriptor at most,
-    for an instant).  ``refused`` counts those, plus the connections Twisted
+    order, as open ones close (:meth:`closed` resumes reading).  A watched
+    port accepts at most as many connections per turn as there are free
+    places (its ``numberAccepts``, set before each of its reads), so it never
+    accepts one it must close.  A connection accepted over the limit all the
+    same (a port that cannot pause or be bounded) is refused: :meth:`refuse`
+    counts it and the factory returns no protocol, so the port closes the
+    socket at once.  ``refused`` counts those, plus the connections Twisted
     accepts and closes when the process runs out of descriptors (its EMFILE
     recovery; see :func:`emfile_closes`): every connection the server closes
     unserved.  A connection the kernel drops because the backlog is full never
@@ -121,6 +122,8 @@ class ConnectionLimit:
         #: Times accepting stopped because the limit was reached.
         self.pauses = 0
         self.paused = False
+        #: Connections open now (as last reported by :meth:`opened`/:meth:`closed`).
+        self.open = 0
         self.ports: List[object] = []
         self._clock = clock
         self._emfile_base = _emfile_closed[0]
@@ -138,9 +141,18 @@ class ConnectionLimit:
         self.ports.append(port)
         if self.paused:
             _pause(port)
+        read = getattr(port, "doRead", None)
+        if read is not None and hasattr(port, "numberAccepts"):
+            def bounded_read():
+                # Accept no more than there are places (Twisted's Port accepts
+                # up to numberAccepts per read, then adapts that number).
+                port.numberAccepts = max(1, self.maximum - self.open)
+                return read()
+            port.doRead = bounded_read
 
     def opened(self, count: int) -> None:
         """A connection opened; ``count`` are open now."""
+        self.open = count
         if count >= self.maximum and not self.paused:
             self.paused = True
             self.pauses += 1
@@ -149,6 +161,7 @@ class ConnectionLimit:
 
     def closed(self, count: int) -> None:
         """A connection closed; ``count`` are open now."""
+        self.open = count
         if self.paused and count < self.maximum:
             self.paused = False
             for port in self.ports:
