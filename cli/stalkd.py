@@ -45,8 +45,8 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
                         100: the busiest active ones; the rest are summed)
  --metrics-tube-pattern REGEX
                         only tubes whose names match get their own series
- --max-connections N    refuse connections beyond N (default: as many as the
-                        open-file limit allows)
+ --max-connections N    at N connections stop accepting until one closes
+                        (default: as many as the open-file limit allows)
  --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
  --extensions           serve list-jobs, flush-tube and capabilities
  --stats-yaml 1.12      print stats string values bare, as beanstalkd 1.12 did

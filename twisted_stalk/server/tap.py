@@ -42,8 +42,8 @@ class Options(usage.Options):
         ["fsync-ms", "f", 50, "fsync at most once every MS milliseconds (0: always).", int],
         ["binlog-size", "s", 10485760, "Size of each binlog file in bytes.", int],
         ["metrics", None, None, "Serve /metrics, /healthz, /readyz over HTTP on this endpoint."],
-        ["max-connections", None, 0, "Refuse connections beyond N (default: as many as "
-         "the open-file limit allows).", int],
+        ["max-connections", None, 0, "At N connections stop accepting until one closes "
+         "(default: as many as the open-file limit allows).", int],
         ["max-memory", None, 0, "Put answers OUT_OF_MEMORY above BYTES of stored jobs.", int],
         ["tls-cert", None, None, "PEM certificate (then its chain) for --tls-listen."],
         ["tls-key", None, None, "PEM private key of --tls-cert (default: in the cert file)."],
