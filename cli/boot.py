@@ -23,11 +23,11 @@ bound and the heavy imports are still to come.
 """
 from __future__ import annotations
 
-import importlib.util
+# Only what the bind needs may be imported at the top: EarlySignals is
+# installed before the socket is bound, and on PyPy even importlib.util or
+# typing costs tens of milliseconds.
 import signal
 import sys
-from contextlib import contextmanager
-from typing import Iterator
 
 #: Loaded lazily by :func:`lean_imports`: imported by ``twisted.python.compat`` for
 #: code a server never runs.  (``ssl`` is not here: asyncio, which
@@ -61,6 +61,7 @@ class EarlySignals:
 
 def _lazy(name: str) -> None:
     """Put a lazily loaded ``name`` in ``sys.modules`` (no-op if already imported)."""
+    import importlib.util
     if name in sys.modules:
         return
     spec = importlib.util.find_spec(name)
@@ -76,24 +77,29 @@ def _lazy(name: str) -> None:
         setattr(sys.modules[parent], child, module)
 
 
-@contextmanager
-def lean_imports(tls: bool) -> Iterator[None]:
-    """Within the block, import only what serving needs (see the module docstring)."""
-    for name in LAZY_MODULES:
-        parent = name.rpartition(".")[0]
-        if parent:
-            importlib.import_module(parent)
-        _lazy(name)
-    blocked = []
-    if not tls:
-        for name in TLS_MODULES:
-            if name not in sys.modules:
-                sys.modules[name] = None  # type: ignore[assignment]  # "import" fails
-                blocked.append(name)
-    try:
-        yield
-    finally:
-        for name in blocked:
+class lean_imports:
+    """``with lean_imports(tls):`` import only what serving needs (see the
+    module docstring)."""
+
+    def __init__(self, tls: bool) -> None:
+        self.tls = tls
+        self.blocked: list[str] = []
+
+    def __enter__(self) -> None:
+        import importlib
+        for name in LAZY_MODULES:
+            parent = name.rpartition(".")[0]
+            if parent:
+                importlib.import_module(parent)
+            _lazy(name)
+        if not self.tls:
+            for name in TLS_MODULES:
+                if name not in sys.modules:
+                    sys.modules[name] = None  # type: ignore[assignment]  # "import" fails
+                    self.blocked.append(name)
+
+    def __exit__(self, *exc_info: object) -> None:
+        for name in self.blocked:
             if sys.modules.get(name, 0) is None:
                 del sys.modules[name]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import Dict, List, Optional, Tuple
 
 USAGE = """Use: stalkd [OPTIONS]
 
@@ -78,9 +77,9 @@ def fail(message: str, status: int) -> "SystemExit":
     return SystemExit(status)
 
 
-def parse_argv(argv: List[str]) -> Dict[str, object]:
+def parse_argv(argv: list[str]) -> dict[str, object]:
     """Parse beanstalkd-style flags: ``-p 11300``, ``-p11300``, ``-VV``."""
-    opts: Dict[str, object] = {"V": 0}
+    opts: dict[str, object] = {"V": 0}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -124,7 +123,7 @@ def parse_argv(argv: List[str]) -> Dict[str, object]:
     return opts
 
 
-def _int_option(opts: Dict[str, object], flag: str, default: int, low: int, high: int) -> int:
+def _int_option(opts: dict[str, object], flag: str, default: int, low: int, high: int) -> int:
     text = opts.get(flag)
     if text is None:
         return default
@@ -141,7 +140,7 @@ def _dash(flag: str) -> str:
     return f"-{flag}" if len(flag) == 1 else f"--{flag}"
 
 
-def bind_listener(address: str, port: int) -> Tuple[socket.socket, int]:
+def bind_listener(address: str, port: int) -> tuple[socket.socket, int]:
     """Bind and listen before anything heavy is imported; returns (socket, family)."""
     if address.startswith("unix:"):
         path = address[len("unix:"):]
@@ -179,7 +178,7 @@ def become_user(name: str) -> None:
         raise fail(f"cannot become user {name}: {e.strerror}", 1)
 
 
-def job_size_limit(opts: Dict[str, object]) -> int:
+def job_size_limit(opts: dict[str, object]) -> int:
     """``-z``, capped at 1 GiB with a warning as beanstalkd does."""
     size = _int_option(opts, "z", 65535, 0, 2**63 - 1)
     if size > MAX_JOB_SIZE:
@@ -188,7 +187,7 @@ def job_size_limit(opts: Dict[str, object]) -> int:
     return size
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from twisted_stalk_cli.boot import EarlySignals
     early = EarlySignals().install()
     argv = sys.argv[1:] if argv is None else argv
@@ -226,7 +225,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size, early)
 
 
-def _seconds(opts: Dict[str, object], name: str, default: float) -> float:
+def _seconds(opts: dict[str, object], name: str, default: float) -> float:
     text = opts.get(name)
     if text is None:
         return default
@@ -239,12 +238,12 @@ def _seconds(opts: Dict[str, object], name: str, default: float) -> float:
     return value
 
 
-def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
+def _serve(sock: socket.socket, family: int, opts: dict[str, object],
            max_job_size: int, fsync_ms: int, binlog_size: int, early) -> int:
     """Everything after the bind, in the order daemons do it: import, read the
     secrets, bind the other listeners, drop privileges (``-u``), open the
     binlog as that user, serve."""
-    config: Dict[str, object] = {
+    config: dict[str, object] = {
         "max-job-size": max_job_size,
         "binlog-dir": opts.get("b"),
         "fsync-ms": fsync_ms,
