@@ -6,15 +6,15 @@ socket is bound before Twisted is imported, so connections are accepted (into
 the kernel's backlog) within a few milliseconds of launch; the reactor adopts
 the socket once it is loaded.
 
-Exit status follows beanstalkd: 5 for a bad flag, 111 when the address cannot
-be bound, 10 for a binlog directory that cannot be used, 0 after SIGTERM.
+Exit status follows beanstalkd: 5 for a bad flag, 111 when the address (or
+the ``--metrics`` endpoint) cannot be bound, 10 for a binlog directory that
+cannot be used, 0 after SIGTERM or SIGINT, from the moment the port is bound.
 """
 from __future__ import annotations
 
 import os
 import socket
 import sys
-from typing import Dict, List, Optional, Tuple
 
 USAGE = """Use: stalkd [OPTIONS]
 
@@ -43,19 +43,31 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
  --web ENDPOINT         serve the web console (docs/web.md), e.g.
                         tcp:8080:interface=127.0.0.1
  --web-auth FILE        credentials that let the console act (else read-only)
- --max-connections N    refuse connections beyond N (default: as many as the
-                        open-file limit allows)
+ --metrics-tubes N      tubes with their own /metrics series at most (default
+                        100: the busiest active ones; the rest are summed)
+ --metrics-tube-pattern REGEX
+                        only tubes whose names match get their own series
+ --max-connections N    at N connections stop accepting until one closes
+                        (default: as many as the open-file limit allows)
  --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
  --extensions           serve list-jobs, flush-tube and capabilities
+ --stats-yaml 1.12      print stats string values bare, as beanstalkd 1.12 did
+                        (default 1.13: in double quotes)
  --shutdown-grace SECS  SIGTERM/SIGINT waits this long for workers still holding
                         jobs (default 0: exit at once, as beanstalkd does;
                         twistd beanstalk defaults to 10)
+ --tls-handshake-timeout SECS
+                        a TLS client that has not completed its handshake by
+                        then is disconnected (default 5; 0: no limit)
 """
 
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
 _LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                    "max-memory", "shutdown-grace", "web", "web-auth"}
+                    "max-memory", "shutdown-grace", "tls-handshake-timeout", "metrics-tubes",
+                    "metrics-tube-pattern", "stats-yaml", "web", "web-auth"}
+#: beanstalkd's JOB_DATA_SIZE_LIMIT_MAX: a larger -z is capped with a warning.
+MAX_JOB_SIZE = 1073741824
 _LONG_FLAGS = {"extensions"}
 
 
@@ -68,9 +80,9 @@ def fail(message: str, status: int) -> "SystemExit":
     return SystemExit(status)
 
 
-def parse_argv(argv: List[str]) -> Dict[str, object]:
+def parse_argv(argv: list[str]) -> dict[str, object]:
     """Parse beanstalkd-style flags: ``-p 11300``, ``-p11300``, ``-VV``."""
-    opts: Dict[str, object] = {"V": 0}
+    opts: dict[str, object] = {"V": 0}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -114,7 +126,7 @@ def parse_argv(argv: List[str]) -> Dict[str, object]:
     return opts
 
 
-def _int_option(opts: Dict[str, object], flag: str, default: int, low: int, high: int) -> int:
+def _int_option(opts: dict[str, object], flag: str, default: int, low: int, high: int) -> int:
     text = opts.get(flag)
     if text is None:
         return default
@@ -131,7 +143,7 @@ def _dash(flag: str) -> str:
     return f"-{flag}" if len(flag) == 1 else f"--{flag}"
 
 
-def bind_listener(address: str, port: int) -> Tuple[socket.socket, int]:
+def bind_listener(address: str, port: int) -> tuple[socket.socket, int]:
     """Bind and listen before anything heavy is imported; returns (socket, family)."""
     if address.startswith("unix:"):
         path = address[len("unix:"):]
@@ -169,32 +181,34 @@ def become_user(name: str) -> None:
         raise fail(f"cannot become user {name}: {e.strerror}", 1)
 
 
-def _exit_on_early_sigterm(signum, frame) -> None:
-    # SIGTERM before the reactor runs: nothing has been acknowledged yet.
-    raise SystemExit(0)
+def job_size_limit(opts: dict[str, object]) -> int:
+    """``-z``, capped at 1 GiB with a warning as beanstalkd does."""
+    size = _int_option(opts, "z", 65535, 0, 2**63 - 1)
+    if size > MAX_JOB_SIZE:
+        sys.stderr.write(f"stalkd: maximum job size was set to {MAX_JOB_SIZE}\n")
+        size = MAX_JOB_SIZE
+    return size
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    import signal
-    signal.signal(signal.SIGTERM, _exit_on_early_sigterm)
+def main(argv: list[str] | None = None) -> int:
+    from twisted_stalk_cli.boot import EarlySignals
+    early = EarlySignals().install()
     argv = sys.argv[1:] if argv is None else argv
     try:
         opts = parse_argv(argv)
         port = _int_option(opts, "p", 11300, 0, 65535)
-        max_job_size = _int_option(opts, "z", 65535, 0, 1073741824)
+        max_job_size = job_size_limit(opts)
         fsync_ms = _int_option(opts, "f", 50, 0, 2**31 - 1)
         binlog_size = _int_option(opts, "s", 10485760, 1, 2**31 - 1)
         for name in ("max-connections", "max-memory"):
             opts[name] = _int_option(opts, name, 0, 0, 2**63 - 1)
+        # Like beanstalkd, the drop-in exits at once unless asked to wait:
+        # test suites stop it between tests while workers hold jobs.
+        opts["shutdown-grace"] = _seconds(opts, "shutdown-grace", 0.0)
+        opts["tls-handshake-timeout"] = _seconds(opts, "tls-handshake-timeout", 5.0)
+        opts["metrics-tubes"] = _int_option(opts, "metrics-tubes", 100, 0, 2**31 - 1)
         if opts.get("web-auth") and not opts.get("web"):
             raise UsageError("--web-auth goes with --web")
-        grace = opts.get("shutdown-grace")
-        try:
-            # Like beanstalkd, the drop-in exits at once unless asked to wait:
-            # test suites stop it between tests while workers hold jobs.
-            opts["shutdown-grace"] = 0.0 if grace is None else float(str(grace))
-        except ValueError:
-            raise UsageError(f"--shutdown-grace needs a number of seconds, got {grace!r}")
     except UsageError as e:
         sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
         return 5
@@ -213,31 +227,28 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise fail(f"cannot listen on {where}: {e.strerror or e}", 111)
     except UnicodeError:
         raise fail(f"bad listen address: {address}", 111)
-    if opts.get("u"):
-        become_user(str(opts["u"]))
-    return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size)
+    return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size, early)
 
 
-def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
-           max_job_size: int, fsync_ms: int, binlog_size: int) -> int:
-    # Heavy imports only now that the socket is listening.
-    from twisted_stalk.server import reactor as lean
+def _seconds(opts: dict[str, object], name: str, default: float) -> float:
+    text = opts.get(name)
+    if text is None:
+        return default
     try:
-        lean.install()
-    except Exception:  # pragma: no cover - another reactor already installed
-        pass
-    from twisted.internet import reactor
-    from twisted.logger import globalLogBeginner, textFileLogObserver, LogLevel, FilteringLogObserver, LogLevelFilterPredicate
+        value = float(str(text))
+    except ValueError:
+        raise UsageError(f"--{name} needs a number of seconds, got {text!r}")
+    if not value >= 0:
+        raise UsageError(f"--{name} must not be negative, got {text}")
+    return value
 
-    from twisted_stalk.server.tap import install_drain_signal, make_factory
 
-    verbosity = int(opts["V"])  # type: ignore[arg-type]
-    level = LogLevel.warn if verbosity == 0 else (LogLevel.info if verbosity == 1 else LogLevel.debug)
-    observer = FilteringLogObserver(textFileLogObserver(sys.stderr),
-                                    [LogLevelFilterPredicate(defaultLogLevel=level)])
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
-
-    config = {
+def _serve(sock: socket.socket, family: int, opts: dict[str, object],
+           max_job_size: int, fsync_ms: int, binlog_size: int, early) -> int:
+    """Everything after the bind, in the order daemons do it: import, read the
+    secrets, bind the other listeners, drop privileges (``-u``), open the
+    binlog as that user, serve."""
+    config: dict[str, object] = {
         "max-job-size": max_job_size,
         "binlog-dir": opts.get("b"),
         "fsync-ms": fsync_ms,
@@ -245,67 +256,140 @@ def _serve(sock: socket.socket, family: int, opts: Dict[str, object],
         "binlog-size": binlog_size,
     }
     for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                 "max-memory", "extensions", "shutdown-grace"):
+                 "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
+                 "metrics-tubes", "metrics-tube-pattern", "stats-yaml"):
         config[name] = opts.get(name)
-    tls = None
-    if config["tls-cert"] or config["tls-key"] or config["tls-ca"]:
-        from twisted_stalk.server.ops import tls_options
-        from twisted_stalk.server.tls import TLSConfigError
+    tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
+
+    # Heavy imports only now that the socket is listening, and only those
+    # the flags need (see cli/boot.py).
+    from twisted_stalk_cli.boot import lean_imports
+    with lean_imports(tls=tls_wanted):
+        from twisted_stalk.server import reactor as lean
         try:
-            tls = tls_options(config)
+            lean.install()
+        except Exception:  # pragma: no cover - another reactor already installed
+            pass
+        from twisted.internet import reactor
+        from twisted.logger import (FilteringLogObserver, LogLevel, LogLevelFilterPredicate,
+                                    globalLogBeginner, textFileLogObserver)
+
+        from twisted_stalk.server import ops
+        if config["binlog-dir"]:
+            import twisted_stalk.binlog  # noqa: F401  (imported before -u drops privileges)
+        if config["metrics"] or opts.get("web"):
+            from twisted_stalk.server.listening import ListenError, listen_now
+        if config["metrics"]:
+            from twisted_stalk.server import metrics  # noqa: F401
+        if opts.get("web"):
+            from twisted_stalk import web
+            from twisted_stalk.web.auth import AuthFileError
+
+    try:  # the flags checked by the modules that use them
+        ops.stats_quoted(config["stats-yaml"])  # type: ignore[arg-type]
+        policy = ops.tube_policy(config)
+    except ValueError as e:
+        sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
+        return 5
+
+    verbosity = int(opts["V"])  # type: ignore[arg-type]
+    level = LogLevel.warn if verbosity == 0 else (LogLevel.info if verbosity == 1 else LogLevel.debug)
+    observer = FilteringLogObserver(textFileLogObserver(sys.stderr),
+                                    [LogLevelFilterPredicate(defaultLogLevel=level)])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+    tls = None
+    if tls_wanted:  # read the certificate and key while still privileged
+        import twisted.protocols.tls  # noqa: F401  (wrap_factory's, before -u)
+        from twisted_stalk.server.tls import TLSConfigError, wrap_factory
+        try:
+            tls = ops.tls_options(config)
         except TLSConfigError as e:
             raise fail(str(e), 1)
+    site = None
+    if config["metrics"]:
+        site = ops.metrics_site()  # served once the queue exists, before the reactor runs
+        try:
+            listen_now(reactor, str(config["metrics"]), site, "--metrics")
+        except ListenError as e:
+            raise fail(str(e), 111)
+    credentials = None
+    if opts.get("web-auth"):  # a secret: read it while still privileged
+        try:
+            credentials = web.load_credentials(str(opts["web-auth"]))
+        except AuthFileError as e:
+            raise fail(str(e), 1)
+    if opts.get("u"):
+        become_user(str(opts["u"]))
     try:
-        factory = make_factory(config, reactor)
+        factory = ops.make_factory(config, reactor)
     except Exception as e:  # a binlog directory that cannot be used
         raise fail(str(e) or e.__class__.__name__, 10)
+    if early.drain_requested:
+        ops.enter_drain(factory)
+    ops.install_drain_signal(factory)
     factory.doStart()
     listening = factory
     if tls is not None:
-        from twisted_stalk.server.tls import wrap_factory
-        listening = wrap_factory(factory, tls)
+        listening = wrap_factory(factory, tls, float(config["tls-handshake-timeout"]), reactor)
     port = reactor.adoptStreamPort(sock.fileno(), family, listening)
+    limit = factory.connection_limit
+    if limit is not None:
+        limit.watch(port)
+    accept_backlog(sock, reactor, listening,
+                   limit.maximum - len(factory.connections) if limit is not None else 1 << 30)
     sock.close()
-    install_drain_signal(factory)
-    from twisted_stalk.server.ops import (install_signals_when_running, make_shutdown,
-                                          metrics_site)
-    shutdown = make_shutdown(factory, reactor, port.stopListening, config)
-    install_signals_when_running(reactor, shutdown)
-    status = [0]
-    if config["metrics"]:
-        from twisted.internet.endpoints import serverFromString
-
-        def metrics_failed(failure) -> None:
-            sys.stderr.write(f"stalkd: cannot serve --metrics: {failure.getErrorMessage()}\n")
-            status[0] = 111
-            reactor.stop()
+    shutdown = ops.make_shutdown(factory, reactor, port.stopListening, config)
+    ops.install_signals_when_running(reactor, shutdown)
+    if site is not None:
+        site.attach(factory, shutdown, lambda: port.connected, policy)
+    if opts.get("web"):  # bound as the -u user: the console needs the engine
         try:
-            endpoint = serverFromString(reactor, str(config["metrics"]))
-        except Exception as e:  # a malformed endpoint string
-            raise fail(f"--metrics {config['metrics']}: {e}", 111)
-        endpoint.listen(metrics_site(factory, shutdown, lambda: port.connected)
-                        ).addErrback(metrics_failed)
-    if opts.get("web"):
-        _serve_web(reactor, factory, opts, status)
+            web.listen(factory, reactor, str(opts["web"]), credentials)
+        except ListenError as e:
+            raise fail(str(e), 111)
     reactor.run()
-    return status[0]
+    return 0
 
 
-def _serve_web(reactor, factory, opts: Dict[str, object], status: List[int]) -> None:
-    """``--web ENDPOINT`` (and ``--web-auth FILE``): the console (docs/web.md)."""
-    from twisted_stalk.web import listen
-    from twisted_stalk.web.auth import AuthFileError
+def accept_backlog(sock: socket.socket, reactor, factory, room: int) -> int:
+    """Adopt up to ``room`` connections the kernel queued while Twisted was
+    loading; returns how many.  A connection whose client has already gone (a
+    readiness probe that connected and closed) is closed here, never counted
+    as open, as a server running from the start would have done; it still
+    counts in total-connections, as there (a session opened and closed)."""
+    adopted = 0
+    while adopted < room:
+        try:
+            conn, _ = sock.accept()
+        except OSError:  # EAGAIN: none left; anything else: the reactor's accept deals with it
+            break
+        try:
+            conn.setblocking(False)
+            if _peer_gone(conn):
+                engine = factory_of(factory).engine
+                engine.close_session(engine.open_session(None))
+                continue
+            reactor.adoptStreamConnection(conn.fileno(), conn.family, factory)
+            adopted += 1
+        finally:
+            conn.close()  # the reactor holds its own duplicate
+    return adopted
 
-    def failed(failure) -> None:
-        sys.stderr.write(f"stalkd: cannot serve --web: {failure.getErrorMessage()}\n")
-        status[0] = 111
-        reactor.stop()
+
+def factory_of(listening):
+    """The beanstalk factory behind ``listening`` (itself, or what TLS wraps)."""
+    return getattr(listening, "wrappedFactory", listening)
+
+
+def _peer_gone(conn: socket.socket) -> bool:
+    """True when the peer has closed (EOF with nothing to read) or reset."""
     try:
-        listen(factory, reactor, str(opts["web"]), opts.get("web-auth")).addErrback(failed)
-    except AuthFileError as e:
-        raise fail(str(e), 1)
-    except Exception as e:  # a malformed endpoint string
-        raise fail(f"--web {opts['web']}: {e}", 111)
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 if __name__ == "__main__":

@@ -57,6 +57,8 @@ def make_ca(directory: str, name: str):
                 digital_signature=True, content_commitment=False, key_encipherment=False,
                 data_encipherment=False, key_agreement=False, key_cert_sign=True,
                 crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                           critical=False)
             .sign(key, hashes.SHA256()))
     path = os.path.join(directory, f"{name}.pem")
     _write_cert(path, cert)
@@ -74,6 +76,11 @@ def make_leaf(directory: str, name: str, ca, server: bool) -> Tuple[str, str]:
                .not_valid_before(now - datetime.timedelta(days=1))
                .not_valid_after(now + datetime.timedelta(days=1))
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               # Python 3.13's default verification (VERIFY_X509_STRICT) wants both.
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                   ca_key.public_key()), critical=False)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                              critical=False)
                .add_extension(x509.ExtendedKeyUsage(
                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
                    critical=False))
@@ -197,6 +204,22 @@ def stats_of(wire) -> dict:
         if sep:
             out[key] = value.strip('"')
     return out
+
+
+def fd_limited(limit: int, *cmd: str) -> List[str]:
+    """``cmd`` run under ``ulimit -n limit`` (soft and hard)."""
+    return ["sh", "-c", f'ulimit -n {limit} && exec "$@"', "sh", *cmd]
+
+
+def allow_test_descriptors(need: int) -> None:
+    """Raise this test process's open-file limit for ``need`` descriptors, or skip."""
+    import resource
+    import pytest
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"needs {need} descriptors in the test process")
+    resource.setrlimit(resource.RLIMIT_NOFILE,
+                       (hard if hard != resource.RLIM_INFINITY else max(need, 4096), hard))
 
 
 def bytes_lines(*lines: bytes) -> List[bytes]:

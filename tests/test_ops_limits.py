@@ -15,7 +15,8 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from servers import free_port, stored_bytes
-from test_ops_helpers import http_get, start_stalkd, wait_http
+from test_ops_helpers import (allow_test_descriptors, fd_limited, http_get, start_stalkd,
+                              wait_http)
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import limits, ops
 from wire import Wire
@@ -23,65 +24,127 @@ from wire import Wire
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _refused(address, timeout: float = 3.0) -> bool:
-    """True when a new connection is closed by the server at once (EOF or reset)."""
-    s = socket.create_connection(address, timeout=timeout)
-    try:
-        s.sendall(b"list-tube-used\r\n")
-        return s.recv(100) == b""
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    finally:
-        s.close()
-
-
-def test_connection_over_the_limit_is_refused_at_once(tmp_path):
+def test_at_the_limit_new_connections_wait_until_a_slot_frees(tmp_path):
     metrics_port = free_port()
     server = start_stalkd(tmp_path, "--max-connections", "3",
                           "--metrics", f"tcp:{metrics_port}:interface=127.0.0.1")
     try:
         wait_http(f"http://127.0.0.1:{metrics_port}/healthz")
-        # Fill the three places (start_stalkd's probe may not be reaped yet:
-        # a connection refused meanwhile is retried, and counted).
-        held, early = [], 0
-        deadline = time.monotonic() + 10
+        # start_stalkd's probe may still hold a place for a moment: hold the
+        # three places once it is gone.
+        held = []
         while len(held) < 3:
             w = Wire(socket.create_connection(server.address, timeout=5))
-            try:
-                assert w.ask(b"list-tube-used\r\n") == b"USING default\r\n"
-                held.append(w)
-            except (EOFError, ConnectionResetError):
-                early += 1
-                w.close()
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-        started = time.monotonic()
-        assert _refused(server.address)
-        assert time.monotonic() - started < 1.0  # never left hanging
-        server.wait_log("refused connection from 127.0.0.1")
-        assert "at the limit of 3 connections" in server.log()
+            assert w.ask(b"list-tube-used\r\n") == b"USING default\r\n"
+            held.append(w)
+        # The fourth is not accepted (it waits in the backlog, served by no one)...
+        waiting = Wire(socket.create_connection(server.address, timeout=5))
+        waiting.send(b"list-tube-used\r\n")
+        assert waiting.nothing_within(0.5)
         _, _, body = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
-        assert f"beanstalk_refused_connections_total {early + 1}" in body
+        assert "beanstalk_refused_connections_total 0" in body
         assert "beanstalk_max_connections 3" in body
-        # The held connections still work; freeing one lets a new one in.
+        # ...and is served as soon as a place frees, its command answered.
         assert held[0].ask(b"stats-tube default\r\n").startswith(b"OK ")
         held.pop().close()
-        for _ in range(100):
-            w = Wire(socket.create_connection(server.address, timeout=5))
-            try:
-                if w.ask(b"list-tube-used\r\n") == b"USING default\r\n":
-                    break
-            except (EOFError, ConnectionResetError):
-                pass
-            w.close()
-            time.sleep(0.02)
-        else:
-            pytest.fail("a freed slot was never reused")
-        w.close()
-        for h in held:
+        waiting.sock.settimeout(5)
+        assert waiting.reply() == b"USING default\r\n"
+        for h in held + [waiting]:
             h.close()
     finally:
         assert server.stop() == 0
+
+
+def test_connection_flood_keeps_descriptors_for_the_binlog(tmp_path):
+    """Under ``ulimit -n 256`` a flood of 1,000 connections while a producer
+    writes to a binlog rotating every 4 KiB: every put is stored, the server
+    never runs out of descriptors, every connection it closes unserved is
+    counted, and the rest wait in the backlog until places free."""
+    import selectors
+    import subprocess
+    import threading
+    allow_test_descriptors(2200)
+    from servers import ours_command
+    port, metrics_port = free_port(), free_port()
+    binlog = tmp_path / "binlog"
+    binlog.mkdir()
+    with open(tmp_path / "log", "wb") as log:
+        proc = subprocess.Popen(fd_limited(256, *ours_command(
+            port, "-b", str(binlog), "-s", "4096",
+            "--metrics", f"tcp:{metrics_port}:interface=127.0.0.1")),
+            stdout=subprocess.DEVNULL, stderr=log)
+    flood: list = []
+    try:
+        wait_http(f"http://127.0.0.1:{metrics_port}/healthz")
+        producer = Wire(socket.create_connection(("127.0.0.1", port), timeout=10))
+        replies: list = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            while not stop.is_set():
+                replies.append(producer.ask(b"put 0 0 60 100\r\n%s\r\n" % (b"x" * 100)))
+        thread = threading.Thread(target=produce)
+        thread.start()
+        most_fds = 0
+        try:
+            for _ in range(1000):
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", port))
+                flood.append(s)
+                if len(flood) % 50 == 0:
+                    most_fds = max(most_fds, len(os.listdir(f"/proc/{proc.pid}/fd")))
+            # Everyone asks; collect what comes back within a second.
+            sel = selectors.DefaultSelector()
+            for s in flood:
+                try:
+                    s.send(b"list-tube-used\r\n")
+                except OSError:
+                    pass
+                sel.register(s, selectors.EVENT_READ)
+            served, closed = set(), set()
+            maximum = 256 - limits.RESERVED_FDS
+            # Until every place is taken (the producer holds one), then a little longer.
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if len(served) == maximum - 1:
+                    deadline = min(deadline, time.monotonic() + 0.5)
+                most_fds = max(most_fds, len(os.listdir(f"/proc/{proc.pid}/fd")))
+                for key, _ in sel.select(0.1):
+                    try:
+                        data = key.fileobj.recv(100)
+                    except OSError:
+                        data = b""
+                    (served if data else closed).add(key.fileobj)
+                    sel.unregister(key.fileobj)
+        finally:
+            stop.set()
+            thread.join(10)
+        assert replies and set(replies) == {b"INSERTED %d\r\n" % (i + 1)
+                                            for i in range(len(replies))}
+        assert most_fds <= 256
+        assert len(served) == maximum - 1  # the producer holds one place
+        waiting = [s for s in flood if s not in served and s not in closed]
+        _, _, body = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
+        assert f"beanstalk_refused_connections_total {len(closed)}\n" in body, \
+            (len(closed), [l for l in body.splitlines() if "refused" in l])
+        assert "Too many open files" not in (tmp_path / "log").read_text()
+        # Closing served connections lets waiting ones in, in order.
+        for s in list(served)[:10]:
+            s.close()
+        answered = 0
+        for s in waiting[:10]:
+            s.setblocking(True)
+            s.settimeout(5)
+            if s.recv(100) == b"USING default\r\n":
+                answered += 1
+        assert answered == 10
+        producer.close()
+    finally:
+        for s in flood:
+            s.close()
+        proc.terminate()
+        assert proc.wait(15) == 0
 
 
 def test_open_file_limit_is_raised_and_reported(tmp_path):
@@ -156,21 +219,41 @@ def _connect(factory):
     return proto, transport
 
 
-def test_limit_counts_refusals_and_rate_limits_the_log():
+class _Port:
+    """Stands in for a listening port: records stopReading/startReading."""
+
+    connected = True
+
+    def __init__(self) -> None:
+        self.reading = True
+        self.calls = []
+
+    def stopReading(self) -> None:
+        self.reading = False
+        self.calls.append("stop")
+
+    def startReading(self) -> None:
+        self.reading = True
+        self.calls.append("start")
+
+
+def test_limit_pauses_accepting_and_counts_the_overflow():
     from twisted.logger import globalLogPublisher
     clock, factory, limit = _factory(2)
+    port = _Port()
+    limit.watch(port)
     events = []
     globalLogPublisher.addObserver(events.append)
     try:
         a, _ = _connect(factory)
+        assert port.reading
         b, _ = _connect(factory)
-        refused = []
+        assert not port.reading and limit.pauses == 1  # at the limit: stop accepting
+        # The rest of an accept batch: no protocol, so the port closes each socket.
         for _ in range(5):
-            proto, transport = _connect(factory)
-            assert transport.disconnecting  # closed at once
-            refused.append(proto)
+            assert factory.buildProtocol(None) is None
         clock.advance(limits.LOG_EVERY)
-        _connect(factory)
+        assert factory.buildProtocol(None) is None
     finally:
         globalLogPublisher.removeObserver(events.append)
     assert limit.refused == 6 and len(factory.connections) == 2
@@ -178,8 +261,43 @@ def test_limit_counts_refusals_and_rate_limits_the_log():
     assert len(lines) == 2  # the first, then one per LOG_EVERY seconds
     assert lines[1]["refused"] == 6 and lines[1]["since"] == 5
     a.connectionLost(None)
+    assert port.reading  # a place freed: accepting again
     proto, transport = _connect(factory)
     assert not transport.disconnecting and factory.connections == {b, proto}
+    assert port.calls == ["stop", "start", "stop"]
+    # A port that stopped listening is left alone.
+    port.connected = False
+    b.connectionLost(None)
+    assert port.calls == ["stop", "start", "stop"]
+
+
+def test_a_watched_port_accepts_no_more_than_the_free_places():
+    clock, factory, limit = _factory(5)
+
+    class Port(_Port):
+        numberAccepts = 100
+
+        def doRead(self):
+            self.calls.append(self.numberAccepts)
+
+    port = Port()
+    limit.watch(port)
+    port.doRead()
+    a, _ = _connect(factory)
+    b, _ = _connect(factory)
+    port.doRead()
+    assert port.calls == [5, 3]
+
+
+def test_limit_counts_twisteds_emfile_recovery_closes():
+    from twisted.logger import Logger
+    clock, factory, limit = _factory(2)
+    limit.watch(_Port())
+    before = limit.refused
+    # What twisted.internet.tcp logs for each socket it closes after EMFILE.
+    Logger(namespace="twisted.internet.tcp.Port").info(
+        "EMFILE recovery: Closed socket from {address}", address=("127.0.0.1", 1))
+    assert limit.refused == before + 1
 
 
 def test_configure_derives_the_limit_from_open_files():

@@ -59,6 +59,22 @@ def test_wheel_ships_plugin_without_twisted_init(tmp_path):
     assert "twisted_stalk/py.typed" in names
 
 
+def _user_env() -> dict:
+    """The environment of a user's shell: no source tree on the path."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_installed_twistd_finds_the_plugin(tmp_path):
+    """``twistd`` as installed (editable or not) lists ``beanstalk``, run from
+    outside the source tree: twistd finds plugins by scanning sys.path for
+    twisted/plugins/, which an import-hook editable install would hide."""
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    result = subprocess.run([twistd, "--help"], cwd=tmp_path, env=_user_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "beanstalk" in result.stdout and "A beanstalkd-compatible" in result.stdout
+
+
 def test_twistd_beanstalk_runs(tmp_path):
     from servers import free_port
     from wire import Wire
@@ -67,7 +83,7 @@ def test_twistd_beanstalk_runs(tmp_path):
 
     port = free_port()
     twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = _user_env()
     proc = subprocess.Popen([twistd, "-n", "--pidfile=", "--reactor=stalk-epoll", "beanstalk",
                              "--port", f"tcp:{port}:interface=127.0.0.1"],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
@@ -86,3 +102,41 @@ def test_twistd_beanstalk_runs(tmp_path):
         proc.terminate()
         # twistd re-raises the signal after a clean shutdown to report it.
         assert proc.wait(20) in (0, -15)
+
+
+def test_python_m_twisted_stalk_is_the_server():
+    result = subprocess.run([sys.executable, "-m", "twisted_stalk", "-v"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.startswith("stalkd "), result
+
+
+def test_sdist_runs_its_own_tests(tmp_path):
+    """The sdist has the license, the test helpers and what the tests load
+    (docs/examples, bench/held_load.py), Linux-only and Python-version
+    classifiers; a sample of its own tests passes from the unpacked tree."""
+    import tarfile
+    subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
+                    "build_meta.build_sdist(sys.argv[1])", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True)
+    sdist = next(p for p in os.listdir(tmp_path) if p.endswith(".tar.gz"))
+    with tarfile.open(os.path.join(tmp_path, sdist)) as tar:
+        tar.extractall(tmp_path)
+        top = tar.getnames()[0].split("/")[0]
+    tree = os.path.join(tmp_path, top)
+    for path in ("LICENSE", "tests/conftest.py", "tests/servers.py", "tests/wire.py",
+                 "docs/examples/producer.py", "bench/held_load.py",
+                 "twisted_stalk_cli/stalkd.py", "twisted/plugins/twisted_stalk_plugin.py"):
+        assert os.path.isfile(os.path.join(tree, path)), path
+    with open(os.path.join(tree, "PKG-INFO")) as f:
+        info = f.read()
+    for line in ("Classifier: Operating System :: POSIX :: Linux",
+                 "Classifier: License :: OSI Approved :: MIT License",
+                 "Classifier: Programming Language :: Python :: 3.13",
+                 "Classifier: Programming Language :: Python :: Implementation :: PyPy",
+                 "Requires-Python: >=3.9"):
+        assert line in info
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "tests/test_client_docs.py", "tests/test_protocol_table.py"],
+                            cwd=tree, capture_output=True, text=True, timeout=300,
+                            env=_user_env())
+    assert result.returncode == 0, result.stdout[-2000:]

@@ -62,7 +62,7 @@ class Session:
         """The earliest TTR deadline among this session's reservations."""
         reserved = self.reserved
         if len(reserved) == 1:
-            # One job: the heap is kept only for two or more (WorkQueue._make_reserved).
+            # One job: the heap is kept only for two or more (MemoryEngine._make_reserved).
             for job in reserved.values():
                 return job.deadline_at
         heap = self.ttr_heap

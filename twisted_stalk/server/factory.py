@@ -65,14 +65,18 @@ class BeanstalkServerFactory(Factory):
     def buildProtocol(self, addr):
         limit = self.connection_limit
         if limit is not None and len(self.connections) >= limit.maximum:
-            return limit.refuse(addr)  # a protocol that closes at once
+            return limit.refuse(addr)  # None: the port closes the socket at once
         return Factory.buildProtocol(self, addr)
 
     def connection_opened(self, proto: BeanstalkServerProtocol) -> None:
         self.connections.add(proto)
+        if self.connection_limit is not None:
+            self.connection_limit.opened(len(self.connections))
 
     def connection_closed(self, proto: BeanstalkServerProtocol) -> None:
         self.connections.discard(proto)
+        if self.connection_limit is not None:
+            self.connection_limit.closed(len(self.connections))
 
     def after_input(self) -> None:
         """After a read, a timer or a disconnect: deliver the engine's

@@ -1,10 +1,12 @@
 """``--metrics ENDPOINT``: Prometheus metrics and health checks over HTTP (twisted.web).
 
 ``/metrics``
-    The Prometheus text exposition format (version 0.0.4): every counter and
-    gauge of the ``stats`` command (same numbers: they are read from the same
-    ``stats`` data the wire protocol renders), per-tube gauges and counters with a ``tube``
-    label (the ``stats-tube`` fields), the binlog figures, and the operations
+    The Prometheus text exposition format (version 0.0.4), gzipped when the
+    scraper accepts it: every counter and gauge of the ``stats`` command (same
+    numbers: they are read from the same ``stats`` data the wire protocol
+    renders), per-tube gauges and counters with a ``tube`` label (the
+    ``stats-tube`` fields; which tubes get their own series and how the rest
+    are summed: :mod:`.metrics_tubes`), the binlog figures, and the operations
     figures (refused connections, the connection, memory and open-file limits,
     stored job bytes with ``--max-memory``, extension verb counts, process descriptors and memory).
 ``/healthz``
@@ -14,7 +16,9 @@
     and it is neither draining (SIGUSR1) nor shutting down; otherwise ``503``
     and one line per reason, for load balancers and orchestrators.
 
-Nothing is computed except when scraped; a scrape walks the tubes (not the jobs).
+Nothing is computed except when scraped; a scrape walks the tubes once (not
+the jobs).  The listener holds at most :data:`MAX_CONNECTIONS` connections and
+closes idle ones after :data:`IDLE_TIMEOUT` seconds.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from twisted.web.server import Site
 from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.yaml import as_dict
 from .limits import memory_limit_of, open_fds
+from .metrics_tubes import OTHER, TUBE_METRICS, TubePolicy
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -73,35 +78,6 @@ STATS_METRICS: Dict[str, Tuple[str, str, str]] = {
     "draining": ("beanstalk_draining", "gauge", "1 in drain mode (SIGUSR1): put answers DRAINING."),
 }
 INFO_KEYS = ("version", "id", "hostname", "os", "platform", "pid")
-
-#: Per-tube metrics: (metric name, type, help, value of a Tube at time ``now``).
-TUBE_METRICS: Tuple[Tuple[str, str, str, Callable], ...] = (
-    ("beanstalk_tube_current_jobs_urgent", "gauge", "Ready jobs with priority below 1024.",
-     lambda t, now: t.urgent_count),
-    ("beanstalk_tube_current_jobs_ready", "gauge", "Ready jobs.", lambda t, now: t.ready_count),
-    ("beanstalk_tube_current_jobs_reserved", "gauge", "Reserved jobs.",
-     lambda t, now: t.reserved_count),
-    ("beanstalk_tube_current_jobs_delayed", "gauge", "Delayed jobs.",
-     lambda t, now: t.delayed_count),
-    ("beanstalk_tube_current_jobs_buried", "gauge", "Buried jobs.", lambda t, now: len(t.buried)),
-    ("beanstalk_tube_jobs_total", "counter", "Jobs created in the tube.",
-     lambda t, now: t.total_jobs),
-    ("beanstalk_tube_current_using", "gauge", "Connections using the tube.",
-     lambda t, now: t.using_count),
-    ("beanstalk_tube_current_watching", "gauge", "Connections watching the tube.",
-     lambda t, now: t.watching_count),
-    ("beanstalk_tube_current_waiting", "gauge", "Connections waiting in a reserve on the tube.",
-     lambda t, now: len(t.waiting)),
-    ("beanstalk_tube_deletes_total", "counter", "Delete commands for jobs of the tube.",
-     lambda t, now: t.cmd_delete),
-    ("beanstalk_tube_pauses_total", "counter", "pause-tube commands for the tube.",
-     lambda t, now: t.cmd_pause),
-    ("beanstalk_tube_pause_seconds", "gauge", "Length of the current pause (0: not paused).",
-     lambda t, now: t.pause),
-    ("beanstalk_tube_pause_time_left_seconds", "gauge", "Seconds left in the current pause.",
-     lambda t, now: max(0, int(t.unpause_at - now)) if t.pause else 0),
-)
-
 
 def escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -155,10 +131,13 @@ def binlog_problem(journal) -> Optional[str]:
 class Collector:
     """Renders the metrics of one server."""
 
-    def __init__(self, factory, shutdown=None, start_time: Optional[float] = None) -> None:
+    def __init__(self, factory, shutdown=None, start_time: Optional[float] = None,
+                 policy: Optional[TubePolicy] = None) -> None:
         self.factory = factory
         self.shutdown = shutdown
         self.start_time = time.time() if start_time is None else start_time
+        #: Which tubes get their own series (:mod:`.metrics_tubes`).
+        self.policy = policy or TubePolicy()
 
     def render(self) -> str:
         factory = self.factory
@@ -214,12 +193,19 @@ class Collector:
                "1 once SIGTERM/SIGINT started a graceful shutdown.",
                [("", bool(self.shutdown is not None and self.shutdown.started))])
 
-        # Per tube.
-        tubes = list(engine.tube_list)
-        for name, kind, help_text, value_of in TUBE_METRICS:
-            family(name, kind, help_text,
-                   [('{tube="%s"}' % escape_label(t.name.decode("latin-1")), value_of(t, now))
-                    for t in tubes])
+        # Per tube: the policy's tubes, then the others summed.
+        series = self.policy.split(engine.tube_list, now)
+        labels = ['{tube="%s"}' % escape_label(t.name.decode("latin-1")) for t in series.own]
+        other = '{tube="%s"}' % OTHER
+        for i, (name, kind, help_text, value_of) in enumerate(TUBE_METRICS):
+            samples: List[Tuple[str, object]] = [
+                (label, value_of(t, now)) for label, t in zip(labels, series.own)]
+            if series.other is not None:
+                samples.append((other, series.other[i]))
+            family(name, kind, help_text, samples)
+        family("beanstalk_metrics_tubes_aggregated", "gauge",
+               f'Tubes summed into the tube="{OTHER}" series instead of their own.',
+               [("", series.aggregated)])
 
         # The process.
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -269,42 +255,98 @@ class _Root(Resource):
         return b"twisted-stalk: /metrics /healthz /readyz\n"
 
 
+#: Connections the metrics listener serves at once; more are closed at once.
+MAX_CONNECTIONS = 16
+#: Seconds an idle (keep-alive) metrics connection is kept (twisted.web's default: 12 hours).
+IDLE_TIMEOUT = 30.0
+
+
 class QuietSite(Site):
-    """A Site that writes no access log line per scrape."""
+    """A Site that writes no access log line per scrape, holds at most
+    ``max_connections`` connections (a connection over that is closed at once
+    and counted in ``refused``) and closes connections idle for ``timeout``
+    seconds."""
 
     displayTracebacks = False
+
+    def __init__(self, resource, max_connections: int = MAX_CONNECTIONS,
+                 timeout: float = IDLE_TIMEOUT, reactor=None) -> None:
+        kwargs = {"reactor": reactor} if reactor is not None else {}
+        super().__init__(resource, timeout=timeout, **kwargs)
+        self.max_connections = max_connections
+        self.open_connections = 0
+        self.refused = 0
+
+    def buildProtocol(self, addr):
+        if self.open_connections >= self.max_connections:
+            self.refused += 1
+            return None  # the port closes the socket at once
+        channel = super().buildProtocol(addr)
+        self.open_connections += 1
+        lost = channel.connectionLost
+
+        def connection_lost(reason) -> None:
+            self.open_connections -= 1
+            lost(reason)
+        channel.connectionLost = connection_lost
+        return channel
 
     def log(self, request) -> None:
         pass
 
 
-def make_site(factory, shutdown=None, listening: Optional[Callable[[], bool]] = None) -> Site:
-    """The HTTP site for ``--metrics``: /metrics, /healthz, /readyz."""
-    collector = Collector(factory, shutdown)
-    readiness = Readiness(factory, shutdown, listening)
-    plain = b"text/plain; charset=utf-8"
+class MetricsSite(QuietSite):
+    """The ``--metrics`` site.  It can listen before the server it reports on
+    exists (``stalkd`` binds every listener before dropping privileges and
+    opening the binlog); :meth:`attach` gives it the server before the reactor
+    runs, so no request arrives before it."""
 
-    def metrics():
-        return 200, CONTENT_TYPE, collector.render().encode("utf-8")
+    collector: Optional["Collector"] = None
+    readiness: Optional["Readiness"] = None
 
-    def healthz():
-        return 200, plain, b"ok\n"
+    def __init__(self, **kwargs) -> None:
+        root = _Root()
+        super().__init__(root, **kwargs)
+        self.root = root
 
-    def readyz():
-        problems = readiness.problems()
-        if problems:
-            return 503, plain, ("".join(p + "\n" for p in problems)).encode("utf-8")
-        return 200, plain, b"ready\n"
+    def attach(self, factory, shutdown=None, listening: Optional[Callable[[], bool]] = None,
+               policy: Optional[TubePolicy] = None) -> "MetricsSite":
+        collector = self.collector = Collector(factory, shutdown, policy=policy)
+        readiness = self.readiness = Readiness(factory, shutdown, listening)
+        plain = b"text/plain; charset=utf-8"
 
-    root = _Root()
-    root.putChild(b"metrics", _Text(metrics))
-    root.putChild(b"healthz", _Text(healthz))
-    root.putChild(b"readyz", _Text(readyz))
-    site = QuietSite(root)
-    site.collector = collector  # type: ignore[attr-defined]
-    site.readiness = readiness  # type: ignore[attr-defined]
+        def metrics():
+            return 200, CONTENT_TYPE, collector.render().encode("utf-8")
+
+        def healthz():
+            return 200, plain, b"ok\n"
+
+        def readyz():
+            problems = readiness.problems()
+            if problems:
+                return 503, plain, ("".join(p + "\n" for p in problems)).encode("utf-8")
+            return 200, plain, b"ready\n"
+
+        from twisted.web.resource import EncodingResourceWrapper
+        from twisted.web.server import GzipEncoderFactory
+        # gzip when the scraper accepts it (Prometheus does).
+        self.root.putChild(b"metrics", EncodingResourceWrapper(_Text(metrics),
+                                                               [GzipEncoderFactory()]))
+        self.root.putChild(b"healthz", _Text(healthz))
+        self.root.putChild(b"readyz", _Text(readyz))
+        return self
+
+
+def make_site(factory=None, shutdown=None, listening: Optional[Callable[[], bool]] = None,
+              policy: Optional[TubePolicy] = None, **kwargs) -> MetricsSite:
+    """The HTTP site for ``--metrics``: /metrics, /healthz, /readyz (attached
+    to ``factory`` now, or later with :meth:`MetricsSite.attach`)."""
+    site = MetricsSite(**kwargs)
+    if factory is not None:
+        site.attach(factory, shutdown, listening, policy)
     return site
 
 
-__all__ = ["CONTENT_TYPE", "Collector", "QuietSite", "Readiness", "STATS_METRICS",
-           "TUBE_METRICS", "binlog_problem", "make_site"]
+__all__ = ["CONTENT_TYPE", "Collector", "IDLE_TIMEOUT", "MAX_CONNECTIONS", "MetricsSite",
+           "QuietSite", "Readiness", "STATS_METRICS", "TUBE_METRICS", "binlog_problem",
+           "make_site"]

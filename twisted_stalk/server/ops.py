@@ -8,9 +8,17 @@ Both read the same configuration keys (``twistd`` option names):
 ``metrics``          endpoint string for the HTTP metrics/health site, or None
 ``tls-cert``, ``tls-key``, ``tls-ca``   PEM files (see :mod:`.tls`)
 ``shutdown-grace``   seconds a graceful shutdown waits for busy connections
+``tls-handshake-timeout``  seconds a TLS client has to finish its handshake
+``metrics-tubes``    int: tubes with their own /metrics series at most
+``metrics-tube-pattern``  regex: only tubes whose names match get their own series
+``stats-yaml``       "1.13" (default) or "1.12": string values quoted or bare
+
+It imports nothing of ``twisted.application``: ``stalkd`` builds its server
+from here without the twistd machinery (see docs/operations.md, "Startup time").
 """
 from __future__ import annotations
 
+import signal
 from typing import Any, Callable, Optional
 
 from twisted.logger import Logger
@@ -19,6 +27,41 @@ from . import admin, limits
 from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
 
 log = Logger(namespace="twisted_stalk.ops")
+
+
+def make_factory(config, reactor):
+    """The server factory for ``config``: binlog replayed, limits and extensions on."""
+    from .factory import BeanstalkServerFactory
+    journal = None
+    if config.get("binlog-dir"):
+        try:
+            from ..binlog import open_journal  # type: ignore[attr-defined]
+        except ImportError:
+            raise RuntimeError("-b/--binlog-dir: binlog persistence is not available in this build")
+        journal = open_journal(config, reactor)
+    factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
+                                     journal=journal)
+    configure(factory, config, reactor)  # limits, --max-memory, --extensions
+    if journal is not None:
+        # Replay the binlog into the engine, then arm the timer for the
+        # restored delayed jobs.
+        journal.attach(factory.engine)
+        factory.rearm()
+    return factory
+
+
+def enter_drain(factory) -> None:
+    """Drain mode (SIGUSR1): put answers DRAINING.  The one place that sets it."""
+    factory.engine.drain()
+
+
+def install_drain_signal(factory) -> None:
+    """SIGUSR1 puts the server in drain mode."""
+    def drain(signum, frame) -> None:
+        enter_drain(factory)
+        log.info("SIGUSR1: entering drain mode")
+
+    signal.signal(signal.SIGUSR1, drain)
 
 
 def configure(factory, config, clock) -> None:
@@ -40,6 +83,7 @@ def configure(factory, config, clock) -> None:
     limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit))
     log.info("open-file limit {soft} (hard {hard}); accepting at most {maximum} connections",
              soft=_show(soft), hard=_show(hard), maximum=maximum or "unlimited")
+    factory.stats_quoted = stats_quoted(config.get("stats-yaml"))
     max_memory = int(config.get("max-memory") or 0)
     if max_memory:
         limits.install_memory_limit(factory, max_memory)
@@ -47,6 +91,34 @@ def configure(factory, config, clock) -> None:
     if config.get("extensions"):
         admin.enable(factory)
         log.info("extension verbs on: {verbs}", verbs=", ".join(admin.VERBS))
+
+
+#: ``--stats-yaml`` values: does the stats YAML quote string values?
+STATS_YAML = {"1.13": True, "1.12": False}
+
+
+def stats_quoted(shape: Optional[str]) -> bool:
+    """``--stats-yaml``: True for 1.13's quoted strings (the default), False
+    for 1.12's bare ones.  ValueError for any other shape."""
+    if shape is None:
+        return True
+    try:
+        return STATS_YAML[shape]
+    except KeyError:
+        raise ValueError(f"--stats-yaml must be 1.12 or 1.13, not {shape!r}")
+
+
+def tube_policy(config):
+    """The /metrics per-tube policy from ``metrics-tubes`` and
+    ``metrics-tube-pattern``; ValueError (one line) when they are unusable."""
+    import re
+    from .metrics_tubes import DEFAULT_LIMIT, TubePolicy
+    limit = config.get("metrics-tubes")
+    try:
+        return TubePolicy(DEFAULT_LIMIT if limit is None else int(limit),
+                          config.get("metrics-tube-pattern"))
+    except re.error as e:
+        raise ValueError(f"--metrics-tube-pattern: {e}")
 
 
 def _show(n: int) -> str:
@@ -66,10 +138,11 @@ def make_shutdown(factory, clock, stop_listening: Callable[[], Any], config) -> 
                             grace=DEFAULT_GRACE if grace is None else float(grace))
 
 
-def metrics_site(factory, shutdown: Optional[GracefulShutdown] = None,
-                 listening: Optional[Callable[[], bool]] = None):
+def metrics_site(factory=None, shutdown: Optional[GracefulShutdown] = None,
+                 listening: Optional[Callable[[], bool]] = None, policy=None):
+    """The ``--metrics`` site (attached to ``factory`` now, or later: ``site.attach``)."""
     from .metrics import make_site
-    return make_site(factory, shutdown, listening)
+    return make_site(factory, shutdown, listening, policy)
 
 
 def install_signals_when_running(reactor, shutdown: GracefulShutdown) -> None:
@@ -77,5 +150,6 @@ def install_signals_when_running(reactor, shutdown: GracefulShutdown) -> None:
     reactor.callWhenRunning(install_signal_handlers, reactor, shutdown)
 
 
-__all__ = ["configure", "install_signals_when_running", "make_shutdown", "metrics_site",
-           "tls_options"]
+__all__ = ["configure", "enter_drain", "install_drain_signal", "install_signals_when_running",
+           "make_factory", "make_shutdown", "metrics_site", "stats_quoted", "tls_options",
+           "tube_policy"]

@@ -2,23 +2,25 @@
 
 ``makeService`` builds one :class:`BeanstalkServerFactory` and one listening
 service per endpoint string (tcp, tcp6, unix, ssl, systemd: anything
-``serverFromString`` knows).
+``serverFromString`` knows).  Every listener binds in
+``privilegedStartService``; one that cannot bind ends twistd with one line
+naming it and status 1 (:class:`~.listening.ListenerService`).
 """
 from __future__ import annotations
 
-import signal
 import sys
 from typing import List
 
-from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService
 from twisted.internet import defer
-from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
 
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT
 from .factory import BeanstalkServerFactory
+from .listening import ListenerService
+from .ops import install_drain_signal, make_factory
+from .tls import DEFAULT_HANDSHAKE_TIMEOUT
 
 log = Logger()
 
@@ -43,14 +45,23 @@ class Options(usage.Options):
         ["metrics", None, None, "Serve /metrics, /healthz, /readyz over HTTP on this endpoint."],
         ["web", None, None, "Serve the web console (docs/web.md) over HTTP on this endpoint."],
         ["web-auth", None, None, "Credentials file that lets the web console act (else read-only)."],
-        ["max-connections", None, 0, "Refuse connections beyond N (default: as many as "
-         "the open-file limit allows).", int],
+        ["max-connections", None, 0, "At N connections stop accepting until one closes "
+         "(default: as many as the open-file limit allows).", int],
         ["max-memory", None, 0, "Put answers OUT_OF_MEMORY above BYTES of stored jobs.", int],
         ["tls-cert", None, None, "PEM certificate (then its chain) for --tls-listen."],
         ["tls-key", None, None, "PEM private key of --tls-cert (default: in the cert file)."],
         ["tls-ca", None, None, "PEM CA certificates: --tls-listen clients must present a "
          "certificate they signed (mutual TLS)."],
         ["shutdown-grace", None, 10.0, "Seconds SIGTERM/SIGINT waits for busy connections.",
+         float],
+        ["metrics-tubes", None, 100, "Tubes with their own /metrics series at most (the "
+         "busiest active ones; the rest are summed into tube=\"*other*\").", int],
+        ["metrics-tube-pattern", None, None, "Only tubes whose names match this regular "
+         "expression get their own /metrics series."],
+        ["stats-yaml", None, "1.13", "Stats YAML shape: 1.13 quotes string values, 1.12 "
+         "(for clients that split lines on ': ') leaves them bare."],
+        ["tls-handshake-timeout", None, DEFAULT_HANDSHAKE_TIMEOUT,
+         "Seconds a --tls-listen client has to finish its TLS handshake (0: no limit).",
          float],
     ]
     optFlags = [
@@ -80,9 +91,16 @@ class Options(usage.Options):
         endpoints: List[str] = list(self["listen"])
         if self["port"]:
             endpoints.append(endpoint_for_port(self["port"]))
-        for name in ("max-connections", "max-memory", "shutdown-grace"):
+        for name in ("max-connections", "max-memory", "shutdown-grace",
+                     "tls-handshake-timeout", "metrics-tubes"):
             if self[name] < 0:
                 raise usage.UsageError(f"--{name} must not be negative")
+        from .ops import stats_quoted, tube_policy
+        try:
+            stats_quoted(self["stats-yaml"])
+            tube_policy(self)
+        except ValueError as e:
+            raise usage.UsageError(str(e))
         if bool(self["tls-listen"]) != bool(self["tls-cert"]):
             raise usage.UsageError("--tls-listen and --tls-cert go together")
         if self["tls-cert"] or self["tls-key"] or self["tls-ca"]:
@@ -100,15 +118,6 @@ class Options(usage.Options):
             except AuthFileError as e:
                 raise usage.UsageError(str(e))
         self["endpoints"] = endpoints or ([] if self["tls-listen"] else ["tcp:11300"])
-
-
-def install_drain_signal(factory: BeanstalkServerFactory) -> None:
-    """SIGUSR1 puts the server in drain mode: put answers DRAINING."""
-    def drain(signum, frame) -> None:
-        factory.engine.drain()
-        log.info("SIGUSR1: entering drain mode")
-
-    signal.signal(signal.SIGUSR1, drain)
 
 
 class BeanstalkService(MultiService):
@@ -132,26 +141,6 @@ class BeanstalkService(MultiService):
         if self.shutdown is None:
             return super().stopService()
         return self.shutdown.start().addCallback(lambda _: super(BeanstalkService, self).stopService())
-
-
-def make_factory(config, reactor) -> BeanstalkServerFactory:
-    journal = None
-    if config.get("binlog-dir"):
-        try:
-            from ..binlog import open_journal  # type: ignore[attr-defined]
-        except ImportError:
-            raise RuntimeError("-b/--binlog-dir: binlog persistence is not available in this build")
-        journal = open_journal(config, reactor)
-    factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
-                                     journal=journal)
-    from .ops import configure
-    configure(factory, config, reactor)  # limits, --max-memory, --extensions
-    if journal is not None:
-        # Replay the binlog into the engine, then arm the timer for the
-        # restored delayed jobs.
-        journal.attach(factory.engine)
-        factory.rearm()
-    return factory
 
 
 def _factory_or_exit(config, reactor) -> BeanstalkServerFactory:
@@ -181,25 +170,29 @@ def makeService(config, reactor=None) -> MultiService:
     upgrade(reactor)  # twistd's epoll reactor gets the lean main loop (see reactor.py)
     factory = _factory_or_exit(config, reactor)
     service = BeanstalkService(factory)
+    limit = factory.connection_limit
+    watch = limit.watch if limit is not None else None
     for description in config["endpoints"]:
-        endpoint = serverFromString(reactor, description)
-        StreamServerEndpointService(endpoint, factory).setServiceParent(service)
+        ListenerService(description, factory, "--listen", reactor, watch
+                        ).setServiceParent(service)
     if config.get("tls-listen"):
         from .ops import tls_options
         from .tls import wrap_factory
-        tls_factory = wrap_factory(factory, tls_options(config))
+        tls_factory = wrap_factory(factory, tls_options(config),
+                                   config.get("tls-handshake-timeout", DEFAULT_HANDSHAKE_TIMEOUT),
+                                   reactor)
         for description in config["tls-listen"]:
-            endpoint = serverFromString(reactor, description)
-            StreamServerEndpointService(endpoint, tls_factory).setServiceParent(service)
+            ListenerService(description, tls_factory, "--tls-listen", reactor, watch
+                            ).setServiceParent(service)
     from .ops import make_shutdown, metrics_site
     listening = list(service)
     service.shutdown = make_shutdown(
         factory, reactor, lambda: defer.DeferredList([s.stopService() for s in listening]),
         config)
     if config.get("metrics"):
-        site = metrics_site(factory, service.shutdown)
-        StreamServerEndpointService(serverFromString(reactor, config["metrics"]),
-                                    site).setServiceParent(service)
+        from .ops import tube_policy
+        site = metrics_site(factory, service.shutdown, policy=tube_policy(config))
+        ListenerService(config["metrics"], site, "--metrics", reactor).setServiceParent(service)
     if config.get("web"):
         from ..web import console_service
         console_service(factory, reactor, config["web"], config.get("web-auth")

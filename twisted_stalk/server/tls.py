@@ -12,8 +12,8 @@ Two ways to listen with TLS:
   certificate signed by one of the CA certificates in that file (mutual TLS),
   and a client without one fails the handshake.
 
-Needs pyOpenSSL (``pip install twisted-stalk[tls]``, which is Twisted's own
-``twisted[tls]`` set: pyOpenSSL and service_identity).  TLS connections skip
+Needs pyOpenSSL (``pip install '.[tls]'`` from this repository: pyOpenSSL and
+service_identity, Twisted's own ``twisted[tls]`` set).  TLS connections skip
 the direct-socket write of plain TCP; everything else is the same protocol.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _require_openssl() -> None:
     try:
         import OpenSSL  # noqa: F401
     except ImportError:
-        raise TLSConfigError("TLS needs pyOpenSSL: pip install 'twisted-stalk[tls]'")
+        raise TLSConfigError("TLS needs pyOpenSSL: pip install pyOpenSSL service_identity")
 
 
 def _read(path: str, what: str) -> bytes:
@@ -90,11 +90,30 @@ def server_options(cert: str, key: Optional[str] = None, ca: Optional[str] = Non
         raise TLSConfigError(f"cannot use certificate {cert}: {e}")
 
 
-def wrap_factory(factory, options):
-    """``factory`` behind TLS: listen with the result on any stream endpoint."""
+#: Seconds a TLS client has to complete its handshake (``--tls-handshake-timeout``).
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0
+
+
+def wrap_factory(factory, options, handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+                 clock=None):
+    """``factory`` behind TLS: listen with the result on any stream endpoint.
+
+    A client that has not completed its handshake ``handshake_timeout``
+    seconds after connecting is disconnected (0: no deadline), so sockets that
+    never start TLS cannot hold connection slots.  A connection ``factory``
+    refuses (its ``buildProtocol`` returns None, at the connection limit) is
+    refused here too: the port closes it before any handshake.
+    """
     from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 
+    if clock is None:
+        clock = getattr(factory, "reactor", None)
+        if clock is None:
+            from twisted.internet import reactor as clock
+
     class NoDelayTLSProtocol(TLSMemoryBIOProtocol):
+        _handshake_deadline = None
+
         def makeConnection(self, transport) -> None:
             # Replies are small and latency matters, as on plain TCP.
             set_no_delay = getattr(transport, "setTcpNoDelay", None)
@@ -103,9 +122,30 @@ def wrap_factory(factory, options):
                     set_no_delay(True)
                 except OSError:  # a unix socket
                     pass
+            if handshake_timeout > 0:
+                self._handshake_deadline = clock.callLater(handshake_timeout,
+                                                           self._handshake_overdue)
             TLSMemoryBIOProtocol.makeConnection(self, transport)
 
-    wrapped = TLSMemoryBIOFactory(options, False, factory)
+        def _handshake_overdue(self) -> None:
+            self._handshake_deadline = None
+            if not self._handshakeDone:
+                self.transport.abortConnection()
+
+        def connectionLost(self, reason) -> None:
+            deadline, self._handshake_deadline = self._handshake_deadline, None
+            if deadline is not None and deadline.active():
+                deadline.cancel()
+            TLSMemoryBIOProtocol.connectionLost(self, reason)
+
+    class LimitedTLSFactory(TLSMemoryBIOFactory):
+        def buildProtocol(self, addr):
+            inner = self.wrappedFactory.buildProtocol(addr)
+            if inner is None:
+                return None
+            return self.protocol(self, inner)
+
+    wrapped = LimitedTLSFactory(options, False, factory)
     wrapped.protocol = NoDelayTLSProtocol
     return wrapped
 

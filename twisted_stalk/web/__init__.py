@@ -19,29 +19,31 @@ from __future__ import annotations
 from typing import Optional
 
 
-def make_console(factory, reactor, endpoint: str, auth_file: Optional[str] = None):
-    """``(site, endpoint)`` for ``--web endpoint`` (and ``--web-auth auth_file``).
-
+def load_credentials(auth_file: Optional[str]):
+    """The ``--web-auth`` credentials (None: the console is read-only).
     Raises :class:`~twisted_stalk.web.auth.AuthFileError` for an unusable
-    credentials file and ``ValueError`` for a malformed endpoint string.
-    """
-    from twisted.internet.endpoints import serverFromString
-
+    file.  Read it before the server drops privileges (``-u``)."""
+    if not auth_file:
+        return None
     from .auth import load
+    return load(auth_file)
+
+
+def make_console(factory, reactor, credentials=None):
+    """The console's twisted.web site for the server of ``factory``."""
     from .site import make_site
-    credentials = load(auth_file) if auth_file else None
-    site = make_site(factory, reactor, credentials)
-    return site, serverFromString(reactor, endpoint)
+    return make_site(factory, reactor, credentials)
 
 
 def console_service(factory, reactor, endpoint: str, auth_file: Optional[str] = None):
-    """A service listening on ``endpoint`` with the console; its rate
-    sampler runs while the service runs (``twistd beanstalk --web``)."""
-    from twisted.application.internet import StreamServerEndpointService
+    """``twistd beanstalk --web``: a service that binds ``endpoint`` before
+    twistd drops privileges (a failure ends twistd with one line) and runs
+    the console's rate sampler while it runs."""
+    from ..server.listening import ListenerService
 
-    site, server_endpoint = make_console(factory, reactor, endpoint, auth_file)
+    site = make_console(factory, reactor, load_credentials(auth_file))
 
-    class ConsoleService(StreamServerEndpointService):
+    class ConsoleService(ListenerService):
         def startService(self) -> None:
             site.console.start()
             super().startService()
@@ -50,16 +52,20 @@ def console_service(factory, reactor, endpoint: str, auth_file: Optional[str] = 
             site.console.stop()
             return super().stopService()
 
-    service = ConsoleService(server_endpoint, site)
+    service = ConsoleService(endpoint, site, "--web", reactor)
     service.site = site
     return service
 
 
-def listen(factory, reactor, endpoint: str, auth_file: Optional[str] = None):
-    """Listen now (``stalkd --web``); returns the Deferred of ``endpoint.listen``."""
-    site, server_endpoint = make_console(factory, reactor, endpoint, auth_file)
+def listen(factory, reactor, endpoint: str, credentials=None):
+    """``stalkd --web``: listen now; the listening port.  Raises
+    :class:`~twisted_stalk.server.listening.ListenError` with one line."""
+    from ..server.listening import listen_now
+
+    site = make_console(factory, reactor, credentials)
+    port = listen_now(reactor, endpoint, site, "--web")
     site.console.start()
-    return server_endpoint.listen(site)
+    return port
 
 
-__all__ = ["console_service", "listen", "make_console"]
+__all__ = ["console_service", "listen", "load_credentials", "make_console"]

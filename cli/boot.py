@@ -1,0 +1,107 @@
+# -*- test-case-name: tests.test_ops_startup -*-
+"""What ``stalkd`` does before Twisted is imported: early signals and lean imports.
+
+Nothing here imports Twisted (or anything of :mod:`twisted_stalk.server`, whose
+package imports it): this module runs while the listening socket is already
+bound and the heavy imports are still to come.
+
+:class:`EarlySignals`
+    From the moment the port is bound, SIGTERM and SIGINT end the process
+    with status 0 (nothing has been acknowledged yet) and SIGUSR1 is
+    remembered, to enter drain mode as soon as the queue exists.  The
+    reactor's own handlers replace these once it runs.
+
+:func:`lean_imports`
+    Imports nothing that serving plain TCP does not need (see
+    docs/operations.md, "Startup time"): while it is in force, pyOpenSSL is
+    reported missing unless TLS was asked for (Twisted then leaves out its
+    TLS transports, ~45 ms of ``cryptography`` and ``OpenSSL`` imports), and
+    a module Twisted imports only for client-side code (``http.cookiejar``,
+    which pulls in ``urllib.request``, ``http.client`` and ``email``, ~8 ms)
+    is loaded lazily: on the first use of one of its names, which a server
+    never makes.
+"""
+from __future__ import annotations
+
+# Only what the bind needs may be imported at the top: EarlySignals is
+# installed before the socket is bound, and on PyPy even importlib.util or
+# typing costs tens of milliseconds.
+import signal
+import sys
+
+#: Loaded lazily by :func:`lean_imports`: imported by ``twisted.python.compat`` for
+#: code a server never runs.  (``ssl`` is not here: asyncio, which
+#: ``twisted.internet.defer`` imports, uses it at import time.)
+LAZY_MODULES = ("http.cookiejar",)
+#: Reported missing by :func:`lean_imports` unless TLS is wanted.
+TLS_MODULES = ("OpenSSL",)
+
+
+class EarlySignals:
+    """Signal handling from the bind until the reactor's handlers take over."""
+
+    def __init__(self) -> None:
+        #: True once SIGUSR1 arrived: the caller enters drain mode.
+        self.drain_requested = False
+
+    def install(self) -> "EarlySignals":
+        signal.signal(signal.SIGTERM, self._exit)
+        signal.signal(signal.SIGINT, self._exit)
+        signal.signal(signal.SIGUSR1, self._drain)
+        return self
+
+    @staticmethod
+    def _exit(signum, frame) -> None:
+        # Nothing has been acknowledged yet: exit as a stopped server does.
+        raise SystemExit(0)
+
+    def _drain(self, signum, frame) -> None:
+        self.drain_requested = True
+
+
+def _lazy(name: str) -> None:
+    """Put a lazily loaded ``name`` in ``sys.modules`` (no-op if already imported)."""
+    import importlib.util
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        return
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, module)
+
+
+class lean_imports:
+    """``with lean_imports(tls):`` import only what serving needs (see the
+    module docstring)."""
+
+    def __init__(self, tls: bool) -> None:
+        self.tls = tls
+        self.blocked: list[str] = []
+
+    def __enter__(self) -> None:
+        import importlib
+        for name in LAZY_MODULES:
+            parent = name.rpartition(".")[0]
+            if parent:
+                importlib.import_module(parent)
+            _lazy(name)
+        if not self.tls:
+            for name in TLS_MODULES:
+                if name not in sys.modules:
+                    sys.modules[name] = None  # type: ignore[assignment]  # "import" fails
+                    self.blocked.append(name)
+
+    def __exit__(self, *exc_info: object) -> None:
+        for name in self.blocked:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
+__all__ = ["EarlySignals", "LAZY_MODULES", "TLS_MODULES", "lean_imports"]
