@@ -302,9 +302,9 @@ def test_busiest_tubes_get_their_own_series_and_the_rest_add_up():
     ready = _tube_samples(text, "beanstalk_tube_current_jobs_ready")
     # Seven jobs each; ties go by name (bytes order).
     assert set(ready) == {"t104", "t111", "t118", "t125", "t13", "*other*"}
-    assert sum(ready.values()) == dict(factory.queue.stats())["current-jobs-ready"]
+    assert sum(ready.values()) == dict(factory.engine.server_stats())["current-jobs-ready"]
     totals = _tube_samples(text, "beanstalk_tube_jobs_total")
-    assert sum(totals.values()) == dict(factory.queue.stats())["total-jobs"]
+    assert sum(totals.values()) == dict(factory.engine.server_stats())["total-jobs"]
     # A pattern narrows the tubes with their own series.
     text = Collector(factory, policy=TubePolicy(5, r"t1\d")).render()
     assert set(_tube_samples(text, "beanstalk_tube_current_jobs_ready")) == {
@@ -317,7 +317,7 @@ def test_other_sums_match_every_tube_metric():
     factory = _server_with(b"use a\r\nput 5000 0 60 1\r\nx\r\nput 0 9 60 1\r\ny\r\n"
                            b"use b\r\nput 0 0 60 1\r\nz\r\nreserve\r\nwatch b\r\n"
                            b"pause-tube a 30\r\nbury 1 0\r\n")
-    queue = factory.queue
+    queue = factory.engine
     now = queue.clock.seconds()
     series = TubePolicy(0).split(queue.tube_list, now)
     assert series.own == [] and series.aggregated == len(queue.tube_list)

@@ -58,15 +58,11 @@ def test_stats_yaml_1_12_quotes_as_beanstalkd_1_12(flag):
     common = set(mine) & set(theirs)
     assert {("stats-tube", "name"), ("stats-job", "tube"), ("stats", "hostname"),
             ("stats", "os"), ("stats", "platform")} <= common
-    # version: see test_stats_yaml_1_12_quotes_the_version.
-    differ = {k: (mine[k], theirs[k]) for k in common if mine[k] != theirs[k]
-              and k != ("stats", "version")}
+    differ = {k: (mine[k], theirs[k]) for k in common if mine[k] != theirs[k]}
     assert differ == {}
 
 
 @needs_112
-@pytest.mark.xfail(strict=True, reason="protocol/yaml.py's quote=False leaves version bare; "
-                   "1.12 prints it in quotes (the renderer is the engine's)")
 def test_stats_yaml_1_12_quotes_the_version():
     ours = start_server("ours", "--stats-yaml", "1.12")
     try:

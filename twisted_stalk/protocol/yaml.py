@@ -44,10 +44,15 @@ def seconds(value: float) -> bytes:
     return b"%d.%06d" % (whole, int(round((value - whole) * 1e6)) % 1000000)
 
 
+#: The keys beanstalkd 1.12 quotes: only ``version`` (its other strings are bare).
+QUOTED_KEYS_1_12 = frozenset({"version"})
+
+
 def render_mapping(pairs: StatPairs, quote: bool = True) -> bytes:
     """A stats body from data: ints bare, floats as :func:`seconds`, bools as
-    ``true``/``false``, strings bare or (keys in :data:`QUOTED_KEYS`, when
-    ``quote``: the 1.13 shape) in double quotes."""
+    ``true``/``false``, strings bare or in double quotes: those of
+    :data:`QUOTED_KEYS` (``quote``: beanstalkd 1.13's shape) or only
+    ``version`` (1.12's)."""
     items = []
     for key, value in pairs:
         kind = value.__class__
@@ -59,7 +64,7 @@ def render_mapping(pairs: StatPairs, quote: bool = True) -> bytes:
             text = seconds(value)  # type: ignore[arg-type]
         else:
             text = value if kind is bytes else str(value).encode("utf-8", "replace")
-            if quote and key in QUOTED_KEYS:
+            if key in (QUOTED_KEYS if quote else QUOTED_KEYS_1_12):
                 text = b'"' + text + b'"'
         items.append((key.encode("ascii"), text))
     return mapping(items)

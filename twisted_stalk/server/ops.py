@@ -83,7 +83,7 @@ def configure(factory, config, clock) -> None:
     limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit))
     log.info("open-file limit {soft} (hard {hard}); accepting at most {maximum} connections",
              soft=_show(soft), hard=_show(hard), maximum=maximum or "unlimited")
-    factory.stats_quoted = stats_quoted(config.get("stats-yaml"))
+    factory.set_stats_quoted(stats_quoted(config.get("stats-yaml")))
     max_memory = int(config.get("max-memory") or 0)
     if max_memory:
         limits.install_memory_limit(factory, max_memory)
