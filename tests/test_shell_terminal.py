@@ -1,7 +1,12 @@
-"""End to end: the real ``stalk`` program in a pseudo-terminal (pexpect)
-against a real server on loopback: put with a body, reserve, Ctrl-C out of a
-blocking reserve, history across runs, Ctrl-R search."""
+"""End to end: the real ``stalk`` program in a pseudo-terminal against a real
+server on loopback.  pexpect reads the stream of bytes it writes (put with a
+body, reserve, Ctrl-C out of a blocking reserve, history across runs, Ctrl-R
+search); tmux keeps a real screen for what a person sees (a prompt wider than
+the window, wrapped lines, the toolbar, the pager)."""
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import time
 
@@ -33,14 +38,20 @@ def expect(child, pattern, timeout=15):
         child.send("\x1b[1;1R")
 
 
-def spawn(server, tmp_path):
+def terminal_env(tmp_path):
     env = dict(os.environ)
-    for key in ("STALK_ADDRESS", "STALK_CONFIG", "STALK_DEBUG", "NO_COLOR"):
+    for key in ("STALK_ADDRESS", "STALK_CONFIG", "STALK_DEBUG", "NO_COLOR", "PAGER", "LESS"):
         env.pop(key, None)
     env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"),
                TERM="xterm-256color", PYTHONUNBUFFERED="1")
-    child = pexpect.spawn(sys.executable, ["-m", "twisted_stalk_cli.shell", "-a", f"127.0.0.1:{server.port}"],
-                          env=env, dimensions=(30, 140), encoding="utf-8", timeout=15)
+    return env
+
+
+def spawn(server, tmp_path, *args, dimensions=(30, 140)):
+    child = pexpect.spawn(sys.executable, ["-m", "twisted_stalk_cli.shell", "-a", f"127.0.0.1:{server.port}",
+                                           *args],
+                          env=terminal_env(tmp_path), dimensions=dimensions, encoding="utf-8",
+                          timeout=15)
     try:
         expect(child, "connected to 127.0.0.1:%d" % server.port)
         expect(child, "watch=default")
@@ -119,3 +130,109 @@ def test_interactive_session_in_a_terminal(any_server, tmp_path):
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+
+
+# --------------------------------------------------------------------------
+# What a person sees: the program in tmux, read back with capture-pane
+
+TMUX = shutil.which("tmux")
+
+
+class Screen:
+    """The real ``stalk`` in a tmux window of ``cols`` x ``rows``: keys go in
+    with send-keys, the screen comes back with capture-pane (tmux answers the
+    terminal queries prompt_toolkit makes, as a terminal does).  Every wait
+    has a deadline, so a test fails instead of hanging."""
+
+    def __init__(self, tmp_path, argv, *, cols=80, rows=24, env=None):
+        if TMUX is None:
+            pytest.skip("tmux is not installed")
+        self.socket = str(tmp_path / "tmux")
+        env = dict(env or terminal_env(tmp_path))
+        self._tmux("-f", "/dev/null", "new-session", "-d", "-x", str(cols), "-y", str(rows),
+                   "--", sys.executable, "-m", "twisted_stalk_cli.shell", *argv, env=env)
+
+    def _tmux(self, *args, env=None):
+        return subprocess.run([TMUX, "-S", self.socket, *args], env=env, check=True,
+                              capture_output=True, text=True, timeout=10).stdout
+
+    def keys(self, *keys):
+        """Named keys (Enter, Tab, C-c, Escape ...), as tmux send-keys takes them."""
+        self._tmux("send-keys", "-t", "0", *keys)
+
+    def type(self, text):
+        """Literal text, in one burst."""
+        self._tmux("send-keys", "-t", "0", "-l", text)
+
+    def text(self):
+        return self._tmux("capture-pane", "-p", "-t", "0")
+
+    def wait(self, check, timeout=10, what=""):
+        """Until ``check(screen text)`` is true; returns the screen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.text()
+            if check(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not on screen within {timeout} s: {what or check}\n{text}")
+            time.sleep(0.05)
+
+    def wait_for(self, needle, timeout=10):
+        return self.wait(lambda text: needle in text, timeout, repr(needle))
+
+    def close(self):
+        subprocess.run([TMUX, "-S", self.socket, "kill-server"], capture_output=True, timeout=10)
+
+    def resize(self, cols, rows=24):
+        self._tmux("resize-window", "-t", "0", "-x", str(cols), "-y", str(rows))
+
+
+@pytest.fixture
+def screen(tmp_path):
+    """``screen(server, cols=80, rows=24, *args)``: stalk in tmux, connected."""
+    opened = []
+
+    def open_screen(server, cols=80, rows=24, *args, env=None):
+        s = Screen(tmp_path, ["-a", f"127.0.0.1:{server.port}", *args], cols=cols, rows=rows, env=env)
+        opened.append(s)
+        s.wait_for("connected to")
+        return s
+
+    yield open_screen
+    for s in opened:
+        s.close()
+
+
+def prompt_ends_with(typed):
+    """A check: some screen line is the prompt followed by ``typed``."""
+    def check(text):
+        return any(line.rstrip().endswith("> " + typed) for line in text.splitlines())
+    return check
+
+
+def test_prompt_fits_any_window(ours, screen):
+    """A prompt wider than the window used to blank the screen (the wrapped
+    part got a continuation prefix as wide as the prompt): three watched
+    tubes at 80 columns, a 100-character tube name at 140, and narrower."""
+    s = screen(ours, 80)
+    for n, tube in enumerate(("aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"), start=2):
+        s.type(f"watch {tube}")
+        s.keys("Enter")
+        s.wait_for(f"WATCHING {n}")
+    s.type("stats")
+    text = s.wait(prompt_ends_with("stats"), what="the prompt, then 'stats'")
+    assert "connected to" in text and "WATCHING 4" in text  # earlier output stays
+    s.keys("C-c")
+    s.resize(140)
+    long_name = "t" * 100
+    s.type(f"use {long_name}")
+    s.keys("Enter")
+    s.wait_for(f"USING {long_name}")
+    s.type("stats")
+    text = s.wait(prompt_ends_with("stats"), what="the prompt, then 'stats'")
+    assert "body>" not in text  # a wrapped command line is not a body line
+    s.keys("C-c")
+    s.resize(40)
+    s.type("list-tube-used")
+    s.wait(prompt_ends_with("list-tube-used"), what="the prompt at 40 columns")

@@ -427,3 +427,52 @@ def test_request_bytes_are_encoded_from_the_table():
     assert build_request("flush-tube emails").wire() == b"flush-tube emails\r\n"
     raw = build_request("!put 1 0 60 5\\r\\nabc")   # raw bytes are sent as typed
     assert raw.raw and raw.wire() == b"put 1 0 60 5\r\nabc\r\n"
+
+
+# --------------------------------------------------------------------------
+# Fitting the window: prompt, continuation prefixes, toolbar
+
+def test_prompt_is_shortened_to_fit_the_window():
+    from twisted_stalk_cli.shell.fit import fit_prompt, prompt_budget, prompt_variants, width_of
+    full = prompt_variants("127.0.0.1:11300", "default", ["default"], True)
+    assert plain(fit_prompt(full, 80)) == "stalk 127.0.0.1:11300 [use=default watch=default]> "
+    many = prompt_variants("127.0.0.1:11300", "default",
+                           ["default", "aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"], True)
+    assert plain(fit_prompt(many, 80)) == "stalk 127.0.0.1:11300 [use=default watch=default+3]> "
+    assert "cccccccccc" in plain(fit_prompt(many, 140))
+    long = prompt_variants("127.0.0.1:11300", "t" * 200, ["t" * 200], True)
+    for columns in (20, 40, 80, 140, 300):
+        for variants in (full, many, long):
+            assert width_of(fit_prompt(variants, columns)) <= prompt_budget(columns) < columns
+    assert plain(fit_prompt(long, 80)) == "[use=tttttt…ttttt watch=tttttt…ttttt]> "
+    assert plain(fit_prompt(long, 140)) == ("127.0.0.1:11300 [use=tttttttttttt…ttttttttttt "
+                                            "watch=tttttttttttt…ttttttttttt]> ")
+    down = prompt_variants("127.0.0.1:11300", "default", ["default"], False)
+    assert plain(fit_prompt(down, 140)) == "stalk 127.0.0.1:11300 (disconnected: Enter retries)> "
+    assert "disconnected" in plain(fit_prompt(down, 40))
+
+
+def test_continuation_prefixes_never_exceed_the_window():
+    from twisted_stalk_cli.shell.fit import continuation
+    # aligned under a prompt that takes at most half the window
+    assert plain(continuation(52, 140, 1, 0)) == " " * 46 + "body> "
+    assert plain(continuation(52, 140, 1, 1)) == " " * 52  # the wrapped part of a body line
+    assert plain(continuation(52, 140, 0, 1)) == " " * 52  # the wrapped part of the command
+    # after a longer prompt: a short prefix, the rest of the width for the text
+    assert plain(continuation(52, 80, 1, 0)) == "body> "
+    assert plain(continuation(52, 80, 1, 2)) == " " * 6
+    for columns in (4, 10, 80):
+        assert len(plain(continuation(200, columns, 3, 0))) <= columns // 2
+
+
+def test_toolbar_fits_the_window():
+    from twisted_stalk_cli.shell.fit import cut, pick, width_of
+    from twisted_stalk_cli.shell.ui import KEY_HINTS
+    assert plain(syntax_help("", (), 200)).strip().endswith("Ctrl-D: quit")
+    narrow = plain(syntax_help("", (), 60))
+    assert len(narrow) < 60 and "help [cmd]" in narrow and "Ctrl-D: quit" in narrow
+    assert "\\wire" not in narrow  # dropped first
+    assert pick(KEY_HINTS, 5) == ""
+    line = syntax_help("reserve-with-timeout ", ())
+    assert width_of(cut(line, 40)) == 40 and plain(cut(line, 40)).endswith("…")
+    assert cut(line, 500) == line

@@ -19,6 +19,7 @@ from prompt_toolkit.key_binding import KeyBindings
 from twisted_stalk.protocol.replies import Reply
 
 from .errors import ConnectionLost, InterruptedRequest, StalkError
+from .fit import continuation, cut, fit_prompt, prompt_variants
 from .help import help_text
 from .known import Known
 from .paths import data_home
@@ -133,24 +134,30 @@ class Shell:
     def state_text(self) -> str:
         return f"use={self.session.use} watch={','.join(self.session.watch)}"
 
+    def columns(self) -> int:
+        """The window's width (80 outside a running prompt)."""
+        try:
+            return get_app().output.get_size().columns
+        except Exception:
+            return 80
+
     def prompt_message(self) -> FormattedText:
-        frags = [("class:prompt.name", "stalk "), ("class:prompt.server", str(self.session.target))]
-        if self.session.connected:
-            frags.append(("class:prompt.state", f" [{self.state_text()}]"))
-        else:
-            frags.append(("class:prompt.down", " (disconnected: Enter retries)"))
-        frags.append(("", "> "))
-        return FormattedText(frags)
+        """The server and tube state, shortened to fit (:mod:`.fit`)."""
+        session = self.session
+        variants = prompt_variants(str(session.target), session.use, session.watch,
+                                   session.connected)
+        return FormattedText(fit_prompt(variants, self.columns()))
 
     def continuation(self, width: int, line_number: int, wrap_count: int) -> FormattedText:
-        return FormattedText([("class:info", "body> ".rjust(width))])
+        return FormattedText(continuation(width, self.columns(), line_number, wrap_count))
 
     def toolbar(self) -> FormattedText:
         try:
             text = self.prompt.default_buffer.text
         except Exception:
             text = ""
-        frags = list(syntax_help(text, self.session.capabilities))
+        columns = self.columns()
+        frags = list(syntax_help(text, self.session.capabilities, columns))
         status: List[tuple] = []
         if self.wire:
             status.append(("class:toolbar.wire", " WIRE "))
@@ -160,9 +167,10 @@ class Shell:
                 # the server released it when its TTR ran out
                 del self.session.reserved[jid]
         status += jobs_toolbar(self.session.reserved, now)
+        frags = cut(frags, columns)
         if status:
             frags.append(("", "\n"))
-            frags += status
+            frags += cut(status, columns)
         return FormattedText(frags)
 
     def _bindings(self) -> KeyBindings:

@@ -21,6 +21,7 @@ from twisted_stalk.protocol import BY_NAME, COMMANDS
 from twisted_stalk.protocol.commands import command_spec
 from twisted_stalk.protocol.constants import JOB_STATES
 
+from .fit import pick
 from .known import Known
 from .request import (
     META_BY_NAME,
@@ -253,14 +254,20 @@ class ArgHintProcessor(Processor):
         return Transformation(list(ti.fragments) + [("class:arg-hint", hint)])
 
 
-def syntax_help(text: str, extensions: Extensions = ()) -> List[tuple]:
+#: The toolbar's key hints on an empty line: (rank, text), shown in this
+#: order; the lowest ranks are kept when the window is too narrow for all.
+KEY_HINTS = ((1, "Tab: complete"), (4, "Up/Ctrl-R: history"), (0, "help [cmd]"), (5, "\\wire"),
+             (6, "!raw"), (3, "Ctrl-C: cancel"), (2, "Ctrl-D: quit"))
+
+
+def syntax_help(text: str, extensions: Extensions = (), width: int = 200) -> List[tuple]:
     """The toolbar's first line: the syntax and meaning of what is being typed
-    (``extensions``: the extension verbs the server advertises)."""
+    (``extensions``: the extension verbs the server advertises), for a
+    window ``width`` columns wide (the caller cuts what is still too long)."""
     first = text.split("\n", 1)[0]
     tokens = first.split()
     if not tokens:
-        return [("class:toolbar.help",
-                 " Tab: complete   Up/Ctrl-R: history   help [cmd]   \\wire   !raw   Ctrl-C: cancel   Ctrl-D: quit")]
+        return [("class:toolbar.help", " " + pick(KEY_HINTS, width - 1))]
     if tokens[0].startswith("!"):
         return [("class:toolbar.syntax", " !<text>"),
                 ("class:toolbar.help", "  sent as raw bytes, unchecked (escapes \\r \\n \\t \\0 \\xNN; end with \\c for no CRLF)")]
