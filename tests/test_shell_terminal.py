@@ -4,6 +4,7 @@ body, reserve, Ctrl-C out of a blocking reserve, history across runs, Ctrl-R
 search); tmux keeps a real screen for what a person sees (a prompt wider than
 the window, wrapped lines, the toolbar, the pager)."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import time
 
 import pytest
 
+from servers import REFERENCE, start_server
 from twisted_stalk.protocol.yaml import parse_mapping
 from twisted_stalk_cli.shell.conn import Connection
 from twisted_stalk_cli.shell.target import parse_target
@@ -236,3 +238,59 @@ def test_prompt_fits_any_window(ours, screen):
     s.resize(40)
     s.type("list-tube-used")
     s.wait(prompt_ends_with("list-tube-used"), what="the prompt at 40 columns")
+
+
+def test_completion_never_blocks_typing(ours, screen):
+    """Completing a tube name asks the server for its tubes; a server that
+    stops answering used to freeze the prompt for the 30 s reply timeout.
+    Lookups run in the background with a short deadline."""
+    s = screen(ours, 100)
+    os.kill(ours.proc.pid, signal.SIGSTOP)
+    try:
+        s.type("use ab")
+        s.type("c")
+        s.wait(prompt_ends_with("use abc"), timeout=3, what="'use abc' typed while the server is stopped")
+        s.keys("BSpace")
+        s.type("d")
+        s.wait(prompt_ends_with("use abd"), timeout=3, what="'use abd'")
+    finally:
+        os.kill(ours.proc.pid, signal.SIGCONT)
+    s.keys("Enter")
+    s.wait_for("USING abd")
+
+
+@pytest.fixture
+def reference_or_ours():
+    """beanstalkd when installed (ours otherwise): one server, to keep these
+    tests short; the REPL and command-line tests cover both."""
+    server = start_server("reference" if REFERENCE else "ours")
+    yield server
+    server.stop()
+
+
+def toolbar_countdown(text):
+    """The reserved jobs the toolbar (the screen's last lines) counts down."""
+    return re.findall(r"#(\d+) \d+s", "\n".join(text.rstrip().splitlines()[-2:]))
+
+
+def test_lost_connection_is_reported_with_the_returned_jobs(reference_or_ours, screen):
+    """The server goes away while the shell is idle with a job reserved: it
+    says so (it used to say only "cannot connect" at the next command, and
+    the toolbar went on counting the lost reservation down)."""
+    server = reference_or_ours
+    s = screen(server, 100)
+    s.type("put")
+    s.keys("Enter")
+    s.type("x")
+    s.keys("Enter", "Enter")
+    s.wait_for("INSERTED 1")
+    s.type("reserve")
+    s.keys("Enter")
+    s.wait(lambda text: toolbar_countdown(text) == ["1"], what="#1 counting down")
+    server.stop()
+    s.type("use abc")
+    s.keys("Enter")
+    text = s.wait_for("cannot connect")
+    assert "closed by the server" in text
+    assert "the server returned the jobs reserved on it to ready: #1" in text
+    assert toolbar_countdown(text) == []

@@ -57,6 +57,11 @@ class Connection:
         self.reply_timeout = reply_timeout
         self.wire = wire
         self.sock: Optional[socket.socket] = None
+        #: Why the connection was lost, until the next connect or close (None
+        #: when it is open, was never opened or was closed on purpose).
+        self.lost: Optional[str] = None
+        #: Bytes read by :meth:`poll_closed` and not decoded yet.
+        self._early = b""
         self._reader = ReplyReader(lenient=True)
         #: Replies decoded and not read yet (a chunk may complete several).
         self._replies: Deque[Reply] = deque()
@@ -104,12 +109,20 @@ class Connection:
 
     def close(self) -> None:
         sock, self.sock = self.sock, None
+        self.lost = None
+        self._early = b""
         self._forget()
         if sock is not None:
             try:
                 sock.close()
             except OSError:
                 pass
+
+    def _lose(self, why: str) -> ConnectionLost:
+        """Close because the connection failed; the error to raise."""
+        self.close()
+        self.lost = why
+        return ConnectionLost(why)
 
     def send(self, data: bytes, *expect: Optional[str]) -> None:
         """Send ``data``; ``expect`` names the command of each reply it will
@@ -125,29 +138,27 @@ class Connection:
             self.sock.settimeout(self.reply_timeout)
             self.sock.sendall(data)
         except (OSError, ssl.SSLError) as e:
-            self.close()
-            raise ConnectionLost(f"connection to {self.target} lost: {oserror_text(e)}") from None
+            raise self._lose(f"connection to {self.target} lost: {oserror_text(e)}") from None
 
     def _fill(self, timeout: Optional[float]) -> None:
         """Receive one chunk and decode the replies it completes."""
         assert self.sock is not None
-        self.sock.settimeout(timeout)
-        try:
-            chunk = self.sock.recv(65536)
-        except socket.timeout:
-            raise
-        except (OSError, ssl.SSLError) as e:
-            self.close()
-            raise ConnectionLost(f"connection to {self.target} lost: {oserror_text(e)}") from None
+        chunk, self._early = self._early, b""
         if not chunk:
-            self.close()
-            raise ConnectionLost(f"connection to {self.target} closed by the server")
+            self.sock.settimeout(timeout)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                raise
+            except (OSError, ssl.SSLError) as e:
+                raise self._lose(f"connection to {self.target} lost: {oserror_text(e)}") from None
+        if not chunk:
+            raise self._lose(f"connection to {self.target} closed by the server")
         if self.wire:
             self.wire("recv", chunk)
         for reply in self._reader.feed(chunk):
             if type(reply) is not Reply:
-                self.close()
-                raise ConnectionLost(self._out_of_step(reply))  # type: ignore[arg-type]
+                raise self._lose(self._out_of_step(reply))  # type: ignore[arg-type]
             self._replies.append(reply)
 
     def _out_of_step(self, error: UnexpectedReply) -> str:
@@ -173,15 +184,46 @@ class Connection:
             while not self._replies:
                 self._fill(timeout)
         except socket.timeout:
-            self.close()
-            raise ConnectionLost(
+            raise self._lose(
                 f"no reply from {self.target} within {self.reply_timeout:g} s; connection dropped"
             ) from None
         return self._replies.popleft()
 
+    def poll_closed(self) -> bool:
+        """Whether the server has closed the connection; for idle moments
+        (nothing awaited), and it never waits.  A socket that is readable
+        with nothing to read was closed: the connection is then closed with
+        :attr:`lost` saying why."""
+        sock = self.sock
+        if sock is None:
+            return True
+        if self._early or self._replies or not self.readable(0):
+            return False
+        try:
+            if isinstance(sock, ssl.SSLSocket):  # no MSG_PEEK: read what is there
+                sock.setblocking(False)
+                try:
+                    self._early = sock.recv(65536)
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                    return False
+                finally:
+                    if self.sock is sock:
+                        sock.settimeout(self.reply_timeout)
+                closed = not self._early
+            else:
+                closed = not sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except (OSError, ssl.SSLError) as e:
+            self._lose(f"connection to {self.target} lost: {oserror_text(e)}")
+            return True
+        if closed:
+            self._lose(f"connection to {self.target} closed by the server")
+        return closed
+
     def readable(self, timeout: float) -> bool:
         """Whether a reply (or part of one) is ready within ``timeout`` s."""
-        if self._replies or self._reader.buffered or self.sock is None:
+        if self._replies or self._reader.buffered or self._early or self.sock is None:
             return True
         if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
             return True

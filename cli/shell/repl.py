@@ -8,6 +8,7 @@ import time
 from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
 from prompt_toolkit import PromptSession, print_formatted_text
+from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.application.current import get_app
 from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
 from prompt_toolkit.enums import EditingMode
@@ -22,6 +23,7 @@ from .errors import ConnectionLost, InterruptedRequest, StalkError
 from .fit import continuation, cut, fit_prompt, prompt_variants
 from .help import help_text
 from .known import Known
+from .lookup import TubeLookup
 from .paths import data_home
 from .render import Fragments, render_reply, render_wire
 from .request import DEFAULT_PUT, Editor, InputError, Request, build_request, needs_more_input
@@ -79,6 +81,7 @@ class Shell:
         self.clock = clock
         self.wire = False
         self.set_wire(wire)
+        self.lookup = self._new_lookup()
         self.prompt = PromptSession(
             message=self.prompt_message,
             history=history or InMemoryHistory(),
@@ -161,12 +164,17 @@ class Shell:
         status: List[tuple] = []
         if self.wire:
             status.append(("class:toolbar.wire", " WIRE "))
+        down = self.session.ever_connected and self.session.poll_closed()
+        if down:
+            status.append(("class:toolbar.soon", " disconnected: Enter reconnects "))
+            self._report_loss_soon()
         now = self.clock()
         for jid, job in list(self.session.reserved.items()):
             if job.deadline is not None and now - job.deadline > 10:
                 # the server released it when its TTR ran out
                 del self.session.reserved[jid]
-        status += jobs_toolbar(self.session.reserved, now)
+        if not down:  # (the server returns the jobs of a lost connection)
+            status += jobs_toolbar(self.session.reserved, now)
         frags = cut(frags, columns)
         if status:
             frags.append(("", "\n"))
@@ -197,25 +205,48 @@ class Shell:
         return kb
 
     def refresh_tubes(self) -> None:
-        """Learn the tube list for completion (quietly, at most every few s)."""
-        if not self.session.connected:
-            return
-        hook = self.session.conn.wire
-        self.session.conn.wire = None
-        try:
-            reply = self.session.internal("list-tubes")
-            self.known.learn([], reply)
-        except StalkError:
-            pass
-        finally:
-            self.session.conn.wire = hook
+        """For completion: take the tube names a background lookup found and
+        start another if it is time (never waits: :mod:`.lookup`)."""
+        names = self.lookup.take()
+        if names is not None:
+            self.known.set_tubes(names)
+        self.lookup.request()
+
+    def _new_lookup(self) -> TubeLookup:
+        return TubeLookup(self.session.target, on_done=self._invalidate)
+
+    def _invalidate(self) -> None:
+        """Redraw the prompt (from any thread), e.g. when a lookup is done."""
+        app = self.prompt.app
+        if app.is_running:
+            app.invalidate()
 
     # ------------------------------------------------------------------
     # Connecting
 
+    def _report_loss_soon(self) -> None:
+        """Say, above the prompt, that the server closed the connection (it
+        was noticed while drawing the toolbar, where nothing can be printed)."""
+        if self.session.conn.lost is not None and self.prompt.app.is_running:
+            try:
+                run_in_terminal(lambda: self.report_loss("; Enter reconnects"))
+            except Exception:
+                pass
+
+    def report_loss(self, then: str = "") -> None:
+        """Say that the connection was lost outside a request, if it was, and
+        which reserved jobs the server returned to ready (``then``: what
+        comes next)."""
+        loss = self.session.take_loss()
+        if loss is not None:
+            why, returned = loss
+            self.error(why)
+            self.info(self._returned(returned) + then)
+
     def ensure_connected(self) -> bool:
         if self.session.connected:
             return True
+        self.report_loss()
         again = self.session.ever_connected
         try:
             replayed = self.session.connect()
@@ -231,6 +262,8 @@ class Shell:
         return True
 
     def _returned(self, returned: Sequence[int]) -> str:
+        """What became of the jobs reserved on a connection that closed."""
+        self.known.returned(returned)
         if not returned:
             return "no jobs were reserved on it"
         ids = ", ".join(f"#{j}" for j in returned)
@@ -268,6 +301,7 @@ class Shell:
                     raise
                 self.error(f"internal error: {e.__class__.__name__}: {e}")
         self.session.conn.close()
+        self.lookup.close()
         return 0
 
     def handle(self, text: str) -> bool:
@@ -403,7 +437,8 @@ class Shell:
             self.session = TrackedConnection(target, connect_timeout=old.conn.connect_timeout,
                                    reply_timeout=old.conn.reply_timeout, clock=old.clock)
             self.set_wire(self.wire)
-            self.known.tubes_fetched = 0.0
+            self.lookup.close()
+            self.lookup = self._new_lookup()
             self.ensure_connected()
         elif name in ("\\vi", "\\emacs"):
             self.prompt.editing_mode = EditingMode.VI if name == "\\vi" else EditingMode.EMACS

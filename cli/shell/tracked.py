@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Union
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 from twisted_stalk.protocol.constants import DEFAULT_TUBE
 from twisted_stalk.protocol.replies import Reply
@@ -98,6 +98,20 @@ class TrackedConnection:
     def internal(self, name: str, *args: Union[int, str]) -> Reply:
         """Send a command of the shell's own (not typed by the user)."""
         return self.conn.command(name, *args)
+
+    def take_loss(self) -> Optional[Tuple[str, List[int]]]:
+        """A loss not reported yet (noticed outside a request: by
+        :meth:`poll_closed` while idle): why, and the reserved job ids the
+        server returned to ready; the connection is then forgotten."""
+        why = self.conn.lost
+        if why is None or self.conn.connected:
+            return None
+        return why, self.drop()
+
+    def poll_closed(self) -> bool:
+        """Whether the connection is closed, noticing (never waiting) that
+        the server closed it while the shell was idle (see :meth:`take_loss`)."""
+        return self.conn.poll_closed()
 
     def drop(self) -> List[int]:
         """Close the connection; returns the reserved job ids the server frees."""

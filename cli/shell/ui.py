@@ -7,7 +7,6 @@ from one place.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Collection, Dict, Iterable, List, Optional
 
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
@@ -144,9 +143,9 @@ class StalkCompleter(Completer):
                     yield Completion(opt, -len(word), display_meta="write the body in your editor")
             return
         if arg.kind == "tube":
-            if self.refresh_tubes is not None and time.monotonic() - self.known.tubes_fetched > 5:
+            if self.refresh_tubes is not None:
                 try:
-                    self.refresh_tubes()
+                    self.refresh_tubes()  # never waits: the lookup runs in the background
                 except Exception:  # completion must never break the prompt
                     pass
             for name in self.known.tubes:
