@@ -294,3 +294,39 @@ def test_lost_connection_is_reported_with_the_returned_jobs(reference_or_ours, s
     assert "closed by the server" in text
     assert "the server returned the jobs reserved on it to ready: #1" in text
     assert toolbar_countdown(text) == []
+
+
+def test_a_line_sent_in_pieces(ours, tmp_path):
+    """``\\raw TEXT\\c`` sends a line without its CRLF: the shell used to wait
+    30 s for a reply that could not come, then drop the connection."""
+    child = spawn(ours, tmp_path)
+    try:
+        child.send("\\raw use fo\\c\r")
+        expect(child, "waits for the rest of a line", timeout=5)
+        child.send("!o\r")
+        expect(child, "USING foo")
+        expect(child, "use=foo")
+        leave(child)
+    finally:
+        child.close(force=True)
+
+
+def test_a_put_body_shorter_than_its_count(reference_or_ours, tmp_path):
+    """A put whose body is shorter than its byte count leaves the server
+    reading the body: the shell says how many bytes it waits for (it used to
+    wait 30 s in silence), and they can be sent raw."""
+    child = spawn(reference_or_ours, tmp_path)
+    try:
+        child.send("put 0 0 60 8\r")
+        expect(child, "body>")
+        child.send("hi\x1b\r")  # Alt-Enter: send now
+        expect(child, "waits for 6 more bytes of a put body", timeout=5)
+        child.send("peek 1\r")  # refused: the server would read it as body bytes
+        expect(child, "would read this command as part of it")
+        child.send("\x03!abcd\r")  # the CRLF after abcd ends the body
+        expect(child, "INSERTED 1")
+        child.send("peek 1\r")
+        expect(child, "FOUND 1 8")
+        leave(child)
+    finally:
+        child.close(force=True)

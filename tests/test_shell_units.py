@@ -476,3 +476,42 @@ def test_toolbar_fits_the_window():
     line = syntax_help("reserve-with-timeout ", ())
     assert width_of(cut(line, 40)) == 40 and plain(cut(line, 40)).endswith("…")
     assert cut(line, 500) == line
+
+
+# --------------------------------------------------------------------------
+# What the server makes of the bytes sent
+
+def test_framing_counts_the_commands_the_bytes_complete():
+    from twisted_stalk_cli.shell.framing import Sent, ServerFraming
+    f = ServerFraming()
+    assert f.feed(b"use fo") == [] and f.waiting and "'use fo'" in f.describe()
+    assert f.feed(b"o\r\nstats\r\n") == [Sent("use"), Sent("stats")] and not f.waiting
+    assert f.feed(b"put 0 0 60 8\r\nhi\r\n") == []
+    assert f.describe() == ("the server waits for 6 more bytes of a put body "
+                            "(8 announced, plus CRLF; 4 sent)")
+    assert f.short() == "6 more put body bytes"
+    assert f.feed(b"abcd\r\n") == [Sent("put")] and f.describe() == ""
+    # a body longer than its count: the rest is read as a command
+    assert f.feed(b"put 0 0 60 2\r\nhello\r\n") == [Sent("put"), Sent(None)]
+    # a reserve that parses may wait; one that does not is answered at once
+    assert f.feed(b"reserve\r\nreservex\r\nreserve-with-timeout 5\r\n") == [
+        Sent("reserve", True), Sent("reserve"), Sent("reserve-with-timeout", True)]
+    # a bad put line is answered at once, and its body is read as commands
+    assert f.feed(b"put 0 0 60 2 x\r\nhi\r\n") == [Sent("put"), Sent(None)]
+    assert f.feed(b"list-jobs a ready 1\r\n\r\n") == [Sent("list-jobs"), Sent(None)]
+    # an over-long line is answered once its CRLF comes
+    assert f.feed(b"x" * 300) == [] and "discarding" in f.describe()
+    assert f.feed(b"\r") == [] and f.feed(b"\nstats\r\n") == [Sent(None), Sent("stats")]
+    assert f.feed(b"quit\r\n") == [] and f.closing
+    f.reset()
+    assert not f.waiting and not f.closing
+
+
+def test_validator_refuses_commands_while_the_server_waits():
+    waiting = "the server waits for 6 more bytes of a put body (8 announced, plus CRLF; 4 sent)"
+    validator = StalkValidator(waiting=lambda: waiting)
+    with pytest.raises(ValidationError) as e:
+        validator.validate(Document("stats", 5))
+    assert "the server would read this command as part of it" in e.value.message
+    for text in ("!abcd", "\\raw abcd", "\\reconnect", "help"):
+        validator.validate(Document(text, len(text)))

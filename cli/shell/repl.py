@@ -88,7 +88,7 @@ class Shell:
             auto_suggest=AutoSuggestFromHistory(),
             completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions),
             complete_while_typing=True,
-            validator=StalkValidator(self.extensions),
+            validator=StalkValidator(self.extensions, lambda: self.session.waiting),
             validate_while_typing=False,
             lexer=StalkLexer(),
             input_processors=[ArgHintProcessor()],
@@ -168,6 +168,10 @@ class Shell:
         if down:
             status.append(("class:toolbar.soon", " disconnected: Enter reconnects "))
             self._report_loss_soon()
+        elif self.session.conn.framing.waiting:
+            status.append(("class:toolbar.soon",
+                           f" the server waits for {self.session.conn.framing.short()}: "
+                           "send it with !, or \\reconnect "))
         now = self.clock()
         for jid, job in list(self.session.reserved.items()):
             if job.deadline is not None and now - job.deadline > 10:
@@ -332,10 +336,9 @@ class Shell:
             if returned:
                 self.info(self._returned(returned))
             return False
-        blocking = req.blocks
         try:
-            reply = self.session.request(
-                req.wire(), req.name or None, blocking=blocking,
+            replies = self.session.request(
+                req.wire(),
                 on_wait=lambda: self.info(f"{req.name}: waiting for a job (Ctrl-C to give up)..."))
         except InterruptedRequest as e:
             what = req.name or "request"
@@ -356,7 +359,11 @@ class Shell:
             self.warn(f"no reply to {req.name or 'the request'}: it may or may not have taken effect")
             self.reconnect(returned)
             return True
-        self._after(req.args, reply)
+        for i, reply in enumerate(replies):
+            if i:
+                self.info("(another reply to the same bytes:)")
+            # (the first reply may finish a command sent before: a put's body)
+            self._after(req.args if i == 0 and reply.command == req.name else [], reply)
         if req.raw:
             try:
                 for extra in self.session.conn.drain():
@@ -365,6 +372,10 @@ class Shell:
             except ConnectionLost as e:
                 self.error(str(e))
                 self.reconnect(self.session.drop())
+                return True
+        waiting = self.session.waiting
+        if waiting:
+            self.warn(f"{waiting}: send the rest with ! (raw), or \\reconnect to drop it")
         return True
 
     def _after(self, args: List[str], reply: Reply) -> None:

@@ -166,18 +166,27 @@ class StalkValidator(Validator):
     """Explains a malformed command before it is sent (the same rules as
     :func:`build_request`)."""
 
-    def __init__(self, extensions: ExtensionSource = _no_extensions) -> None:
+    def __init__(self, extensions: ExtensionSource = _no_extensions,
+                 waiting: Callable[[], str] = str) -> None:
         self.extensions = extensions
+        #: What the server waits for before it can answer ("" when nothing).
+        self.waiting = waiting
 
     def validate(self, document: Document) -> None:
         text = document.text
         if needs_more_input(text):
             return
         try:
-            build_request(text, check_only=True, extensions=self.extensions())
+            req = build_request(text, check_only=True, extensions=self.extensions())
         except InputError as e:
             pos = e.position if e.position is not None else len(text.split("\n", 1)[0])
             raise ValidationError(cursor_position=min(pos, len(text)), message=e.message)
+        waiting = self.waiting()
+        if req is not None and not (req.meta or req.raw) and waiting:
+            raise ValidationError(
+                cursor_position=len(text),
+                message=f"{waiting}: the server would read this command as part of it; "
+                        "send the rest with ! (raw), or \\reconnect to drop it")
 
 
 class StalkLexer(Lexer):
