@@ -330,3 +330,45 @@ def test_a_put_body_shorter_than_its_count(reference_or_ours, tmp_path):
         leave(child)
     finally:
         child.close(force=True)
+
+
+def test_tail_shows_only_jobs_put_after_it_started(tmp_path):
+    """``stalk tail`` used to show old jobs as new when ids had gaps (a put
+    refused with EXPECTED_CRLF uses up an id on beanstalkd) or after a binlog
+    restart (``total-jobs`` starts again from 0): it printed 19 of 20 old jobs."""
+    kind = "reference" if REFERENCE else "ours"
+    binlog = tmp_path / "binlog"
+    binlog.mkdir()
+    server = start_server(kind, "-b", str(binlog))
+    child = None
+    try:
+        target = parse_target(f"127.0.0.1:{server.port}")
+        conn = Connection(target, reply_timeout=5)
+        conn.connect()
+        conn.command("use", "tailed")
+        for i in range(19):
+            assert conn.command("put", 0, 0, 60, body=b"old %d" % i).word == "INSERTED"
+        conn.exchange(b"put 0 0 60 2\r\nhello\r\n")  # EXPECTED_CRLF (and UNKNOWN_COMMAND)
+        last_old = conn.command("put", 0, 0, 60, body=b"old last").job_id
+        conn.close()
+        port = server.port
+        server.stop()
+        server = start_server(kind, "-b", str(binlog), port=port)
+        child = pexpect.spawn(sys.executable, ["-m", "twisted_stalk_cli.shell", "-a", f"127.0.0.1:{port}",
+                                               "tail", "tailed", "-n", "0.1"],
+                              env=terminal_env(tmp_path), dimensions=(30, 140), encoding="utf-8")
+        expect(child, "tailing tailed")
+        conn.connect()
+        conn.command("use", "tailed")
+        new = conn.command("put", 0, 0, 60, body=b"brand new").job_id
+        conn.close()
+        assert new > last_old
+        expect(child, r"#(\d+)  tailed")
+        assert int(child.match.group(1)) == new, f"an old job shown as new: {child.match.group(0)}"
+        expect(child, "brand new")
+        child.send(CTRL_C)
+        child.expect(pexpect.EOF, timeout=15)
+    finally:
+        if child is not None:
+            child.close(force=True)
+        server.stop()
