@@ -372,3 +372,46 @@ def test_tail_shows_only_jobs_put_after_it_started(tmp_path):
         if child is not None:
             child.close(force=True)
         server.stop()
+
+
+def test_tab_in_the_same_burst_as_the_text(ours, tmp_path):
+    """Text and Tab arriving together (a paste then Tab, a laggy SSH link)
+    used to lose the Tab: completion while typing was still running."""
+    child = spawn(ours, tmp_path)
+    try:
+        child.send("stats-t\t")
+        child.send("default\r")
+        expect(child, "current-jobs-ready")
+        leave(child)
+    finally:
+        child.close(force=True)
+
+
+def test_help_is_paged_and_a_wrapped_body_line_stays_one_line(ours, screen):
+    """Output taller than the window goes through less (help used to scroll
+    its start away); a body line wider than the window wraps under a blank
+    prefix (it used to get a second body> and look like two lines)."""
+    s = screen(ours, 80, 24)
+    s.type("put")
+    s.keys("Enter")
+    s.type("x" * 100)
+    s.keys("Enter")
+    s.type("y")
+    text = s.wait_for("body> y")
+    assert text.count("body>") == 2, text
+    s.keys("Escape", "Enter")  # Alt-Enter: send now
+    s.wait_for("INSERTED 1")
+    if shutil.which("less") is None:
+        pytest.skip("less is not installed: the pager part is not tested")
+    s.type("help")
+    s.keys("Enter")
+    text = s.wait_for("Producer commands:")  # the first page, in less
+    assert "Ctrl-D quits" not in text
+    s.keys("q")
+    s.wait(lambda t: re.search(r"\]> *$", t, re.M), what="the prompt after less")
+    s.type("\\pager off")
+    s.keys("Enter")
+    s.wait_for("pager off")
+    s.type("help")
+    s.keys("Enter")
+    s.wait_for("Ctrl-D quits")

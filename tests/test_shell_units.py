@@ -515,3 +515,39 @@ def test_validator_refuses_commands_while_the_server_waits():
     assert "the server would read this command as part of it" in e.value.message
     for text in ("!abcd", "\\raw abcd", "\\reconnect", "help"):
         validator.validate(Document(text, len(text)))
+
+
+# --------------------------------------------------------------------------
+# The pager
+
+def test_pager_setting(monkeypatch):
+    from twisted_stalk_cli.shell.pager import Pager
+    monkeypatch.delenv("PAGER", raising=False)
+    monkeypatch.delenv("LESS", raising=False)
+    for off in ("off", "no", "OFF"):
+        assert Pager.from_setting(off) is None
+    assert Pager.from_setting("no-such-pager-program -x") is None
+    monkeypatch.setenv("PAGER", "cat -v")
+    assert Pager.from_setting("").command == ["cat", "-v"]
+    assert Pager.from_setting("more").command == ["more"]
+    less = Pager(["less"])
+    assert less.env["LESS"] == "-SRXF"  # plain less gets pgcli's flags
+
+
+def test_pager_runs_for_output_taller_than_the_window(tmp_path):
+    from prompt_toolkit.data_structures import Size
+    from twisted_stalk_cli.shell.pager import Pager, rows
+    from twisted_stalk_cli.shell.ui import STYLE
+    assert rows("a\n" + "b" * 25 + "\n", 10) == 1 + 3
+    pager = Pager(["sh", "-c", f"cat > {tmp_path / 'paged'}"])
+    short = [("class:reply.ok", "OK\n")]
+    tall = [("class:table.key", "key"), ("", " value\n")] * 30
+    assert not pager.wanted(short, Size(rows=24, columns=80))
+    assert pager.wanted(tall, Size(rows=24, columns=80))
+    assert not pager.wanted(tall, Size(rows=40, columns=80), spare=3)
+    assert pager.show(tall, STYLE, Size(rows=24, columns=80))
+    paged = (tmp_path / "paged").read_text()
+    assert paged.count("value") == 30 and "\x1b[" in paged  # coloured, for less -R
+    assert pager.show(tall, None, Size(rows=24, columns=80))
+    assert "\x1b[" not in (tmp_path / "paged").read_text()
+    assert not Pager(["/nonexistent/pager"]).show(tall, None, Size(rows=24, columns=80))

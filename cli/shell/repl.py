@@ -11,8 +11,9 @@ from prompt_toolkit import PromptSession, print_formatted_text
 from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.application.current import get_app
 from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
+from prompt_toolkit.data_structures import Size
 from prompt_toolkit.enums import EditingMode
-from prompt_toolkit.filters import Condition
+from prompt_toolkit.filters import Condition, completion_is_selected
 from prompt_toolkit.formatted_text import FormattedText
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
@@ -24,6 +25,7 @@ from .fit import continuation, cut, fit_prompt, prompt_variants
 from .help import help_text
 from .known import Known
 from .lookup import TubeLookup
+from .pager import Pager
 from .paths import data_home
 from .render import Fragments, render_reply, render_wire
 from .request import DEFAULT_PUT, Editor, InputError, Request, build_request, needs_more_input
@@ -35,6 +37,7 @@ from .ui import (
     StalkCompleter,
     StalkLexer,
     StalkValidator,
+    complete_now,
     jobs_toolbar,
     syntax_help,
 )
@@ -69,7 +72,8 @@ class Shell:
                  editor: Optional[Editor] = None, vi: bool = False,
                  put_defaults: Tuple[int, int, int] = DEFAULT_PUT, pretty_json: bool = True,
                  body_limit: int = 16384, wire: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 pager: Optional[Pager] = None) -> None:
         self.session = session
         self.known = Known()
         self.output = output
@@ -79,6 +83,9 @@ class Shell:
         self.pretty_json = pretty_json
         self.body_limit = body_limit
         self.clock = clock
+        #: Long output goes through ``pager`` while ``paging`` (``\pager``).
+        self.pager = pager
+        self.paging = pager is not None
         self.wire = False
         self.set_wire(wire)
         self.lookup = self._new_lookup()
@@ -111,6 +118,15 @@ class Shell:
         print_formatted_text(FormattedText(fragments), end="", style=STYLE,
                              include_default_pygments_style=False, output=self.output)
 
+    def show(self, fragments: Fragments) -> None:
+        """Output that may be long (a reply, help): through the pager when it
+        is taller than the window, else written as any other."""
+        if self.paging and self.pager is not None:
+            size = self.size()
+            if self.pager.wanted(fragments, size, spare=3) and self.pager.show(fragments, STYLE, size):
+                return
+        self.write(fragments)
+
     def info(self, text: str) -> None:
         self.write([("class:info", text + "\n")])
 
@@ -137,12 +153,15 @@ class Shell:
     def state_text(self) -> str:
         return f"use={self.session.use} watch={','.join(self.session.watch)}"
 
-    def columns(self) -> int:
-        """The window's width (80 outside a running prompt)."""
+    def size(self) -> Size:
+        """The window's size (80 x 24 when it cannot be known)."""
         try:
-            return get_app().output.get_size().columns
+            return self.prompt.output.get_size()
         except Exception:
-            return 80
+            return Size(rows=24, columns=80)
+
+    def columns(self) -> int:
+        return self.size().columns
 
     def prompt_message(self) -> FormattedText:
         """The server and tube state, shortened to fit (:mod:`.fit`)."""
@@ -195,6 +214,10 @@ class Shell:
         @kb.add("enter", filter=body_pending)
         def _(event) -> None:
             event.current_buffer.newline(copy_margin=False)
+
+        @kb.add("tab", filter=~completion_is_selected)
+        def _(event) -> None:
+            complete_now(event.current_buffer)
 
         @kb.add("escape", "enter")
         def _(event) -> None:
@@ -381,8 +404,8 @@ class Shell:
     def _after(self, args: List[str], reply: Reply) -> None:
         self.session.track(args, reply)
         self.known.learn(args, reply)
-        self.write(render_reply(reply, pretty_json=self.pretty_json, body_limit=self.body_limit,
-                                use=self.session.use, watch=self.session.watch))
+        self.show(render_reply(reply, pretty_json=self.pretty_json, body_limit=self.body_limit,
+                               use=self.session.use, watch=self.session.watch))
         jid = reply.job_id
         try:
             if reply.word == "RESERVED" and jid is not None:
@@ -401,9 +424,9 @@ class Shell:
         if name == "exit":
             return False
         if name == "help":
-            self.write(help_text(arg, self.session.capabilities))
-        elif name in ("\\wire", "\\json"):
-            current = self.wire if name == "\\wire" else self.pretty_json
+            self.show(help_text(arg, self.session.capabilities, self.columns()))
+        elif name in ("\\wire", "\\json", "\\pager"):
+            current = {"\\wire": self.wire, "\\json": self.pretty_json, "\\pager": self.paging}[name]
             if arg in ("on", "off", ""):
                 value = (not current) if not arg else arg == "on"
             else:
@@ -412,6 +435,14 @@ class Shell:
             if name == "\\wire":
                 self.set_wire(value)
                 self.info(f"wire display {'on: bytes sent (>>) and received (<<)' if value else 'off'}")
+            elif name == "\\pager":
+                if value and self.pager is None:
+                    self.error("no pager: $PAGER is not set and less is not installed, or the pager "
+                               "setting names a program that is not (see docs/shell.md)")
+                    return True
+                self.paging = value
+                self.info(f"pager {' '.join(self.pager.command) if value and self.pager else 'off'}"
+                          + (" for output taller than the window" if value else ""))
             else:
                 self.pretty_json = value
                 self.info(f"JSON pretty-printing {'on' if value else 'off'}")

@@ -74,6 +74,7 @@ META_COMMANDS: Tuple[MetaCommand, ...] = (
     MetaCommand("\\reconnect", "\\reconnect", "Drop the connection and connect again (reserved jobs go back to ready)."),
     MetaCommand("\\connect", "\\connect <address>", "Connect to another server (host:port, unix:PATH, tls:host:port)."),
     MetaCommand("\\json", "\\json [on|off]", "Toggle pretty-printing of JSON job bodies."),
+    MetaCommand("\\pager", "\\pager [on|off]", "Toggle showing output taller than the window in a pager."),
     MetaCommand("\\vi", "\\vi", "Use vi key bindings."),
     MetaCommand("\\emacs", "\\emacs", "Use emacs key bindings (the default)."),
     MetaCommand("\\raw", "\\raw <text>  (or !<text>)", "Send text as raw bytes without checking it (escapes: \\r \\n \\t \\0 \\\\ \\xNN)."),

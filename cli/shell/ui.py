@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Callable, Collection, Dict, Iterable, List, Optional
 
+from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
+from prompt_toolkit.completion.base import get_common_complete_suffix
 from prompt_toolkit.document import Document
 from prompt_toolkit.layout.processors import Processor, Transformation, TransformationInput
 from prompt_toolkit.lexers import Lexer
@@ -121,7 +123,7 @@ class StalkCompleter(Completer):
                 for m in META_COMMANDS:
                     if m.name.startswith(word) and m.name != "help":
                         yield Completion(m.name, -len(word), display_meta=m.summary)
-            elif meta.name in ("\\wire", "\\json") and len(tokens) <= 2:
+            elif meta.name in ("\\wire", "\\json", "\\pager") and len(tokens) <= 2:
                 for opt in ("on", "off"):
                     if opt.startswith(word):
                         yield Completion(opt, -len(word))
@@ -160,6 +162,36 @@ class StalkCompleter(Completer):
                 s = str(jid)
                 if s.startswith(word):
                     yield Completion(s, -len(word), display_meta=note)
+
+
+def complete_now(buffer: Buffer) -> None:
+    """Tab: complete at once, from the completer (which never waits).
+
+    prompt_toolkit completes in a background task, one at a time; a Tab that
+    arrives in the same burst as the text (a paste then Tab, a laggy SSH
+    link) found the completion-while-typing task still running and was
+    dropped.  Here a single completion is inserted with a space after it,
+    several insert their common start (or open the menu), and an open menu
+    moves on."""
+    state = buffer.complete_state
+    if state is not None and state.completions:
+        buffer.complete_next()
+        return
+    completer = buffer.completer
+    if completer is None:
+        return
+    document = buffer.document
+    completions = list(completer.get_completions(document, CompleteEvent(completion_requested=True)))
+    if len(completions) == 1:
+        buffer.apply_completion(completions[0])
+        if not completions[0].text.endswith("/") and not buffer.document.current_char.strip():
+            buffer.insert_text(" ")  # a whole word: on to the next, as a shell does
+        return
+    common = get_common_complete_suffix(document, completions) if completions else ""
+    if common:
+        buffer.insert_text(common)
+    elif completions:
+        buffer.start_completion(select_first=False)
 
 
 class StalkValidator(Validator):
@@ -326,5 +358,5 @@ def jobs_toolbar(reserved: Dict[int, object], now: float) -> List[tuple]:
 
 __all__ = [
     "ArgHintProcessor", "Known", "STYLE", "StalkCompleter", "StalkLexer", "StalkValidator",
-    "jobs_toolbar", "syntax_help",
+    "complete_now", "jobs_toolbar", "syntax_help",
 ]
