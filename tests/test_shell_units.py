@@ -345,7 +345,7 @@ def test_stats_are_an_aligned_table():
     assert lines[1:] == [
         "name                emails",
         "current-jobs-ready  12",
-        "total-jobs           3",
+        "total-jobs          3",  # one column, one alignment: numbers and words alike
         "draining            false",
     ]
     assert "(empty)" in plain(render_table({}))
@@ -387,6 +387,11 @@ def test_machine_readable_forms():
     assert raw_bytes(found, body_only=True) == b"\xff\x00"
     assert raw_bytes(reply("stats", b"OK 8", b"---\na: 1")) == b"---\na: 1\n"
     assert raw_bytes(reply("delete", b"DELETED")) == b"DELETED\n"
+    # --raw: exactly the bytes the server sent
+    assert raw_bytes(found, exact=True) == b"FOUND 3 2\r\n\xff\x00\r\n"
+    assert raw_bytes(reply("stats", b"OK 8", b"---\na: 1"), exact=True) == b"OK 8\r\n---\na: 1\r\n"
+    assert raw_bytes(reply("delete", b"DELETED"), exact=True) == b"DELETED\r\n"
+    assert raw_bytes(found, body_only=True, exact=True) == b"\xff\x00"
 
 
 # --------------------------------------------------------------------------
@@ -551,3 +556,17 @@ def test_pager_runs_for_output_taller_than_the_window(tmp_path):
     assert pager.show(tall, None, Size(rows=24, columns=80))
     assert "\x1b[" not in (tmp_path / "paged").read_text()
     assert not Pager(["/nonexistent/pager"]).show(tall, None, Size(rows=24, columns=80))
+
+
+def test_one_rule_for_the_final_newline_of_bodies(tmp_path):
+    from twisted_stalk_cli.shell.request import drop_final_newline
+    assert drop_final_newline(b"hi\n") == b"hi"
+    assert drop_final_newline(b"hi\r\n") == b"hi"
+    assert drop_final_newline(b"hi\n\n") == b"hi\n"
+    assert drop_final_newline(b"hi") == b"hi" and drop_final_newline(b"") == b""
+    assert drop_final_newline(b"\x00bin\n") == b"\x00bin\n"  # binary: never changed
+    assert drop_final_newline(b"\xff\n") == b"\xff\n"
+    f = tmp_path / "t.txt"
+    f.write_bytes(b"from a file\n")
+    assert build_request(f"put @{f}").body == b"from a file"
+    assert build_request("put $EDITOR", editor=lambda _: b"edited\r\n").body == b"edited"

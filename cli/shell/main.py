@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print replies as JSON (one object per line)")
     fmt.add_argument("--yaml", dest="fmt", action="store_const", const="yaml", help="print replies as YAML")
     fmt.add_argument("--raw", dest="fmt", action="store_const", const="raw",
-                     help="print replies as sent (the default when stdout is not a terminal)")
+                     help="print replies exactly as the server sent them, CRLF and all (into a "
+                     "pipe the default is the reply line, then the data block, LF line ends)")
     fmt.add_argument("--pretty", dest="fmt", action="store_const", const="pretty",
                      help="print replies for people (the default on a terminal)")
     p.add_argument("-b", "--body", action="store_true", help="print only job bodies, byte for byte")
@@ -198,7 +199,7 @@ def _main(argv: List[str]) -> int:
             if flag in command[1:]:
                 command = [c for c in command if c != flag]
                 args.fmt = args.fmt or flag[2:]
-    fmt = args.fmt or ("pretty" if sys.stdout.isatty() else "raw")
+    fmt = args.fmt or ("pretty" if sys.stdout.isatty() else "plain")
     color = not (args.no_color or os.environ.get("NO_COLOR") or _bool(config.get("no_color", "no")))
     defaults = put_defaults(config)
 

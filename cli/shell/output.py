@@ -17,7 +17,10 @@ if TYPE_CHECKING:  # (prompt_toolkit is imported only when needed: start-up time
 
 
 class Output:
-    """Prints replies and records in the chosen format: pretty, raw, json, yaml."""
+    """Prints replies and records in the chosen format: ``pretty`` (for
+    people), ``plain`` (the default into a pipe: the reply line, then the
+    data block as sent, LF line ends), ``raw`` (the bytes exactly as the
+    server sent them), ``json`` or ``yaml``."""
 
     def __init__(self, fmt: str, *, stream=None, err=None, body_only: bool = False,
                  color: bool = True) -> None:
@@ -61,7 +64,7 @@ class Output:
         elif self.fmt in ("json", "yaml"):
             self.record(reply_data(reply))
         else:
-            self.binary(raw_bytes(reply, body_only=self.body_only))
+            self.binary(raw_bytes(reply, body_only=self.body_only, exact=self.fmt == "raw"))
 
     def record(self, data: Any, *, text: str = "") -> None:
         """A structured record: JSON line, YAML document, or ``text``."""

@@ -168,11 +168,12 @@ def show_job(out: Output, job_id: int, st: Dict[str, Any], body: Optional[bytes]
             rec["bytes"] = len(body)
             rec.update(body_data(body))
         out.record(rec)
-    elif out.fmt == "raw":
+    elif out.fmt in ("raw", "plain"):  # as peek's reply: CRLF with --raw
+        eol = b"\r\n" if out.fmt == "raw" else b"\n"
         if body is None:
-            out.binary(b"GONE %d\n" % job_id)
+            out.binary(b"GONE %d" % job_id + eol)
         else:
-            out.binary(b"FOUND %d %d\n" % (job_id, len(body)) + body + b"\n")
+            out.binary(b"FOUND %d %d" % (job_id, len(body)) + eol + body + eol)
     else:
         head = f"#{job_id}  {st.get('tube')}  pri {st.get('pri')}  ttr {st.get('ttr')}  {state}"
         out.fragments([("class:reply.ok", head + "\n")])
