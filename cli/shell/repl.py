@@ -240,13 +240,25 @@ class Shell:
         self.lookup.request()
 
     def _new_lookup(self) -> TubeLookup:
-        return TubeLookup(self.session.target, on_done=self._invalidate)
+        return TubeLookup(self.session.target, on_done=self._lookup_done)
 
-    def _invalidate(self) -> None:
-        """Redraw the prompt (from any thread), e.g. when a lookup is done."""
+    def _lookup_done(self) -> None:
+        """A lookup ended (in its thread): refresh an open completion menu
+        that nothing is selected in, with the names found."""
         app = self.prompt.app
-        if app.is_running:
+        loop = getattr(app, "loop", None)
+        if not app.is_running or loop is None:
+            return
+
+        def refresh() -> None:
+            buffer = app.current_buffer
+            state = buffer.complete_state
+            if state is not None and state.current_completion is None:
+                buffer.complete_state = None
+                buffer.start_completion(select_first=False)
             app.invalidate()
+
+        loop.call_soon_threadsafe(refresh)
 
     # ------------------------------------------------------------------
     # Connecting
