@@ -64,9 +64,13 @@ def spawn(server, tmp_path, *args, dimensions=(30, 140)):
 
 
 def leave(child):
-    """Ctrl-D, then the program must exit within 15 s (EOF)."""
+    """Ctrl-D, then the program must exit within 15 s (EOF), answering the
+    prompt's cursor position requests meanwhile (unanswered, each one costs
+    prompt_toolkit a second's wait)."""
     child.send(CTRL_D)
-    child.expect(pexpect.EOF, timeout=15)
+    deadline = time.monotonic() + 15
+    while child.expect([pexpect.EOF, "\x1b\\[6n"], timeout=max(0.1, deadline - time.monotonic())):
+        child.send("\x1b[1;1R")
 
 
 def job_state(server, job_id):
