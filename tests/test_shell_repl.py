@@ -361,31 +361,27 @@ def test_tube_lookup_runs_in_the_background(ours):
         os.kill(ours.proc.pid, signal.SIGCONT)
 
 
-def test_a_loss_noticed_while_idle_is_reported_once(tmp_path):
+def test_a_loss_noticed_while_idle_is_reported_once(ours):
     """The server closes the connection between commands: the toolbar (drawn
     every half second) notices without waiting, stops counting down the
     reservation, and the loss is reported with the jobs the server returned."""
-    server = start_server("ours")
-    try:
-        with create_pipe_input() as inp:
-            shell, out = make_shell(server, inp)
-            assert shell.ensure_connected()
-            shell.handle("put\nx\n")
-            shell.handle("reserve")
-            assert "#1" in plain(shell.toolbar())
-            server.stop()
-            deadline = time.monotonic() + 5
-            while "disconnected" not in plain(shell.toolbar()):
-                assert time.monotonic() < deadline, "the loss was not noticed"
-                time.sleep(0.02)
-            assert "#1" not in plain(shell.toolbar())
-            shell.handle("stats")
-            text = out.text
-            assert re.search(r"connection to 127.0.0.1:%d (closed by the server|lost)" % server.port, text)
-            assert "the server returned the jobs reserved on it to ready: #1" in text
-            assert "cannot connect" in text
-            assert shell.known.jobs[1] != "reserved"
-            shell.handle("")
-            assert len(re.findall("closed by the server|lost", out.text)) == 1
-    finally:
-        server.stop()
+    with create_pipe_input() as inp:
+        shell, out = make_shell(ours, inp)
+        assert shell.ensure_connected()
+        shell.handle("put\nx\n")
+        shell.handle("reserve")
+        assert "#1" in plain(shell.toolbar())
+        ours.stop()
+        deadline = time.monotonic() + 5
+        while "disconnected" not in plain(shell.toolbar()):
+            assert time.monotonic() < deadline, "the loss was not noticed"
+            time.sleep(0.02)
+        assert "#1" not in plain(shell.toolbar())
+        shell.handle("stats")
+        text = out.text
+        assert re.search(r"connection to 127.0.0.1:%d (closed by the server|lost)" % ours.port, text)
+        assert "the server returned the jobs reserved on it to ready: #1" in text
+        assert "cannot connect" in text
+        assert shell.known.jobs[1] != "reserved"
+        shell.handle("")
+        assert len(re.findall("closed by the server|lost", out.text)) == 1
