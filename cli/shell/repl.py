@@ -374,7 +374,8 @@ class Shell:
         try:
             replies = self.session.request(
                 req.wire(),
-                on_wait=lambda: self.info(f"{req.name}: waiting for a job (Ctrl-C to give up)..."))
+                on_wait=lambda: self.info(
+                    f"{req.name or 'reserve'}: waiting for a job (Ctrl-C to give up)..."))
         except InterruptedRequest as e:
             what = req.name or "request"
             if e.returned:
