@@ -326,7 +326,7 @@ def test_a_put_body_shorter_than_its_count(reference_or_ours, tmp_path):
         child.send("hi\x1b\r")  # Alt-Enter: send now
         expect(child, "waits for 6 more bytes of a put body", timeout=5)
         child.send("peek 1\r")  # refused: the server would read it as body bytes
-        expect(child, "would read this command as part of it")
+        expect(child, "would read this command as part")
         child.send("\x03!abcd\r")  # the CRLF after abcd ends the body
         expect(child, "INSERTED 1")
         child.send("peek 1\r")

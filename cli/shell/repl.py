@@ -95,7 +95,7 @@ class Shell:
             auto_suggest=AutoSuggestFromHistory(),
             completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions),
             complete_while_typing=True,
-            validator=StalkValidator(self.extensions, lambda: self.session.waiting),
+            validator=StalkValidator(self.extensions, self._waiting_for),
             validate_while_typing=False,
             lexer=StalkLexer(),
             input_processors=[ArgHintProcessor()],
@@ -142,6 +142,10 @@ class Shell:
     def set_wire(self, on: bool) -> None:
         self.wire = on
         self.session.set_wire(self._on_wire if on else None)
+
+    def _waiting_for(self) -> str:
+        """What the server waits for, in a few words ("" when nothing)."""
+        return self.session.conn.framing.short() if self.session.connected else ""
 
     def extensions(self) -> Collection[str]:
         """The extension verbs the server advertised on this connection."""
@@ -411,7 +415,8 @@ class Shell:
                 return True
         waiting = self.session.waiting
         if waiting:
-            self.warn(f"{waiting}: send the rest with ! (raw), or \\reconnect to drop it")
+            self.warn(waiting)
+            self.info("send the rest with ! (raw), or \\reconnect to drop it")
         return True
 
     def _after(self, args: List[str], reply: Reply) -> None:

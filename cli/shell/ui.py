@@ -201,7 +201,8 @@ class StalkValidator(Validator):
     def __init__(self, extensions: ExtensionSource = _no_extensions,
                  waiting: Callable[[], str] = str) -> None:
         self.extensions = extensions
-        #: What the server waits for before it can answer ("" when nothing).
+        #: What the server waits for before it can answer, in a few words
+        #: ("" when nothing).
         self.waiting = waiting
 
     def validate(self, document: Document) -> None:
@@ -217,8 +218,8 @@ class StalkValidator(Validator):
         if req is not None and not (req.meta or req.raw) and waiting:
             raise ValidationError(
                 cursor_position=len(text),
-                message=f"{waiting}: the server would read this command as part of it; "
-                        "send the rest with ! (raw), or \\reconnect to drop it")
+                message=f"the server waits for {waiting} and would read this command as part "
+                        "of it: send the rest with !, or \\reconnect")
 
 
 class StalkLexer(Lexer):
