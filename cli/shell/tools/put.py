@@ -80,7 +80,7 @@ def refuse_command_line(words: Sequence[str]) -> None:
         return
     body = " ".join(words)
     raise ToolError(
-        f"stalk put: the body {body!r} looks like a command line, not a job: the put tool "
+        f"the body {body!r} looks like a command line, not a job: the put tool "
         "takes the body as its arguments and the numbers as options "
         "(stalk put -p PRI -d DELAY --ttr TTR BODY; stdin or -f FILE for a body); "
         f"to put that body anyway: stalk put -- {body}", EXIT_USAGE)
