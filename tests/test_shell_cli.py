@@ -159,7 +159,7 @@ def test_put_tool_variants(ours, stalk, tmp_path):
     q = Probe(ours)
     data = q.stats("stats-job 1")
     assert (data["pri"], data["ttr"], data["tube"]) == (5, 9, "p")
-    assert q("peek 5").body == b"whole\nstdin\n"
+    assert q("peek 5").body == b"whole\nstdin"  # one final newline dropped
     assert q("peek 1").body == b"\x00file"
 
 
@@ -309,3 +309,47 @@ def test_config_file_and_environment(ours, tmp_path):
     env["STALK_ADDRESS"] = f"127.0.0.1:{free_port()}"
     p = subprocess.run(STALK + ["stats"], capture_output=True, env=env, timeout=20)
     assert p.returncode == 3
+
+
+def test_raw_output_is_the_bytes_as_sent(any_server, stalk):
+    """--raw promises the bytes as the server sent them: the OK line is kept
+    and CRLF stays CRLF (the plain default into a pipe is for text tools)."""
+    stalk(any_server, "put", "hello")
+    p = stalk(any_server, "--raw", "peek", "1")
+    assert p.stdout == b"FOUND 1 5\r\nhello\r\n"
+    p = stalk(any_server, "--raw", "list-tubes")
+    assert p.stdout == b"OK 14\r\n---\n- default\n\r\n"
+    p = stalk(any_server, "--raw", "delete", "9")
+    assert p.stdout == b"NOT_FOUND\r\n"
+    p = stalk(any_server, "peek", "1")
+    assert p.stdout == b"FOUND 1 5\nhello\n"
+    p = stalk(any_server, "list-tubes")
+    assert p.stdout == b"---\n- default\n"
+
+
+def test_put_tool_bodies_follow_one_newline_rule(ours, stalk, tmp_path):
+    """echo, files and editors end text with a newline: one final line break
+    is dropped from a text body read from stdin or a file (as from the
+    editor in the shell); --exact keeps the bytes; binary is never changed."""
+    q = Probe(ours)
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"from a file\r\n")
+    binary = tmp_path / "b.bin"
+    binary.write_bytes(b"\x00\x01\n")
+    assert stalk(ours, "put", input="hi\n").out == "INSERTED 1\n"
+    assert stalk(ours, "put", "-f", str(text), "-f", str(binary)).out == "INSERTED 2\nINSERTED 3\n"
+    assert stalk(ours, "put", "--exact", input="hi\n").out == "INSERTED 4\n"
+    assert stalk(ours, "put", "--exact", "-f", str(text)).out == "INSERTED 5\n"
+    bodies = [q(f"peek {i}").body for i in range(1, 6)]
+    assert bodies == [b"hi", b"from a file", b"\x00\x01\n", b"hi\n", b"from a file\r\n"]
+
+
+def test_put_tool_refuses_a_body_that_looks_like_a_command_line(ours, stalk):
+    """stalk put 0 0 60 5 used to put the body "0 0 60 5" silently."""
+    for args in (["0", "0", "60", "5"], ["1024", "0", "60"], ["put", "0", "0", "60"]):
+        p = stalk(ours, "put", *args)
+        assert p.returncode == 2 and p.out == ""
+        assert "looks like a command line" in p.err and "stalk put -- " in p.err
+    assert Probe(ours).stats("stats")["total-jobs"] == 0
+    p = stalk(ours, "put", "--", "0", "0", "60", "5")  # on purpose
+    assert p.out == "INSERTED 1\n" and Probe(ours)("peek 1").body == b"0 0 60 5"

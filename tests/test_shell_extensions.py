@@ -220,6 +220,8 @@ def test_repl_sends_the_verbs_when_advertised(server):
             assert list(shell.known.jobs)[:3] == ready   # learned for completion
             assert completions(shell, "fl") == ["flush-tube"]
             assert completions(shell, f"list-jobs {tube} re") == ["ready", "reserved"]
+            completions(shell, "flush-tube ")          # starts a lookup in the background
+            shell.lookup.wait(5)
             assert tube in completions(shell, "flush-tube ")
             assert "Extension commands (this server serves them):" in plain(help_text("", caps))
             assert "this server serves it" in plain(help_text("flush-tube", caps))

@@ -1,4 +1,6 @@
 """The REPL driven through prompt_toolkit's pipe input against real servers."""
+import os
+import re
 import signal
 import socket
 import threading
@@ -197,6 +199,7 @@ def test_ctrl_c_out_of_a_blocking_reserve(any_server, python_sigint):
         assert "the server returned the jobs reserved on it to ready: #1" in text
         assert "restored use=work watch=work" in text
         assert shell.session.reserved == {}
+        assert shell.known.jobs[1] == "returned to ready"  # as completion labels it
         assert "state: ready" in ask(any_server, "stats-job 1")
         # the new connection really uses/watches work
         shell.handle("list-tube-used")
@@ -311,11 +314,12 @@ def test_ctrl_c_during_the_shells_own_request_keeps_replies_in_step(ours, monkey
     send = shell_conn.Connection.send
     pressed = []
 
-    def send_then_ctrl_c(self, data, *expect):
-        send(self, data, *expect)
+    def send_then_ctrl_c(self, data):
+        sent = send(self, data)
         if data.startswith(b"stats-job") and not pressed:
             pressed.append(data)
             raise KeyboardInterrupt
+        return sent
 
     monkeypatch.setattr(shell_conn.Connection, "send", send_then_ctrl_c)
     keys = "put" + ENTER + "x" + ENTER + ENTER + "reserve" + ENTER + "list-tube-used" + ENTER + CTRL_D
@@ -326,3 +330,58 @@ def test_ctrl_c_during_the_shells_own_request_keeps_replies_in_step(ours, monkey
     assert "the server returned the jobs reserved on it to ready: #1" in text
     assert text.endswith("USING default\n")
     assert "state: ready" in ask(ours, "stats-job 1")
+
+
+def test_tube_lookup_runs_in_the_background(ours):
+    """Completion's list-tubes goes out on a connection of its own, in a
+    thread, at most every ``interval`` s, with a short deadline: a stopped
+    server costs the prompt nothing."""
+    from twisted_stalk_cli.shell.lookup import TubeLookup
+    target = parse_target(f"127.0.0.1:{ours.port}")
+    lookup = TubeLookup(target, interval=60)
+    try:
+        assert lookup.request()
+        assert not lookup.request()  # running, then too soon
+        lookup.wait(5)
+        assert lookup.take() == ["default"] and lookup.take() is None
+        assert not lookup.request()
+    finally:
+        lookup.close()
+    os.kill(ours.proc.pid, signal.SIGSTOP)
+    try:
+        done = threading.Event()
+        lookup = TubeLookup(target, timeout=0.3, on_done=done.set)
+        started = time.monotonic()
+        assert lookup.request()
+        assert time.monotonic() - started < 0.2
+        assert done.wait(5)
+        assert lookup.take() is None and "no reply" in lookup.failed
+        lookup.close()
+    finally:
+        os.kill(ours.proc.pid, signal.SIGCONT)
+
+
+def test_a_loss_noticed_while_idle_is_reported_once(ours):
+    """The server closes the connection between commands: the toolbar (drawn
+    every half second) notices without waiting, stops counting down the
+    reservation, and the loss is reported with the jobs the server returned."""
+    with create_pipe_input() as inp:
+        shell, out = make_shell(ours, inp)
+        assert shell.ensure_connected()
+        shell.handle("put\nx\n")
+        shell.handle("reserve")
+        assert "#1" in plain(shell.toolbar())
+        ours.stop()
+        deadline = time.monotonic() + 5
+        while "disconnected" not in plain(shell.toolbar()):
+            assert time.monotonic() < deadline, "the loss was not noticed"
+            time.sleep(0.02)
+        assert "#1" not in plain(shell.toolbar())
+        shell.handle("stats")
+        text = out.text
+        assert re.search(r"connection to 127.0.0.1:%d (closed by the server|lost)" % ours.port, text)
+        assert "the server returned the jobs reserved on it to ready: #1" in text
+        assert "cannot connect" in text
+        assert shell.known.jobs[1] != "reserved"
+        shell.handle("")
+        assert len(re.findall("closed by the server|lost", out.text)) == 1

@@ -126,8 +126,8 @@ def test_tube_completion_refreshes_through_callback():
     completer = StalkCompleter(known, refresh)
     got = [c.text for c in completer.get_completions(Document("use "), CompleteEvent())]
     assert got == ["fresh"] and calls == [1]
-    # not again within a few seconds
-    list(completer.get_completions(Document("use "), CompleteEvent()))
+    # (how often the server is asked is the lookup's business: test_shell_repl)
+    list(completer.get_completions(Document("stats"), CompleteEvent()))
     assert calls == [1]
 
 
@@ -345,7 +345,7 @@ def test_stats_are_an_aligned_table():
     assert lines[1:] == [
         "name                emails",
         "current-jobs-ready  12",
-        "total-jobs           3",
+        "total-jobs          3",  # one column, one alignment: numbers and words alike
         "draining            false",
     ]
     assert "(empty)" in plain(render_table({}))
@@ -387,6 +387,11 @@ def test_machine_readable_forms():
     assert raw_bytes(found, body_only=True) == b"\xff\x00"
     assert raw_bytes(reply("stats", b"OK 8", b"---\na: 1")) == b"---\na: 1\n"
     assert raw_bytes(reply("delete", b"DELETED")) == b"DELETED\n"
+    # --raw: exactly the bytes the server sent
+    assert raw_bytes(found, exact=True) == b"FOUND 3 2\r\n\xff\x00\r\n"
+    assert raw_bytes(reply("stats", b"OK 8", b"---\na: 1"), exact=True) == b"OK 8\r\n---\na: 1\r\n"
+    assert raw_bytes(reply("delete", b"DELETED"), exact=True) == b"DELETED\r\n"
+    assert raw_bytes(found, body_only=True, exact=True) == b"\xff\x00"
 
 
 # --------------------------------------------------------------------------
@@ -427,3 +432,141 @@ def test_request_bytes_are_encoded_from_the_table():
     assert build_request("flush-tube emails").wire() == b"flush-tube emails\r\n"
     raw = build_request("!put 1 0 60 5\\r\\nabc")   # raw bytes are sent as typed
     assert raw.raw and raw.wire() == b"put 1 0 60 5\r\nabc\r\n"
+
+
+# --------------------------------------------------------------------------
+# Fitting the window: prompt, continuation prefixes, toolbar
+
+def test_prompt_is_shortened_to_fit_the_window():
+    from twisted_stalk_cli.shell.fit import fit_prompt, prompt_budget, prompt_variants, width_of
+    full = prompt_variants("127.0.0.1:11300", "default", ["default"], True)
+    assert plain(fit_prompt(full, 80)) == "stalk 127.0.0.1:11300 [use=default watch=default]> "
+    many = prompt_variants("127.0.0.1:11300", "default",
+                           ["default", "aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"], True)
+    assert plain(fit_prompt(many, 80)) == "stalk 127.0.0.1:11300 [use=default watch=default+3]> "
+    assert "cccccccccc" in plain(fit_prompt(many, 140))
+    long = prompt_variants("127.0.0.1:11300", "t" * 200, ["t" * 200], True)
+    for columns in (20, 40, 80, 140, 300):
+        for variants in (full, many, long):
+            assert width_of(fit_prompt(variants, columns)) <= prompt_budget(columns) < columns
+    assert plain(fit_prompt(long, 80)) == "[use=tttttt…ttttt watch=tttttt…ttttt]> "
+    assert plain(fit_prompt(long, 140)) == ("127.0.0.1:11300 [use=tttttttttttt…ttttttttttt "
+                                            "watch=tttttttttttt…ttttttttttt]> ")
+    down = prompt_variants("127.0.0.1:11300", "default", ["default"], False)
+    assert plain(fit_prompt(down, 140)) == "stalk 127.0.0.1:11300 (disconnected: Enter retries)> "
+    assert "disconnected" in plain(fit_prompt(down, 40))
+
+
+def test_continuation_prefixes_never_exceed_the_window():
+    from twisted_stalk_cli.shell.fit import continuation
+    # aligned under a prompt that takes at most half the window
+    assert plain(continuation(52, 140, 1, 0)) == " " * 46 + "body> "
+    assert plain(continuation(52, 140, 1, 1)) == " " * 52  # the wrapped part of a body line
+    assert plain(continuation(52, 140, 0, 1)) == " " * 52  # the wrapped part of the command
+    # after a longer prompt: a short prefix, the rest of the width for the text
+    assert plain(continuation(52, 80, 1, 0)) == "body> "
+    assert plain(continuation(52, 80, 1, 2)) == " " * 6
+    for columns in (4, 10, 80):
+        assert len(plain(continuation(200, columns, 3, 0))) <= columns // 2
+
+
+def test_toolbar_fits_the_window():
+    from twisted_stalk_cli.shell.fit import cut, pick, width_of
+    from twisted_stalk_cli.shell.ui import KEY_HINTS
+    assert plain(syntax_help("", (), 200)).strip().endswith("Ctrl-D: quit")
+    narrow = plain(syntax_help("", (), 60))
+    assert len(narrow) < 60 and "help [cmd]" in narrow and "Ctrl-D: quit" in narrow
+    assert "\\wire" not in narrow  # dropped first
+    assert pick(KEY_HINTS, 5) == ""
+    line = syntax_help("reserve-with-timeout ", ())
+    assert width_of(cut(line, 40)) == 40 and plain(cut(line, 40)).endswith("…")
+    assert cut(line, 500) == line
+
+
+# --------------------------------------------------------------------------
+# What the server makes of the bytes sent
+
+def test_framing_counts_the_commands_the_bytes_complete():
+    from twisted_stalk_cli.shell.framing import Sent, ServerFraming
+    f = ServerFraming()
+    assert f.feed(b"use fo") == [] and f.waiting and "'use fo'" in f.describe()
+    assert f.feed(b"o\r\nstats\r\n") == [Sent("use"), Sent("stats")] and not f.waiting
+    assert f.feed(b"put 0 0 60 8\r\nhi\r\n") == []
+    assert f.describe() == ("the server waits for 6 more bytes of a put body "
+                            "(8 announced, plus CRLF; 4 sent)")
+    assert f.short() == "6 more put body bytes"
+    assert f.feed(b"abcd\r\n") == [Sent("put")] and f.describe() == ""
+    # a body longer than its count: the rest is read as a command
+    assert f.feed(b"put 0 0 60 2\r\nhello\r\n") == [Sent("put"), Sent(None)]
+    # a reserve that parses may wait; one that does not is answered at once
+    assert f.feed(b"reserve\r\nreservex\r\nreserve-with-timeout 5\r\n") == [
+        Sent("reserve", True), Sent("reserve"), Sent("reserve-with-timeout", True)]
+    # a bad put line is answered at once, and its body is read as commands
+    assert f.feed(b"put 0 0 60 2 x\r\nhi\r\n") == [Sent("put"), Sent(None)]
+    assert f.feed(b"list-jobs a ready 1\r\n\r\n") == [Sent("list-jobs"), Sent(None)]
+    # an over-long line is answered once its CRLF comes
+    assert f.feed(b"x" * 300) == [] and "discarding" in f.describe()
+    assert f.feed(b"\r") == [] and f.feed(b"\nstats\r\n") == [Sent(None), Sent("stats")]
+    assert f.feed(b"quit\r\n") == [] and f.closing
+    f.reset()
+    assert not f.waiting and not f.closing
+
+
+def test_validator_refuses_commands_while_the_server_waits():
+    validator = StalkValidator(waiting=lambda: "6 more put body bytes")
+    with pytest.raises(ValidationError) as e:
+        validator.validate(Document("stats", 5))
+    assert e.value.message == ("the server waits for 6 more put body bytes and would read this "
+                               "command as part of it: send the rest with !, or \\reconnect")
+    for text in ("!abcd", "\\raw abcd", "\\reconnect", "help"):
+        validator.validate(Document(text, len(text)))
+
+
+# --------------------------------------------------------------------------
+# The pager
+
+def test_pager_setting(monkeypatch):
+    from twisted_stalk_cli.shell.pager import Pager
+    monkeypatch.delenv("PAGER", raising=False)
+    monkeypatch.delenv("LESS", raising=False)
+    for off in ("off", "no", "OFF"):
+        assert Pager.from_setting(off) is None
+    assert Pager.from_setting("no-such-pager-program -x") is None
+    monkeypatch.setenv("PAGER", "cat -v")
+    assert Pager.from_setting("").command == ["cat", "-v"]
+    assert Pager.from_setting("more").command == ["more"]
+    less = Pager(["less"])
+    assert less.env["LESS"] == "-SRXF"  # plain less gets pgcli's flags
+
+
+def test_pager_runs_for_output_taller_than_the_window(tmp_path):
+    from prompt_toolkit.data_structures import Size
+    from twisted_stalk_cli.shell.pager import Pager, rows
+    from twisted_stalk_cli.shell.ui import STYLE
+    assert rows("a\n" + "b" * 25 + "\n", 10) == 1 + 3
+    pager = Pager(["sh", "-c", f"cat > {tmp_path / 'paged'}"])
+    short = [("class:reply.ok", "OK\n")]
+    tall = [("class:table.key", "key"), ("", " value\n")] * 30
+    assert not pager.wanted(short, Size(rows=24, columns=80))
+    assert pager.wanted(tall, Size(rows=24, columns=80))
+    assert not pager.wanted(tall, Size(rows=40, columns=80), spare=3)
+    assert pager.show(tall, STYLE, Size(rows=24, columns=80))
+    paged = (tmp_path / "paged").read_text()
+    assert paged.count("value") == 30 and "\x1b[" in paged  # coloured, for less -R
+    assert pager.show(tall, None, Size(rows=24, columns=80))
+    assert "\x1b[" not in (tmp_path / "paged").read_text()
+    assert not Pager(["/nonexistent/pager"]).show(tall, None, Size(rows=24, columns=80))
+
+
+def test_one_rule_for_the_final_newline_of_bodies(tmp_path):
+    from twisted_stalk_cli.shell.request import drop_final_newline
+    assert drop_final_newline(b"hi\n") == b"hi"
+    assert drop_final_newline(b"hi\r\n") == b"hi"
+    assert drop_final_newline(b"hi\n\n") == b"hi\n"
+    assert drop_final_newline(b"hi") == b"hi" and drop_final_newline(b"") == b""
+    assert drop_final_newline(b"\x00bin\n") == b"\x00bin\n"  # binary: never changed
+    assert drop_final_newline(b"\xff\n") == b"\xff\n"
+    f = tmp_path / "t.txt"
+    f.write_bytes(b"from a file\n")
+    assert build_request(f"put @{f}").body == b"from a file"
+    assert build_request("put $EDITOR", editor=lambda _: b"edited\r\n").body == b"edited"

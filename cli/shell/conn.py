@@ -12,15 +12,20 @@ server then returns the jobs reserved on it to ready), reconnects and restores
 Commands are encoded from the shared command table
 (:func:`~twisted_stalk.protocol.commands.encode_command`) and replies are read
 by the shared :class:`~twisted_stalk.protocol.reader.ReplyReader`, as the
-client library reads them.  Each reply is decoded once, here, against the
-command it answers: the :class:`~twisted_stalk.protocol.replies.Reply` says
-whether it is a success (``BURIED`` after ``bury`` is, after ``put`` it means
-out of memory), carries its fields, data block and decoded value, and the rest
-of the shell reads those.  The reader is lenient, because the shell shows
-whatever a server sends: a line that is no reply of its command is decoded by
-its shape (``expected`` False), and replies after raw bytes are decoded as
-surplus replies (no command).  Only a framing error (a line or data block no
-beanstalk server sends) drops the connection.
+client library reads them.  Which replies to expect comes from the bytes
+sent (:mod:`.framing`): one per command they complete, named from the table,
+none for a command the server has only part of (a line without CRLF, a put
+body shorter than its count), so no reply that cannot come is waited for.
+Each reply is decoded once, here, against the command it answers: the
+:class:`~twisted_stalk.protocol.replies.Reply` says whether it is a success
+(``BURIED`` after ``bury`` is, after ``put`` it means out of memory), carries
+its fields, data block and decoded value, and the rest of the shell reads
+those.  The reader is lenient, because the shell shows whatever a server
+sends: a line that is no reply of its command is decoded by its shape
+(``expected`` False), and replies nothing was expected for (a server that
+frames raw bytes differently) are decoded as surplus replies.  Only a
+framing error (a line or data block no beanstalk server sends) drops the
+connection.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from twisted_stalk.protocol.reader import (
 from twisted_stalk.protocol.replies import MAX_REPLY_LINE, Reply, UnexpectedReply
 
 from .errors import ConnectionFailed, ConnectionLost, oserror_text
+from .framing import Sent, ServerFraming
 from .target import Target, tls_context
 
 WireHook = Callable[[str, bytes], None]
@@ -57,7 +63,14 @@ class Connection:
         self.reply_timeout = reply_timeout
         self.wire = wire
         self.sock: Optional[socket.socket] = None
+        #: Why the connection was lost, until the next connect or close (None
+        #: when it is open, was never opened or was closed on purpose).
+        self.lost: Optional[str] = None
+        #: Bytes read by :meth:`poll_closed` and not decoded yet.
+        self._early = b""
         self._reader = ReplyReader(lenient=True)
+        #: What the server has made of the bytes sent (:mod:`.framing`).
+        self.framing = ServerFraming()
         #: Replies decoded and not read yet (a chunk may complete several).
         self._replies: Deque[Reply] = deque()
 
@@ -99,11 +112,14 @@ class Connection:
         self._forget()
 
     def _forget(self) -> None:
+        self.framing.reset()
         self._reader.reset()
         self._replies.clear()
 
     def close(self) -> None:
         sock, self.sock = self.sock, None
+        self.lost = None
+        self._early = b""
         self._forget()
         if sock is not None:
             try:
@@ -111,43 +127,49 @@ class Connection:
             except OSError:
                 pass
 
-    def send(self, data: bytes, *expect: Optional[str]) -> None:
-        """Send ``data``; ``expect`` names the command of each reply it will
-        get, in order (None for raw bytes no command describes; nothing for
-        ``quit``)."""
+    def _lose(self, why: str) -> ConnectionLost:
+        """Close because the connection failed; the error to raise."""
+        self.close()
+        self.lost = why
+        return ConnectionLost(why)
+
+    def send(self, data: bytes) -> List[Sent]:
+        """Send ``data``; returns the commands it completes (none when the
+        server waits for the rest of one: :mod:`.framing`), whose replies the
+        reader then expects, in order (``quit`` gets none)."""
         if self.sock is None:
             raise ConnectionLost("not connected")
         if self.wire:
             self.wire("send", data)
-        for command in expect:
-            self._reader.expect(command)
+        sent = self.framing.feed(data)
+        for command in sent:
+            self._reader.expect(command.name)
         try:
             self.sock.settimeout(self.reply_timeout)
             self.sock.sendall(data)
         except (OSError, ssl.SSLError) as e:
-            self.close()
-            raise ConnectionLost(f"connection to {self.target} lost: {oserror_text(e)}") from None
+            raise self._lose(f"connection to {self.target} lost: {oserror_text(e)}") from None
+        return sent
 
     def _fill(self, timeout: Optional[float]) -> None:
         """Receive one chunk and decode the replies it completes."""
         assert self.sock is not None
-        self.sock.settimeout(timeout)
-        try:
-            chunk = self.sock.recv(65536)
-        except socket.timeout:
-            raise
-        except (OSError, ssl.SSLError) as e:
-            self.close()
-            raise ConnectionLost(f"connection to {self.target} lost: {oserror_text(e)}") from None
+        chunk, self._early = self._early, b""
         if not chunk:
-            self.close()
-            raise ConnectionLost(f"connection to {self.target} closed by the server")
+            self.sock.settimeout(timeout)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                raise
+            except (OSError, ssl.SSLError) as e:
+                raise self._lose(f"connection to {self.target} lost: {oserror_text(e)}") from None
+        if not chunk:
+            raise self._lose(f"connection to {self.target} closed by the server")
         if self.wire:
             self.wire("recv", chunk)
         for reply in self._reader.feed(chunk):
             if type(reply) is not Reply:
-                self.close()
-                raise ConnectionLost(self._out_of_step(reply))  # type: ignore[arg-type]
+                raise self._lose(self._out_of_step(reply))  # type: ignore[arg-type]
             self._replies.append(reply)
 
     def _out_of_step(self, error: UnexpectedReply) -> str:
@@ -173,15 +195,46 @@ class Connection:
             while not self._replies:
                 self._fill(timeout)
         except socket.timeout:
-            self.close()
-            raise ConnectionLost(
+            raise self._lose(
                 f"no reply from {self.target} within {self.reply_timeout:g} s; connection dropped"
             ) from None
         return self._replies.popleft()
 
+    def poll_closed(self) -> bool:
+        """Whether the server has closed the connection; for idle moments
+        (nothing awaited), and it never waits.  A socket that is readable
+        with nothing to read was closed: the connection is then closed with
+        :attr:`lost` saying why."""
+        sock = self.sock
+        if sock is None:
+            return True
+        if self._early or self._replies or not self.readable(0):
+            return False
+        try:
+            if isinstance(sock, ssl.SSLSocket):  # no MSG_PEEK: read what is there
+                sock.setblocking(False)
+                try:
+                    self._early = sock.recv(65536)
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                    return False
+                finally:
+                    if self.sock is sock:
+                        sock.settimeout(self.reply_timeout)
+                closed = not self._early
+            else:
+                closed = not sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        except (OSError, ssl.SSLError) as e:
+            self._lose(f"connection to {self.target} lost: {oserror_text(e)}")
+            return True
+        if closed:
+            self._lose(f"connection to {self.target} closed by the server")
+        return closed
+
     def readable(self, timeout: float) -> bool:
         """Whether a reply (or part of one) is ready within ``timeout`` s."""
-        if self._replies or self._reader.buffered or self.sock is None:
+        if self._replies or self._reader.buffered or self._early or self.sock is None:
             return True
         if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
             return True
@@ -215,33 +268,42 @@ class Connection:
                 break
         return replies
 
-    def call(self, data: bytes, command: Optional[str] = None, *,
-             blocking: bool = False) -> Reply:
-        """Send ``data`` and read its reply, decoded as a reply to
-        ``command`` (None: by its shape alone)."""
+    def exchange(self, data: bytes, *,
+                 on_wait: Optional[Callable[[], None]] = None) -> List[Reply]:
+        """Send ``data`` and read the reply to each command it completes, in
+        order: none when the server waits for the rest of a command, several
+        for several commands.  A reserve's reply may take any time (Ctrl-C
+        gives up); ``on_wait`` is called once if one has none after a moment.
+        """
         try:
-            self.send(data, command)
-            return self.read_reply(blocking=blocking)
+            replies = []
+            for command in self.send(data):
+                if command.blocks and on_wait is not None and not self.readable(0.3):
+                    on_wait()
+                    on_wait = None
+                replies.append(self.read_reply(blocking=command.blocks))
+            return replies
         except KeyboardInterrupt:
             # Its reply may still come: the next command would read it as its
             # own.  Close, so that the stream can never be out of step.
             self.close()
             raise
 
+    def call(self, data: bytes) -> Reply:
+        """Send the bytes of one whole command and read its reply."""
+        replies = self.exchange(data)
+        if len(replies) != 1:
+            raise ValueError(f"{data[:40]!r}... is not one command: {len(replies)} replies")
+        return replies[0]
+
     def command(self, name: str, *args: Union[int, str, bytes],
                 body: Optional[bytes] = None) -> Reply:
         """Send one command, encoded from the table, and read its reply."""
-        return self.call(encode_command(name, *args, body=body), name)
+        return self.call(encode_command(name, *args, body=body))
 
     def pipeline(self, commands: Sequence[Command]) -> List[Reply]:
         """Send commands together and read their replies, in order."""
-        data = b"".join(encode_command(*c) for c in commands)  # type: ignore[arg-type]
-        try:
-            self.send(data, *(str(c[0]) for c in commands))
-            return [self.read_reply() for _ in commands]
-        except KeyboardInterrupt:
-            self.close()
-            raise
+        return self.exchange(b"".join(encode_command(*c) for c in commands))  # type: ignore[arg-type]
 
 
 __all__ = ["Connection", "WireHook"]

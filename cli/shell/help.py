@@ -3,6 +3,8 @@
 arguments and replies, from the shared command table."""
 from __future__ import annotations
 
+import textwrap
+
 from twisted_stalk.protocol import BY_NAME, COMMANDS
 from twisted_stalk.protocol.commands import command_spec
 
@@ -21,39 +23,59 @@ GROUPS = (
 )
 
 
-def help_text(topic: str = "", extensions: Extensions = None) -> Fragments:
-    """``help`` and ``help <command>``, from the shared table.
+#: What ``help`` ends with, a paragraph each.
+FOOTER = (
+    "put: give the body on the next line(s) and end it with an empty line; "
+    "or put [pri delay ttr] @FILE or $EDITOR.",
+    "Keys: Tab complete, Up/Down history, Ctrl-R search, Right accepts a grey suggestion, "
+    "Alt-Enter sends now, Ctrl-X Ctrl-E edits the line in $EDITOR, F4 toggles vi/emacs, "
+    "Ctrl-C cancels the line or a waiting reserve, Ctrl-D quits.",
+)
+
+#: Width of the usage column of ``help``.
+USAGE_WIDTH = 34
+
+
+def _row(style: str, left: str, text: str, width: int) -> Fragments:
+    """``  left   text``, the text wrapped to ``width`` columns under itself
+    (under the usage, indented, when the window is narrow)."""
+    indent = 2 + USAGE_WIDTH + 1
+    if width - indent < 30:
+        lines = textwrap.wrap(text, max(20, width - 4)) or [""]
+        return [(style, "  " + left + "\n"), ("", "".join("    " + ln + "\n" for ln in lines))]
+    lines = textwrap.wrap(text, width - indent) or [""]
+    return [(style, "  " + left.ljust(USAGE_WIDTH)),
+            ("", " " + ("\n" + " " * indent).join(lines) + "\n")]
+
+
+def help_text(topic: str = "", extensions: Extensions = None, width: int = 100) -> Fragments:
+    """``help`` and ``help <command>``, from the shared table, for a window
+    ``width`` columns wide.
 
     ``extensions``: the extension verbs the server advertises (listed in
     their own group); None when not connected (command-line ``stalk help``:
     all of them, marked as needing ``--extensions``)."""
     topic = topic.strip()
+    width = max(40, width - 1)
     if not topic:
         out: Fragments = []
         for title, names in GROUPS:
             out.append(("class:table.title", f"{title} commands:\n"))
-            width = 34
             for n in names:
                 spec = BY_NAME[n]
-                out.append(("class:command", "  " + usage(spec).ljust(width)))
-                out.append(("", " " + spec.summary + "\n"))
+                out += _row("class:command", usage(spec), spec.summary, width)
         extra = offered_extensions(extensions)
         if extra:
             title = ("Extension commands (this server serves them):" if extensions is not None
                      else "Extension commands (twisted-stalk's server with --extensions):")
             out.append(("class:table.title", title + "\n"))
             for ext in extra:
-                out.append(("class:command", "  " + usage(ext).ljust(34)))
-                out.append(("", " " + ext.summary.replace(" (extension)", "") + "\n"))
+                out += _row("class:command", usage(ext), ext.summary.replace(" (extension)", ""), width)
         out.append(("class:table.title", "Shell commands:\n"))
         for m in META_COMMANDS:
-            out.append(("class:meta-command", "  " + m.usage.ljust(34)))
-            out.append(("", " " + m.summary + "\n"))
-        out.append(("class:info", "put: give the body on the next line(s) and end it with an empty line; "
-                    "or put [pri delay ttr] @FILE or $EDITOR.\n"
-                    "Keys: Tab complete, Up/Down history, Ctrl-R search, Right accepts a grey suggestion,\n"
-                    "Alt-Enter sends now, Ctrl-X Ctrl-E edits the line in $EDITOR, F4 toggles vi/emacs,\n"
-                    "Ctrl-C cancels the line or a waiting reserve, Ctrl-D quits.\n"))
+            out += _row("class:meta-command", m.usage, m.summary, width)
+        for note in FOOTER:
+            out.append(("class:info", "\n".join(textwrap.wrap(note, width)) + "\n"))
         return out
     spec = command_spec(topic)
     if spec is None:

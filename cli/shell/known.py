@@ -22,11 +22,32 @@ class Known:
         self.tubes[name] = None
         self.tubes.move_to_end(name, last=False)
 
+    def _add_tubes(self, names: Sequence[str]) -> None:
+        for name in reversed(names):
+            if name not in self.tubes:
+                self.add_tube(name)
+
+    def set_tubes(self, names: Sequence[str]) -> None:
+        """The server's whole tube list (``list-tubes``): tubes it does not
+        list any more are forgotten."""
+        self._add_tubes(names)
+        for name in list(self.tubes):
+            if name not in names:
+                del self.tubes[name]
+        self.tubes_fetched = time.monotonic()
+
     def add_job(self, job_id: int, note: str) -> None:
         self.jobs[job_id] = note
         self.jobs.move_to_end(job_id, last=False)
         while len(self.jobs) > self.limit:
             self.jobs.popitem(last=True)
+
+    def returned(self, job_ids: Sequence[int]) -> None:
+        """The server returned these reserved jobs to ready (their
+        connection closed): they are no longer "reserved"."""
+        for job_id in job_ids:
+            if job_id in self.jobs:
+                self.jobs[job_id] = "returned to ready"
 
     def forget_job(self, job_id: int) -> None:
         self.jobs.pop(job_id, None)
@@ -54,16 +75,10 @@ class Known:
             except ValueError:
                 pass
         elif word == "OK" and reply.ok and reply.value is not None:
-            if command in ("list-tubes", "list-tubes-watched"):
-                names: List[str] = reply.value  # type: ignore[assignment]
-                for name in reversed(names):
-                    if name not in self.tubes:
-                        self.add_tube(name)
-                if command == "list-tubes":
-                    for name in list(self.tubes):
-                        if name not in names:
-                            del self.tubes[name]
-                    self.tubes_fetched = time.monotonic()
+            if command == "list-tubes":
+                self.set_tubes(reply.value)  # type: ignore[arg-type]
+            elif command == "list-tubes-watched":
+                self._add_tubes(reply.value)  # type: ignore[arg-type]
             elif command == "list-jobs":
                 state = args[1] if len(args) > 1 else "listed"
                 for listed in reversed(reply.value):  # type: ignore[call-overload]

@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print replies as JSON (one object per line)")
     fmt.add_argument("--yaml", dest="fmt", action="store_const", const="yaml", help="print replies as YAML")
     fmt.add_argument("--raw", dest="fmt", action="store_const", const="raw",
-                     help="print replies as sent (the default when stdout is not a terminal)")
+                     help="print replies exactly as the server sent them, CRLF and all (into a "
+                     "pipe the default is the reply line, then the data block, LF line ends)")
     fmt.add_argument("--pretty", dest="fmt", action="store_const", const="pretty",
                      help="print replies for people (the default on a terminal)")
     p.add_argument("-b", "--body", action="store_true", help="print only job bodies, byte for byte")
@@ -85,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="connect and reply timeout (default 5 and 30)")
     p.add_argument("--no-color", action="store_true", help="no colours")
+    p.add_argument("--no-pager", action="store_true", help="never page output taller than the "
+                   "terminal (default: $PAGER or less -SRXF; the pager setting)")
     p.add_argument("-V", "--version", action="store_true", help="show the version")
     p.add_argument("command", nargs=argparse.REMAINDER, help="a protocol command, help, - or a tool")
     return p
@@ -196,7 +199,7 @@ def _main(argv: List[str]) -> int:
             if flag in command[1:]:
                 command = [c for c in command if c != flag]
                 args.fmt = args.fmt or flag[2:]
-    fmt = args.fmt or ("pretty" if sys.stdout.isatty() else "raw")
+    fmt = args.fmt or ("pretty" if sys.stdout.isatty() else "plain")
     color = not (args.no_color or os.environ.get("NO_COLOR") or _bool(config.get("no_color", "no")))
     defaults = put_defaults(config)
 
@@ -211,9 +214,12 @@ def _main(argv: List[str]) -> int:
         if sys.stdin.isatty():
             return interactive(args, config, target, connect_timeout, reply_timeout, defaults)
         command = ["-"]
+    one_reply = command[0] == "stats" or command[0] not in TOOLS and command[0] != "-"
+    if one_reply and args.repeat == 1 and fmt == "pretty" and sys.stdout.isatty():
+        out.pager = pager_for(args, config)  # one reply or help: paged if long
     if command[0] in ("help", "?"):
         from .help import help_text
-        out.fragments(help_text(" ".join(command[1:])))
+        out.fragments(help_text(" ".join(command[1:]), width=out.size().columns))
         return EXIT_OK
     if command[0] != "-" and command[0] not in TOOLS:
         # Validate before connecting: a malformed command is explained locally.
@@ -252,6 +258,13 @@ def _main(argv: List[str]) -> int:
         conn.close()
 
 
+def pager_for(args, config: Dict[str, str]):
+    """The pager for long output (None: ``--no-pager``, ``pager = off``, or
+    none installed)."""
+    from .pager import Pager
+    return None if args.no_pager else Pager.from_setting(config.get("pager", ""))
+
+
 def interactive(args, config: Dict[str, str], target, connect_timeout: float,
                 reply_timeout: float, defaults: Tuple[int, int, int]) -> int:
     from .repl import Shell, history_path, open_history
@@ -270,7 +283,8 @@ def interactive(args, config: Dict[str, str], target, connect_timeout: float,
         raise UsageError("config body_limit must be a whole number")
     shell = Shell(session, history=history, vi=vi, put_defaults=defaults,
                   pretty_json=_bool(config.get("pretty_json", "yes")),
-                  body_limit=body_limit, wire=args.wire or _bool(config.get("wire", "no")))
+                  body_limit=body_limit, wire=args.wire or _bool(config.get("wire", "no")),
+                  pager=pager_for(args, config))
     if args.tube:
         shell.session.use = args.tube
         shell.session.watch = [args.tube]

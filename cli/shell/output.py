@@ -2,16 +2,25 @@
 """Printing replies and records in command-line mode: pretty, raw, json or yaml."""
 from __future__ import annotations
 
+import shutil
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from twisted_stalk.protocol.replies import Reply
 
 from .render import Fragments, dump_json, dump_yaml, raw_bytes, render_reply, reply_data
 
+if TYPE_CHECKING:  # (prompt_toolkit is imported only when needed: start-up time)
+    from prompt_toolkit.data_structures import Size
+
+    from .pager import Pager
+
 
 class Output:
-    """Prints replies and records in the chosen format: pretty, raw, json, yaml."""
+    """Prints replies and records in the chosen format: ``pretty`` (for
+    people), ``plain`` (the default into a pipe: the reply line, then the
+    data block as sent, LF line ends), ``raw`` (the bytes exactly as the
+    server sent them), ``json`` or ``yaml``."""
 
     def __init__(self, fmt: str, *, stream=None, err=None, body_only: bool = False,
                  color: bool = True) -> None:
@@ -21,8 +30,23 @@ class Output:
         self.body_only = body_only
         self.color = color
         self.count = 0
+        #: Pretty output taller than the terminal goes through it (set for
+        #: one-shot commands and help, never for streams).
+        self.pager: Optional["Pager"] = None
+
+    def size(self) -> "Size":
+        """The terminal's size (80 x 24 when stdout is not one)."""
+        from prompt_toolkit.data_structures import Size
+        columns, rows = shutil.get_terminal_size((80, 24))
+        return Size(rows=rows, columns=columns)
 
     def fragments(self, frags: Fragments) -> None:
+        if self.pager is not None and isatty(self.stream):
+            from .ui import STYLE
+            size = self.size()
+            if self.pager.wanted(frags, size) and self.pager.show(
+                    frags, STYLE if self.color else None, size):
+                return
         if self.color and isatty(self.stream):
             from prompt_toolkit import print_formatted_text
             from prompt_toolkit.formatted_text import FormattedText
@@ -40,7 +64,7 @@ class Output:
         elif self.fmt in ("json", "yaml"):
             self.record(reply_data(reply))
         else:
-            self.binary(raw_bytes(reply, body_only=self.body_only))
+            self.binary(raw_bytes(reply, body_only=self.body_only, exact=self.fmt == "raw"))
 
     def record(self, data: Any, *, text: str = "") -> None:
         """A structured record: JSON line, YAML document, or ``text``."""

@@ -176,19 +176,16 @@ def render_body(body: bytes, *, pretty_json: bool = True, limit: int = 0) -> Fra
 # Tables and lists
 
 def render_table(stats: Dict[str, Any], *, title: str = "") -> Fragments:
-    """``key   value`` rows with the keys padded to one width."""
+    """``key   value`` rows with the keys padded to one width; the values,
+    numbers and words alike, start in one column."""
     frags: Fragments = []
     if title:
         frags.append(("class:table.title", title + "\n"))
     if not stats:
         return frags + [("class:body.header", "(empty)\n")]
     width = max(len(k) for k in stats)
-    nums = [len(_fmt(v)) for v in stats.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    numw = max(nums) if nums else 0
     for key, value in stats.items():
         text = _fmt(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            text = text.rjust(numw)
         frags.append(("class:table.key", escape_text(key.ljust(width))))
         frags.append(("", "  "))
         frags.append(("class:table.value", escape_text(text) + "\n"))
@@ -351,9 +348,13 @@ def body_data(body: bytes) -> Dict[str, Any]:
         return {"body_base64": base64.b64encode(body).decode("ascii")}
 
 
-def raw_bytes(reply: Reply, *, body_only: bool = False) -> bytes:
+def raw_bytes(reply: Reply, *, body_only: bool = False, exact: bool = False) -> bytes:
     """The reply for a pipe: the line; for OK the YAML as sent; for jobs the
-    line then the body verbatim.  ``body_only`` prints just the body bytes."""
+    line then the body verbatim, each ended by LF.  ``body_only`` prints just
+    the body bytes; ``exact`` (``--raw``) the bytes the server sent: the line
+    and the data block, each with its CRLF."""
+    if exact and not body_only:
+        return reply.line + b"\r\n" + (b"" if reply.body is None else reply.body + b"\r\n")
     if reply.body is None:
         return b"" if body_only else reply.line + b"\n"
     if body_only:

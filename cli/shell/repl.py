@@ -8,10 +8,12 @@ import time
 from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
 from prompt_toolkit import PromptSession, print_formatted_text
+from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.application.current import get_app
 from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
+from prompt_toolkit.data_structures import Size
 from prompt_toolkit.enums import EditingMode
-from prompt_toolkit.filters import Condition
+from prompt_toolkit.filters import Condition, completion_is_selected
 from prompt_toolkit.formatted_text import FormattedText
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
@@ -19,8 +21,11 @@ from prompt_toolkit.key_binding import KeyBindings
 from twisted_stalk.protocol.replies import Reply
 
 from .errors import ConnectionLost, InterruptedRequest, StalkError
+from .fit import continuation, cut, fit_prompt, prompt_variants
 from .help import help_text
 from .known import Known
+from .lookup import TubeLookup
+from .pager import Pager
 from .paths import data_home
 from .render import Fragments, render_reply, render_wire
 from .request import DEFAULT_PUT, Editor, InputError, Request, build_request, needs_more_input
@@ -32,6 +37,7 @@ from .ui import (
     StalkCompleter,
     StalkLexer,
     StalkValidator,
+    complete_now,
     jobs_toolbar,
     syntax_help,
 )
@@ -66,7 +72,8 @@ class Shell:
                  editor: Optional[Editor] = None, vi: bool = False,
                  put_defaults: Tuple[int, int, int] = DEFAULT_PUT, pretty_json: bool = True,
                  body_limit: int = 16384, wire: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 pager: Optional[Pager] = None) -> None:
         self.session = session
         self.known = Known()
         self.output = output
@@ -76,15 +83,19 @@ class Shell:
         self.pretty_json = pretty_json
         self.body_limit = body_limit
         self.clock = clock
+        #: Long output goes through ``pager`` while ``paging`` (``\pager``).
+        self.pager = pager
+        self.paging = pager is not None
         self.wire = False
         self.set_wire(wire)
+        self.lookup = self._new_lookup()
         self.prompt = PromptSession(
             message=self.prompt_message,
             history=history or InMemoryHistory(),
             auto_suggest=AutoSuggestFromHistory(),
             completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions),
             complete_while_typing=True,
-            validator=StalkValidator(self.extensions),
+            validator=StalkValidator(self.extensions, self._waiting_for),
             validate_while_typing=False,
             lexer=StalkLexer(),
             input_processors=[ArgHintProcessor()],
@@ -107,6 +118,15 @@ class Shell:
         print_formatted_text(FormattedText(fragments), end="", style=STYLE,
                              include_default_pygments_style=False, output=self.output)
 
+    def show(self, fragments: Fragments) -> None:
+        """Output that may be long (a reply, help): through the pager when it
+        is taller than the window, else written as any other."""
+        if self.paging and self.pager is not None:
+            size = self.size()
+            if self.pager.wanted(fragments, size, spare=3) and self.pager.show(fragments, STYLE, size):
+                return
+        self.write(fragments)
+
     def info(self, text: str) -> None:
         self.write([("class:info", text + "\n")])
 
@@ -123,6 +143,10 @@ class Shell:
         self.wire = on
         self.session.set_wire(self._on_wire if on else None)
 
+    def _waiting_for(self) -> str:
+        """What the server waits for, in a few words ("" when nothing)."""
+        return self.session.conn.framing.short() if self.session.connected else ""
+
     def extensions(self) -> Collection[str]:
         """The extension verbs the server advertised on this connection."""
         return self.session.capabilities
@@ -133,36 +157,55 @@ class Shell:
     def state_text(self) -> str:
         return f"use={self.session.use} watch={','.join(self.session.watch)}"
 
+    def size(self) -> Size:
+        """The window's size (80 x 24 when it cannot be known)."""
+        try:
+            return self.prompt.output.get_size()
+        except Exception:
+            return Size(rows=24, columns=80)
+
+    def columns(self) -> int:
+        return self.size().columns
+
     def prompt_message(self) -> FormattedText:
-        frags = [("class:prompt.name", "stalk "), ("class:prompt.server", str(self.session.target))]
-        if self.session.connected:
-            frags.append(("class:prompt.state", f" [{self.state_text()}]"))
-        else:
-            frags.append(("class:prompt.down", " (disconnected: Enter retries)"))
-        frags.append(("", "> "))
-        return FormattedText(frags)
+        """The server and tube state, shortened to fit (:mod:`.fit`)."""
+        session = self.session
+        variants = prompt_variants(str(session.target), session.use, session.watch,
+                                   session.connected)
+        return FormattedText(fit_prompt(variants, self.columns()))
 
     def continuation(self, width: int, line_number: int, wrap_count: int) -> FormattedText:
-        return FormattedText([("class:info", "body> ".rjust(width))])
+        return FormattedText(continuation(width, self.columns(), line_number, wrap_count))
 
     def toolbar(self) -> FormattedText:
         try:
             text = self.prompt.default_buffer.text
         except Exception:
             text = ""
-        frags = list(syntax_help(text, self.session.capabilities))
+        columns = self.columns()
+        frags = list(syntax_help(text, self.session.capabilities, columns))
         status: List[tuple] = []
         if self.wire:
             status.append(("class:toolbar.wire", " WIRE "))
+        down = self.session.ever_connected and self.session.poll_closed()
+        if down:
+            status.append(("class:toolbar.soon", " disconnected: Enter reconnects "))
+            self._report_loss_soon()
+        elif self.session.conn.framing.waiting:
+            status.append(("class:toolbar.soon",
+                           f" the server waits for {self.session.conn.framing.short()}: "
+                           "send it with !, or \\reconnect "))
         now = self.clock()
         for jid, job in list(self.session.reserved.items()):
             if job.deadline is not None and now - job.deadline > 10:
                 # the server released it when its TTR ran out
                 del self.session.reserved[jid]
-        status += jobs_toolbar(self.session.reserved, now)
+        if not down:  # (the server returns the jobs of a lost connection)
+            status += jobs_toolbar(self.session.reserved, now)
+        frags = cut(frags, columns)
         if status:
             frags.append(("", "\n"))
-            frags += status
+            frags += cut(status, columns)
         return FormattedText(frags)
 
     def _bindings(self) -> KeyBindings:
@@ -175,6 +218,10 @@ class Shell:
         @kb.add("enter", filter=body_pending)
         def _(event) -> None:
             event.current_buffer.newline(copy_margin=False)
+
+        @kb.add("tab", filter=~completion_is_selected)
+        def _(event) -> None:
+            complete_now(event.current_buffer)
 
         @kb.add("escape", "enter")
         def _(event) -> None:
@@ -189,25 +236,60 @@ class Shell:
         return kb
 
     def refresh_tubes(self) -> None:
-        """Learn the tube list for completion (quietly, at most every few s)."""
-        if not self.session.connected:
+        """For completion: take the tube names a background lookup found and
+        start another if it is time (never waits: :mod:`.lookup`)."""
+        names = self.lookup.take()
+        if names is not None:
+            self.known.set_tubes(names)
+        self.lookup.request()
+
+    def _new_lookup(self) -> TubeLookup:
+        return TubeLookup(self.session.target, on_done=self._lookup_done)
+
+    def _lookup_done(self) -> None:
+        """A lookup ended (in its thread): refresh an open completion menu
+        that nothing is selected in, with the names found."""
+        app = self.prompt.app
+        loop = getattr(app, "loop", None)
+        if not app.is_running or loop is None:
             return
-        hook = self.session.conn.wire
-        self.session.conn.wire = None
-        try:
-            reply = self.session.internal("list-tubes")
-            self.known.learn([], reply)
-        except StalkError:
-            pass
-        finally:
-            self.session.conn.wire = hook
+
+        def refresh() -> None:
+            buffer = app.current_buffer
+            state = buffer.complete_state
+            if state is not None and state.current_completion is None:
+                buffer.complete_state = None
+                buffer.start_completion(select_first=False)
+            app.invalidate()
+
+        loop.call_soon_threadsafe(refresh)
 
     # ------------------------------------------------------------------
     # Connecting
 
+    def _report_loss_soon(self) -> None:
+        """Say, above the prompt, that the server closed the connection (it
+        was noticed while drawing the toolbar, where nothing can be printed)."""
+        if self.session.conn.lost is not None and self.prompt.app.is_running:
+            try:
+                run_in_terminal(lambda: self.report_loss("; Enter reconnects"))
+            except Exception:
+                pass
+
+    def report_loss(self, then: str = "") -> None:
+        """Say that the connection was lost outside a request, if it was, and
+        which reserved jobs the server returned to ready (``then``: what
+        comes next)."""
+        loss = self.session.take_loss()
+        if loss is not None:
+            why, returned = loss
+            self.error(why)
+            self.info(self._returned(returned) + then)
+
     def ensure_connected(self) -> bool:
         if self.session.connected:
             return True
+        self.report_loss()
         again = self.session.ever_connected
         try:
             replayed = self.session.connect()
@@ -223,6 +305,8 @@ class Shell:
         return True
 
     def _returned(self, returned: Sequence[int]) -> str:
+        """What became of the jobs reserved on a connection that closed."""
+        self.known.returned(returned)
         if not returned:
             return "no jobs were reserved on it"
         ids = ", ".join(f"#{j}" for j in returned)
@@ -260,6 +344,7 @@ class Shell:
                     raise
                 self.error(f"internal error: {e.__class__.__name__}: {e}")
         self.session.conn.close()
+        self.lookup.close()
         return 0
 
     def handle(self, text: str) -> bool:
@@ -290,11 +375,11 @@ class Shell:
             if returned:
                 self.info(self._returned(returned))
             return False
-        blocking = req.blocks
         try:
-            reply = self.session.request(
-                req.wire(), req.name or None, blocking=blocking,
-                on_wait=lambda: self.info(f"{req.name}: waiting for a job (Ctrl-C to give up)..."))
+            replies = self.session.request(
+                req.wire(),
+                on_wait=lambda: self.info(
+                    f"{req.name or 'reserve'}: waiting for a job (Ctrl-C to give up)..."))
         except InterruptedRequest as e:
             what = req.name or "request"
             if e.returned:
@@ -314,7 +399,11 @@ class Shell:
             self.warn(f"no reply to {req.name or 'the request'}: it may or may not have taken effect")
             self.reconnect(returned)
             return True
-        self._after(req.args, reply)
+        for i, reply in enumerate(replies):
+            if i:
+                self.info("(another reply to the same bytes:)")
+            # (the first reply may finish a command sent before: a put's body)
+            self._after(req.args if i == 0 and reply.command == req.name else [], reply)
         if req.raw:
             try:
                 for extra in self.session.conn.drain():
@@ -323,13 +412,18 @@ class Shell:
             except ConnectionLost as e:
                 self.error(str(e))
                 self.reconnect(self.session.drop())
+                return True
+        waiting = self.session.waiting
+        if waiting:
+            self.warn(waiting)
+            self.info("send the rest with ! (raw), or \\reconnect to drop it")
         return True
 
     def _after(self, args: List[str], reply: Reply) -> None:
         self.session.track(args, reply)
         self.known.learn(args, reply)
-        self.write(render_reply(reply, pretty_json=self.pretty_json, body_limit=self.body_limit,
-                                use=self.session.use, watch=self.session.watch))
+        self.show(render_reply(reply, pretty_json=self.pretty_json, body_limit=self.body_limit,
+                               use=self.session.use, watch=self.session.watch))
         jid = reply.job_id
         try:
             if reply.word == "RESERVED" and jid is not None:
@@ -348,9 +442,9 @@ class Shell:
         if name == "exit":
             return False
         if name == "help":
-            self.write(help_text(arg, self.session.capabilities))
-        elif name in ("\\wire", "\\json"):
-            current = self.wire if name == "\\wire" else self.pretty_json
+            self.show(help_text(arg, self.session.capabilities, self.columns()))
+        elif name in ("\\wire", "\\json", "\\pager"):
+            current = {"\\wire": self.wire, "\\json": self.pretty_json, "\\pager": self.paging}[name]
             if arg in ("on", "off", ""):
                 value = (not current) if not arg else arg == "on"
             else:
@@ -359,6 +453,14 @@ class Shell:
             if name == "\\wire":
                 self.set_wire(value)
                 self.info(f"wire display {'on: bytes sent (>>) and received (<<)' if value else 'off'}")
+            elif name == "\\pager":
+                if value and self.pager is None:
+                    self.error("no pager: $PAGER is not set and less is not installed, or the pager "
+                               "setting names a program that is not (see docs/shell.md)")
+                    return True
+                self.paging = value
+                self.info(f"pager {' '.join(self.pager.command) if value and self.pager else 'off'}"
+                          + (" for output taller than the window" if value else ""))
             else:
                 self.pretty_json = value
                 self.info(f"JSON pretty-printing {'on' if value else 'off'}")
@@ -395,7 +497,8 @@ class Shell:
             self.session = TrackedConnection(target, connect_timeout=old.conn.connect_timeout,
                                    reply_timeout=old.conn.reply_timeout, clock=old.clock)
             self.set_wire(self.wire)
-            self.known.tubes_fetched = 0.0
+            self.lookup.close()
+            self.lookup = self._new_lookup()
             self.ensure_connected()
         elif name in ("\\vi", "\\emacs"):
             self.prompt.editing_mode = EditingMode.VI if name == "\\vi" else EditingMode.EMACS

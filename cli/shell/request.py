@@ -12,9 +12,12 @@ Rules for ``put``:
 * ``put`` or ``put <pri> <delay> <ttr>``: the body is on the following
   line(s), ended by an empty line; the shell counts the bytes (UTF-8).
   Omitted ``pri delay ttr`` take the configured defaults.
-* ``put [<pri> <delay> <ttr>] @FILE``: the body is the file's bytes, exactly.
+* ``put [<pri> <delay> <ttr>] @FILE``: the body is the file's bytes.
 * ``put [<pri> <delay> <ttr>] $EDITOR``: the body is written in ``$VISUAL`` /
-  ``$EDITOR`` (one trailing newline dropped).
+  ``$EDITOR``.
+
+  A text body from a file or the editor (as from stdin for ``stalk put``)
+  loses one final line break: :func:`drop_final_newline`.
 * ``put <pri> <delay> <ttr> <bytes>``: sends exactly what you typed, even if
   the count is wrong, so you can test how a server copes.
 
@@ -74,6 +77,7 @@ META_COMMANDS: Tuple[MetaCommand, ...] = (
     MetaCommand("\\reconnect", "\\reconnect", "Drop the connection and connect again (reserved jobs go back to ready)."),
     MetaCommand("\\connect", "\\connect <address>", "Connect to another server (host:port, unix:PATH, tls:host:port)."),
     MetaCommand("\\json", "\\json [on|off]", "Toggle pretty-printing of JSON job bodies."),
+    MetaCommand("\\pager", "\\pager [on|off]", "Toggle showing output taller than the window in a pager."),
     MetaCommand("\\vi", "\\vi", "Use vi key bindings."),
     MetaCommand("\\emacs", "\\emacs", "Use emacs key bindings (the default)."),
     MetaCommand("\\raw", "\\raw <text>  (or !<text>)", "Send text as raw bytes without checking it (escapes: \\r \\n \\t \\0 \\\\ \\xNN)."),
@@ -316,10 +320,25 @@ def default_editor(initial: bytes = b"") -> bytes:
             os.unlink(path)
         except OSError:
             pass
-    return data[:-1] if data.endswith(b"\n") else data
+    return data
 
 
 Editor = Callable[[bytes], bytes]
+
+
+def drop_final_newline(data: bytes) -> bytes:
+    """The one rule for bodies read from stdin, a file or an editor: a text
+    body loses one final line break (``\\n`` or ``\\r\\n``), as ``$(cat FILE)``
+    would, since ``echo``, editors and most text files end with one; a binary
+    body (not UTF-8, or holding a NUL byte) is never changed.  (``stalk put
+    --exact`` keeps the bytes.)"""
+    if not data.endswith(b"\n") or b"\0" in data:
+        return data
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    return data[:-2] if data.endswith(b"\r\n") else data[:-1]
 
 
 # --------------------------------------------------------------------------
@@ -438,11 +457,11 @@ def _build_put(first: str, rest: Optional[str], body: Optional[bytes],
         else:
             try:
                 with open(path, "rb") as f:
-                    data = f.read()
+                    data = drop_final_newline(f.read())
             except OSError as e:
                 raise InputError(f"cannot read {form.path}: {e.strerror or e}")
     elif form.source == "editor":
-        data = b"" if check_only else (editor or default_editor)(b"")
+        data = b"" if check_only else drop_final_newline((editor or default_editor)(b""))
     elif body is not None:
         data = body
     elif form.source == "exact":

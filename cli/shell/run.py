@@ -35,16 +35,19 @@ def select_tube(conn: Connection, tube: str) -> None:
 
 
 def execute(conn: Connection, out: Output, req: Request) -> bool:
-    """Send one request and print its reply (and any extra replies after raw
-    bytes); True when it succeeded."""
-    reply = conn.call(req.wire(), req.name or None, blocking=req.blocks)
-    out.reply(reply)
-    ok = reply.ok
+    """Send one request and print the reply to each command its bytes
+    complete (and any further replies after raw bytes); True when all
+    succeeded.  Bytes that leave the server waiting for the rest of a
+    command are said so on stderr, and count as a failure."""
+    replies = conn.exchange(req.wire())
     if req.raw:
-        for extra in conn.drain():
-            out.reply(extra)
-            ok = ok and extra.ok
-    return ok
+        replies += conn.drain()
+    for reply in replies:
+        out.reply(reply)
+    waiting = conn.framing.describe()
+    if waiting:
+        out.note(f"stalk: {waiting}")
+    return all(reply.ok for reply in replies) and not waiting
 
 
 def run_one(conn: Connection, out: Output, command: List[str], repeat: int, interval: float,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Union
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 from twisted_stalk.protocol.constants import DEFAULT_TUBE
 from twisted_stalk.protocol.replies import Reply
@@ -96,8 +96,26 @@ class TrackedConnection:
         return replayed
 
     def internal(self, name: str, *args: Union[int, str]) -> Reply:
-        """Send a command of the shell's own (not typed by the user)."""
+        """Send a command of the shell's own (not typed by the user); not
+        while the server holds part of a command (it would read this one as
+        the rest of it)."""
+        if self.conn.framing.waiting:
+            raise StalkError(f"{name} not sent: {self.conn.framing.describe()}")
         return self.conn.command(name, *args)
+
+    def take_loss(self) -> Optional[Tuple[str, List[int]]]:
+        """A loss not reported yet (noticed outside a request: by
+        :meth:`poll_closed` while idle): why, and the reserved job ids the
+        server returned to ready; the connection is then forgotten."""
+        why = self.conn.lost
+        if why is None or self.conn.connected:
+            return None
+        return why, self.drop()
+
+    def poll_closed(self) -> bool:
+        """Whether the connection is closed, noticing (never waiting) that
+        the server closed it while the shell was idle (see :meth:`take_loss`)."""
+        return self.conn.poll_closed()
 
     def drop(self) -> List[int]:
         """Close the connection; returns the reserved job ids the server frees."""
@@ -106,20 +124,18 @@ class TrackedConnection:
         self.conn.close()
         return returned
 
-    def request(self, data: bytes, command: Optional[str], *, blocking: bool = False,
-                on_wait: Optional[Callable[[], None]] = None) -> Reply:
-        """Send one request (``data``, whose reply ``command`` gets; None for
-        raw bytes) and read its reply.
+    def request(self, data: bytes, *,
+                on_wait: Optional[Callable[[], None]] = None) -> List[Reply]:
+        """Send one request's bytes and read the reply to each command they
+        complete (:meth:`~.conn.Connection.exchange`: none while the server
+        waits for the rest of a command).
 
         ``on_wait`` is called if a blocking request has no answer after a
         moment.  Ctrl-C while waiting drops the connection, reconnects and
         restores use/watch, then raises :class:`InterruptedRequest`.
         """
         try:
-            self.conn.send(data, command)
-            if blocking and on_wait is not None and not self.conn.readable(0.3):
-                on_wait()
-            return self.conn.read_reply(blocking=blocking)
+            return self.conn.exchange(data, on_wait=on_wait)
         except KeyboardInterrupt:
             returned = self.drop()
             try:
@@ -127,6 +143,12 @@ class TrackedConnection:
             except StalkError as e:
                 raise InterruptedRequest(returned, False, str(e)) from None
             raise InterruptedRequest(returned, True) from None
+
+    @property
+    def waiting(self) -> str:
+        """What the server waits for before it can answer ("" when nothing):
+        the rest of a line sent without CRLF, or of a put's body."""
+        return self.conn.framing.describe() if self.conn.connected else ""
 
     def track(self, args: Sequence[str], reply: Reply) -> None:
         """Update use/watch/reserved from ``reply`` to its command with ``args``."""

@@ -7,10 +7,11 @@ from one place.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Collection, Dict, Iterable, List, Optional
 
+from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
+from prompt_toolkit.completion.base import get_common_complete_suffix
 from prompt_toolkit.document import Document
 from prompt_toolkit.layout.processors import Processor, Transformation, TransformationInput
 from prompt_toolkit.lexers import Lexer
@@ -21,6 +22,7 @@ from twisted_stalk.protocol import BY_NAME, COMMANDS
 from twisted_stalk.protocol.commands import command_spec
 from twisted_stalk.protocol.constants import JOB_STATES
 
+from .fit import pick
 from .known import Known
 from .request import (
     META_BY_NAME,
@@ -121,7 +123,7 @@ class StalkCompleter(Completer):
                 for m in META_COMMANDS:
                     if m.name.startswith(word) and m.name != "help":
                         yield Completion(m.name, -len(word), display_meta=m.summary)
-            elif meta.name in ("\\wire", "\\json") and len(tokens) <= 2:
+            elif meta.name in ("\\wire", "\\json", "\\pager") and len(tokens) <= 2:
                 for opt in ("on", "off"):
                     if opt.startswith(word):
                         yield Completion(opt, -len(word))
@@ -143,9 +145,9 @@ class StalkCompleter(Completer):
                     yield Completion(opt, -len(word), display_meta="write the body in your editor")
             return
         if arg.kind == "tube":
-            if self.refresh_tubes is not None and time.monotonic() - self.known.tubes_fetched > 5:
+            if self.refresh_tubes is not None:
                 try:
-                    self.refresh_tubes()
+                    self.refresh_tubes()  # never waits: the lookup runs in the background
                 except Exception:  # completion must never break the prompt
                     pass
             for name in self.known.tubes:
@@ -162,22 +164,62 @@ class StalkCompleter(Completer):
                     yield Completion(s, -len(word), display_meta=note)
 
 
+def complete_now(buffer: Buffer) -> None:
+    """Tab: complete at once, from the completer (which never waits).
+
+    prompt_toolkit completes in a background task, one at a time; a Tab that
+    arrives in the same burst as the text (a paste then Tab, a laggy SSH
+    link) found the completion-while-typing task still running and was
+    dropped.  Here a single completion is inserted with a space after it,
+    several insert their common start (or open the menu), and an open menu
+    moves on."""
+    state = buffer.complete_state
+    if state is not None and state.completions:
+        buffer.complete_next()
+        return
+    completer = buffer.completer
+    if completer is None:
+        return
+    document = buffer.document
+    completions = list(completer.get_completions(document, CompleteEvent(completion_requested=True)))
+    if len(completions) == 1:
+        buffer.apply_completion(completions[0])
+        if not completions[0].text.endswith("/") and not buffer.document.current_char.strip():
+            buffer.insert_text(" ")  # a whole word: on to the next, as a shell does
+        return
+    common = get_common_complete_suffix(document, completions) if completions else ""
+    if common:
+        buffer.insert_text(common)
+    elif completions:
+        buffer.start_completion(select_first=False)
+
+
 class StalkValidator(Validator):
     """Explains a malformed command before it is sent (the same rules as
     :func:`build_request`)."""
 
-    def __init__(self, extensions: ExtensionSource = _no_extensions) -> None:
+    def __init__(self, extensions: ExtensionSource = _no_extensions,
+                 waiting: Callable[[], str] = str) -> None:
         self.extensions = extensions
+        #: What the server waits for before it can answer, in a few words
+        #: ("" when nothing).
+        self.waiting = waiting
 
     def validate(self, document: Document) -> None:
         text = document.text
         if needs_more_input(text):
             return
         try:
-            build_request(text, check_only=True, extensions=self.extensions())
+            req = build_request(text, check_only=True, extensions=self.extensions())
         except InputError as e:
             pos = e.position if e.position is not None else len(text.split("\n", 1)[0])
             raise ValidationError(cursor_position=min(pos, len(text)), message=e.message)
+        waiting = self.waiting()
+        if req is not None and not (req.meta or req.raw) and waiting:
+            raise ValidationError(
+                cursor_position=len(text),
+                message=f"the server waits for {waiting} and would read this command as part "
+                        "of it: send the rest with !, or \\reconnect")
 
 
 class StalkLexer(Lexer):
@@ -253,14 +295,20 @@ class ArgHintProcessor(Processor):
         return Transformation(list(ti.fragments) + [("class:arg-hint", hint)])
 
 
-def syntax_help(text: str, extensions: Extensions = ()) -> List[tuple]:
+#: The toolbar's key hints on an empty line: (rank, text), shown in this
+#: order; the lowest ranks are kept when the window is too narrow for all.
+KEY_HINTS = ((1, "Tab: complete"), (4, "Up/Ctrl-R: history"), (0, "help [cmd]"), (5, "\\wire"),
+             (6, "!raw"), (3, "Ctrl-C: cancel"), (2, "Ctrl-D: quit"))
+
+
+def syntax_help(text: str, extensions: Extensions = (), width: int = 200) -> List[tuple]:
     """The toolbar's first line: the syntax and meaning of what is being typed
-    (``extensions``: the extension verbs the server advertises)."""
+    (``extensions``: the extension verbs the server advertises), for a
+    window ``width`` columns wide (the caller cuts what is still too long)."""
     first = text.split("\n", 1)[0]
     tokens = first.split()
     if not tokens:
-        return [("class:toolbar.help",
-                 " Tab: complete   Up/Ctrl-R: history   help [cmd]   \\wire   !raw   Ctrl-C: cancel   Ctrl-D: quit")]
+        return [("class:toolbar.help", " " + pick(KEY_HINTS, width - 1))]
     if tokens[0].startswith("!"):
         return [("class:toolbar.syntax", " !<text>"),
                 ("class:toolbar.help", "  sent as raw bytes, unchecked (escapes \\r \\n \\t \\0 \\xNN; end with \\c for no CRLF)")]
@@ -311,5 +359,5 @@ def jobs_toolbar(reserved: Dict[int, object], now: float) -> List[tuple]:
 
 __all__ = [
     "ArgHintProcessor", "Known", "STYLE", "StalkCompleter", "StalkLexer", "StalkValidator",
-    "jobs_toolbar", "syntax_help",
+    "complete_now", "jobs_toolbar", "syntax_help",
 ]

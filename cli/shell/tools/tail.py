@@ -4,7 +4,7 @@ peek only: no job counter changes)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from twisted_stalk.protocol.constants import UNRESERVED_STATES
 
@@ -19,26 +19,40 @@ from .queries import job_stats, server_stats, use
 class Tail:
     """Finds jobs of one tube as they appear, without reserving anything.
 
-    Job ids are handed out in order and ``stats``' ``total-jobs`` counts the
-    jobs created, so every id above the last one seen is a new job:
-    ``stats-job`` tells its tube and state and ``peek`` reads its body.  Ids
-    can run ahead of total-jobs (a put answered EXPECTED_CRLF burns one; a
-    binlog restart keeps ids but resets the count): the heads of the tube's
-    queues (peek-ready/-delayed/-buried) and a few ids probed past the end
-    keep the estimate honest.  Delayed jobs are shown when they turn ready.
+    Job ids are handed out in increasing order, so the jobs put after tail
+    starts are those above the highest id in use then, and those are the
+    only ones shown.  That id is found by asking ``stats-job`` for the ids
+    above a floor (``stats``' ``total-jobs``, and the heads of the tube's
+    queues), in batches, until a batch holds none: ``total-jobs`` alone is
+    not it, since ids can run ahead of it (a put refused with
+    EXPECTED_CRLF uses one up on beanstalkd; after a binlog restart the
+    count starts again from 0 while the jobs keep their ids).
+
+    Each poll then reads ``total-jobs`` (plus the gap found), the heads, and
+    a window of ids past them; the window widens while ``total-jobs`` grows
+    more than the jobs found.  ``stats-job`` tells a job's tube and state,
+    ``peek`` its body; delayed jobs are shown when they turn ready.  A job
+    whose age says it was there before tail started is never shown (a last
+    guard when the gaps are wider than a batch).
     """
 
+    BATCH = 32
     PER_POLL = 500
-    PROBE = 4
+    PROBE = 8
+    MAX_WINDOW = 1024
 
-    def __init__(self, conn: Connection, tube: str) -> None:
+    def __init__(self, conn: Connection, tube: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.conn = conn
         self.tube = tube
+        self.clock = clock
+        self.started = clock()
         use(conn, tube)
         total = int(server_stats(conn).get("total-jobs", 0))
-        heads = self._heads()
-        self.last = max([total] + heads)
+        self.last = self._highest(max([total] + self._heads()))
         self.offset = self.last - total
+        self.total = total
+        self.window = self.PROBE
         self.pending: Dict[int, None] = {}
 
     def _heads(self) -> List[int]:
@@ -49,16 +63,38 @@ class Tail:
                 ids.append(reply.job_id)
         return ids
 
+    def _probe(self, first: int, count: int) -> Dict[int, Dict[str, Any]]:
+        """The stats of the jobs among ids ``first`` .. ``first + count - 1``
+        (one round trip)."""
+        replies = self.conn.pipeline([("stats-job", i) for i in range(first, first + count)])
+        return {first + i: r.value for i, r in enumerate(replies)  # type: ignore[misc]
+                if r.ok and isinstance(r.value, dict)}
+
+    def _highest(self, floor: int) -> int:
+        """The highest id in use, searching upwards from ``floor``."""
+        top = floor
+        while True:
+            found = self._probe(top + 1, self.BATCH)
+            if not found:
+                return top
+            top = max(found)
+
+    def _old(self, st: Dict[str, Any]) -> bool:
+        """Whether a job's age says it was there before tail started."""
+        age = st.get("age")
+        return isinstance(age, int) and age > self.clock() - self.started + 1
+
     def poll(self) -> List[Tuple[int, Dict[str, Any], Optional[bytes]]]:
         found = []
         total = int(server_stats(self.conn).get("total-jobs", 0))
+        if total < self.total:  # the server restarted: the count starts again
+            self.offset = self.last - total
+        created = max(0, total - self.total)
+        self.total = total
         known = max([total + self.offset] + self._heads())
         extra: Dict[int, Dict[str, Any]] = {}
         if known - self.last <= self.PER_POLL:
-            for job_id in range(known + 1, known + self.PROBE + 1):
-                st = job_stats(self.conn, job_id)
-                if st is not None:
-                    extra[job_id] = st
+            extra = self._probe(known + 1, self.window)
             if extra:
                 known = max(extra)
         self.offset = max(self.offset, known - total)
@@ -70,14 +106,22 @@ class Tail:
             elif st.get("state") != "delayed":
                 del self.pending[job_id]
                 found.append(self._with_body(job_id, st))
+        seen = 0
         for job_id in range(self.last + 1, upto + 1):
             st = extra.get(job_id) or job_stats(self.conn, job_id)
-            if st is None or st.get("tube") != self.tube:
+            if st is None:
+                continue
+            seen += 1
+            if st.get("tube") != self.tube or self._old(st):
                 continue
             if st.get("state") == "delayed":
                 self.pending[job_id] = None
                 continue
             found.append(self._with_body(job_id, st))
+        # Jobs were put that did not turn up (or were deleted at once): look
+        # further next time.
+        self.window = (min(self.window * 2, self.MAX_WINDOW) if seen < created and not extra
+                       else self.PROBE)
         self.last = max(self.last, upto)
         return found
 
@@ -124,11 +168,12 @@ def show_job(out: Output, job_id: int, st: Dict[str, Any], body: Optional[bytes]
             rec["bytes"] = len(body)
             rec.update(body_data(body))
         out.record(rec)
-    elif out.fmt == "raw":
+    elif out.fmt in ("raw", "plain"):  # as peek's reply: CRLF with --raw
+        eol = b"\r\n" if out.fmt == "raw" else b"\n"
         if body is None:
-            out.binary(b"GONE %d\n" % job_id)
+            out.binary(b"GONE %d" % job_id + eol)
         else:
-            out.binary(b"FOUND %d %d\n" % (job_id, len(body)) + body + b"\n")
+            out.binary(b"FOUND %d %d" % (job_id, len(body)) + eol + body + eol)
     else:
         head = f"#{job_id}  {st.get('tube')}  pri {st.get('pri')}  ttr {st.get('ttr')}  {state}"
         out.fragments([("class:reply.ok", head + "\n")])

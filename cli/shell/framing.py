@@ -1,0 +1,150 @@
+# -*- test-case-name: tests.test_shell_units -*-
+"""What the server makes of the bytes the shell sends.
+
+A server answers each command once it has all of it: a line up to its CRLF,
+and for ``put`` the body of ``<bytes>`` bytes and its CRLF.  Bytes sent in
+pieces (a raw line ending in ``\\c``, a put whose body is shorter than its
+byte count) leave the server waiting for the rest, and a reply that cannot
+come must not be waited for; bytes that hold several commands (a put whose
+body is longer than its count: the rest is read as commands) get several
+replies.  :class:`ServerFraming` follows the server's framing over the bytes
+sent on one connection (beanstalkd's, which docs/compat.md describes: a
+command line is at most :data:`~twisted_stalk.protocol.constants.MAX_LINE`
+bytes with its CRLF, a longer one is answered BAD_FORMAT once its CRLF comes;
+a put line that parses is followed by ``<bytes>`` + 2 bytes read raw), and
+names each command it completes from the command table, so that the reply
+reader expects exactly one reply per command, decoded against that command.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from twisted_stalk.protocol.commands import (
+    CommandError,
+    identify,
+    identify_extension,
+    parse_args,
+)
+from twisted_stalk.protocol.constants import MAX_LINE, MAX_LINE_CONTENT
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A command the server has all of, and will answer."""
+
+    #: Its name in the command table (None: no command the table knows,
+    #: such as an unknown word or an over-long line; its reply is decoded
+    #: by its shape).
+    name: Optional[str]
+    #: True when its reply may take any time (a reserve that parses).
+    blocks: bool = False
+
+
+class ServerFraming:
+    """Follows what a server has made of the bytes sent so far."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """A new connection: the server has nothing yet."""
+        #: The start of a line without its CRLF yet.
+        self.partial = b""
+        #: Body bytes (with the CRLF) the server still reads for a put.
+        self.missing = 0
+        #: The byte count of that put.
+        self.announced = 0
+        #: True after ``quit``: the server closes the connection.
+        self.closing = False
+        self._skipping = False
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the server holds part of a command and waits for the rest."""
+        return bool(self.partial or self.missing or self._skipping)
+
+    def describe(self) -> str:
+        """What the server waits for, in words ("" when nothing)."""
+        if self.missing:
+            sent = self.announced + 2 - self.missing
+            return (f"the server waits for {self.missing} more byte{'s' if self.missing != 1 else ''} "
+                    f"of a put body ({self.announced} announced, plus CRLF; {sent} sent)")
+        if self._skipping:
+            return (f"the server is discarding a line longer than {MAX_LINE} bytes "
+                    "until its CRLF (then it answers BAD_FORMAT)")
+        if self.partial:
+            text = self.partial.decode("utf-8", "replace")
+            return f"the server waits for the rest of a line, sent without CRLF: {text!r}"
+        return ""
+
+    def short(self) -> str:
+        """What the server waits for, in a few words ("" when nothing)."""
+        if self.missing:
+            return f"{self.missing} more put body byte{'s' if self.missing != 1 else ''}"
+        if self._skipping:
+            return "the CRLF of an over-long line"
+        if self.partial:
+            return "the rest of a line"
+        return ""
+
+    def feed(self, data: bytes) -> List[Sent]:
+        """Take the bytes sent; the commands they complete, in order."""
+        done: List[Sent] = []
+        if self.partial:
+            data, self.partial = self.partial + data, b""
+        pos = 0
+        end = len(data)
+        while pos < end:
+            if self.missing:
+                take = min(self.missing, end - pos)
+                self.missing -= take
+                pos += take
+                if not self.missing:
+                    done.append(Sent("put"))
+                continue
+            i = data.find(b"\r\n", pos)
+            if i < 0:
+                rest = data[pos:]
+                if self._skipping or len(rest) >= MAX_LINE:
+                    # Too long: the server drops it up to its CRLF (a trailing
+                    # CR is kept: its LF may come next).
+                    self._skipping = True
+                    self.partial = b"\r" if rest.endswith(b"\r") else b""
+                else:
+                    self.partial = rest
+                break
+            line = data[pos:i]
+            pos = i + 2
+            if self._skipping:
+                self._skipping = False
+                done.append(Sent(None))  # BAD_FORMAT
+            else:
+                done += self._line(line)
+        return done
+
+    def _line(self, line: bytes) -> List[Sent]:
+        """A complete command line: the command it makes, if it is answered now."""
+        if len(line) > MAX_LINE_CONTENT or b"\0" in line:
+            return [Sent(None)]  # BAD_FORMAT
+        spec, text = identify(line)
+        if spec is None:
+            spec, _ = identify_extension(line)
+            return [Sent(spec.name if spec is not None else None)]
+        if spec.name == "quit":
+            self.closing = True
+            return []
+        try:
+            args = parse_args(spec, text)
+        except CommandError:
+            return [Sent(spec.name)]  # BAD_FORMAT, and no body follows
+        if spec.has_body:
+            if not args[-1]:  # trailing bytes after the count: BAD_FORMAT
+                return [Sent(spec.name)]
+            self.announced = int(args[-2])  # type: ignore[arg-type]
+            self.missing = self.announced + 2
+            return []
+        return [Sent(spec.name, spec.blocks)]
+
+
+__all__ = ["Sent", "ServerFraming"]

@@ -1,0 +1,124 @@
+# -*- test-case-name: tests.test_shell_units -*-
+"""Completion's lookups, in the background.
+
+Completing a tube name wants the server's tube list, but completion runs on
+the prompt's own thread: a lookup there froze typing for as long as the
+server took to answer (the 30 s reply timeout for a server that stopped).  A
+:class:`TubeLookup` asks ``list-tubes`` in a thread of its own, on a
+connection of its own (so it can never interleave with the user's commands
+or be taken for their replies), with a short deadline; completion takes the
+names of the last lookup that finished and uses what it knew meanwhile.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, List, Optional
+
+from .conn import Connection
+from .target import Target
+
+#: Seconds a lookup may take (connecting, then the reply).
+LOOKUP_TIMEOUT = 2.0
+#: Seconds between lookups.
+LOOKUP_INTERVAL = 5.0
+
+
+class TubeLookup:
+    """Asks a server for its tube list in the background.
+
+    :meth:`request` starts a lookup unless one is running or one started
+    less than ``interval`` seconds ago; :meth:`take` returns the names found
+    by a lookup that finished since the last call (None if none did).
+    ``on_done`` is called, in the lookup's thread, when a lookup ends.
+    """
+
+    def __init__(self, target: Target, *, timeout: float = LOOKUP_TIMEOUT,
+                 interval: float = LOOKUP_INTERVAL,
+                 on_done: Optional[Callable[[], None]] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.interval = interval
+        self.on_done = on_done
+        self.clock = clock
+        #: Why the last lookup failed (None after a success).
+        self.failed: Optional[str] = None
+        self._lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+        self._conn: Optional[Connection] = None
+        self._names: Optional[List[str]] = None
+        self._started: Optional[float] = None
+        self._closed = False
+
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def request(self) -> bool:
+        """Start a lookup if it is time for one; True if one started."""
+        with self._lock:
+            now = self.clock()
+            if self._closed or self.running or (
+                    self._started is not None and now - self._started < self.interval):
+                return False
+            self._started = now
+            self._thread = threading.Thread(target=self._run, name="stalk-lookup", daemon=True)
+            self._thread.start()
+            return True
+
+    def take(self) -> Optional[List[str]]:
+        """The tube names of the last lookup that finished since the last call."""
+        with self._lock:
+            names, self._names = self._names, None
+        return names
+
+    def wait(self, timeout: float) -> None:
+        """Wait for the running lookup (tests)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def close(self) -> None:
+        """Stop for good: a running lookup ends with its connection."""
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _run(self) -> None:
+        conn = self._conn
+        try:
+            if conn is None or not conn.connected:
+                conn = Connection(self.target, connect_timeout=self.timeout,
+                                  reply_timeout=self.timeout)
+                conn.connect()
+                with self._lock:
+                    if self._closed:
+                        conn.close()
+                        return
+                    self._conn = conn
+            reply = conn.command("list-tubes")
+            names = [str(n) for n in reply.value] if reply.ok and reply.value else None
+            with self._lock:
+                if names is not None:
+                    self._names = names
+                self.failed = None if names is not None else reply.line.decode("ascii", "replace")
+        except Exception as e:  # the connection failed, or anything else: never raise here
+            self.failed = str(e) or e.__class__.__name__
+            with self._lock:
+                if self._conn is conn:
+                    self._conn = None
+            if conn is not None:
+                conn.close()
+        finally:
+            if self.on_done is not None:
+                try:
+                    self.on_done()
+                except Exception:
+                    pass
+
+
+__all__ = ["LOOKUP_INTERVAL", "LOOKUP_TIMEOUT", "TubeLookup"]
