@@ -101,34 +101,31 @@ async def kick(engine, task: Task, s, slicer: Slicer, tube: bytes, bound: int) -
     task.result = {"kicked": task.done, "kind": "buried" if buried_first else "delayed"}
 
 
-async def kick_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int]) -> None:
-    kicked: List[int] = []
+async def _each_job(task: Task, slicer: Slicer, ids: List[int], command, done, key: str) -> None:
+    """Run ``command(job_id)`` (an engine command) for each id: ``done`` counts,
+    NOT_FOUND (gone, or held by a worker) is skipped, anything else fails."""
+    changed: List[int] = []
     for job_id in ids:
-        outcome = await answer(engine.kick_job(s, job_id))
-        if outcome is o.KICKED:
+        outcome = await answer(command(job_id))
+        if outcome is done:
             task.done += 1
-            kicked.append(job_id)
+            changed.append(job_id)
         elif outcome is o.NOT_FOUND:
             task.skipped += 1
         else:
             raise _fail(outcome)
         await slicer.point()
-    task.result = {"kicked": kicked}
+    task.result = {key: changed}
+
+
+async def kick_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int]) -> None:
+    await _each_job(task, slicer, ids, lambda job_id: engine.kick_job(s, job_id),
+                    o.KICKED, "kicked")
 
 
 async def delete_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int]) -> None:
-    deleted: List[int] = []
-    for job_id in ids:
-        outcome = await answer(engine.delete(s, job_id))
-        if outcome is o.DELETED:
-            task.done += 1
-            deleted.append(job_id)
-        elif outcome is o.NOT_FOUND:
-            task.skipped += 1  # gone, or held by a worker
-        else:
-            raise _fail(outcome)
-        await slicer.point()
-    task.result = {"deleted": deleted}
+    await _each_job(task, slicer, ids, lambda job_id: engine.delete(s, job_id),
+                    o.DELETED, "deleted")
 
 
 async def bury_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
