@@ -25,7 +25,7 @@ from twisted_stalk.client import (
     Worker,
     connect,
 )
-from twisted_stalk.client.client import backoffPolicy
+from twisted.application.internet import backoffPolicy
 
 FAST_RETRY = backoffPolicy(initialDelay=0.05, maxDelay=0.2, jitter=lambda: 0.0)
 _names = itertools.count()
@@ -97,7 +97,8 @@ class _Suite:
         except NotFound:
             pass
         assert self.tube in await c.list_tubes()
-        assert await c.list_tube_used() == "default"
+        # what the server says: the per-call tube targets switched the main connection
+        assert await c.list_tube_used() == self.tube and c.used == "default"
         assert await c.list_tubes_watched() == ["default"]
         server = await c.stats()
         assert isinstance(server["pid"], int) and isinstance(server["version"], str)
