@@ -57,14 +57,14 @@ from .protocol import (
     BeanstalkClientFactory,
     BeanstalkProtocol,
 )
-from .worker import Retry, Worker, WorkerStats, exponential_backoff
+from .worker import HandlerTimeout, Retry, Worker, WorkerStats, exponential_backoff
 
 __all__ = [
     "BeanstalkClient", "Tube", "TubeSet", "connect", "DEFAULT_RETRY_POLICY",
     "backoff_with_jitter",
     "BeanstalkProtocol", "BeanstalkClientFactory", "DEFAULT_TIMEOUT", "DEFAULT_RESERVE_GRACE",
     "Job", "Codec", "JSONCodec", "UTF8Codec", "DEFAULT_PRIORITY", "DEFAULT_TTR",
-    "Worker", "WorkerStats", "Retry", "exponential_backoff",
+    "Worker", "WorkerStats", "Retry", "HandlerTimeout", "exponential_backoff",
     "BeanstalkError", "ReplyError", "NotFound", "Buried", "DeadlineSoon", "TimedOut",
     "Draining", "JobTooBig", "ExpectedCRLF", "BadFormat", "UnknownCommand", "OutOfMemory",
     "InternalError", "NotIgnored", "InvalidArgument", "JobLost", "JobExpired",
