@@ -57,10 +57,15 @@ from .protocol import (
     BeanstalkClientFactory,
     BeanstalkProtocol,
 )
+from .aggregate import PoolStats
+from .policy import KeyHash, RoundRobin, Weighted
+from .pool import BeanstalkPool, JobId, NoServerAvailable, PoolTube, PoolTubeSet, ServerInfo
 from .worker import HandlerTimeout, Retry, Worker, WorkerStats, exponential_backoff
 
 __all__ = [
     "BeanstalkClient", "Tube", "TubeSet", "connect", "DEFAULT_RETRY_POLICY",
+    "BeanstalkPool", "PoolTube", "PoolTubeSet", "JobId", "ServerInfo", "PoolStats",
+    "NoServerAvailable", "RoundRobin", "Weighted", "KeyHash",
     "backoff_with_jitter",
     "BeanstalkProtocol", "BeanstalkClientFactory", "DEFAULT_TIMEOUT", "DEFAULT_RESERVE_GRACE",
     "Job", "Codec", "JSONCodec", "UTF8Codec", "DEFAULT_PRIORITY", "DEFAULT_TTR",

@@ -1,0 +1,825 @@
+# -*- test-case-name: tests.test_client_pool,tests.test_client_pool_wire -*-
+"""Many servers: one client over N independent beanstalkd-compatible servers.
+
+beanstalkd has no clustering; its users run independent servers and spread
+jobs from the client.  :class:`BeanstalkPool` keeps one
+:class:`~twisted_stalk.client.BeanstalkClient` per server (each reconnecting
+with backoff and replaying ``use``/``watch``) and offers the client's calls:
+
+* **put** goes to one usable server, chosen by a
+  :mod:`~twisted_stalk.client.policy` (round-robin by default, weighted, or
+  by the caller's ``key``); a put refused with ``DRAINING`` or
+  ``OUT_OF_MEMORY``, or whose server is unreachable, is tried on the next
+  server.  A put whose connection broke *after* it was written may or may
+  not have been stored: it is tried again elsewhere only with
+  ``retry_written`` (the default), which can duplicate the job.
+* **reserve** first asks the servers one by one, starting at the next in
+  rotation, with ``reserve-with-timeout 0`` (a job that is ready anywhere is
+  taken at once, and a server with a stream of jobs cannot starve the
+  others: each server is asked first once every N reserves).  When none has
+  a job, it waits on every usable server at once (a *race*, one reserve
+  connection per server); the first job to arrive wins and the other waits
+  are cancelled by closing their connections, which also gives back, with
+  its priority unchanged and no delay, a job a second server handed out in
+  the same instant.  So a pool reserve never keeps more than one job, and a
+  job put on any idle server is picked up as soon as the server hands it out.
+* **Every job remembers its server** (:attr:`Job.server`): ``delete``,
+  ``release``, ``bury``, ``touch`` and ``stats`` go there.
+* A server that is down or stops answering is skipped; its client
+  reconnects with backoff, and the pool uses it again (waiting reserves
+  included) once it answers.  :meth:`BeanstalkPool.servers` reports each
+  server's state; every change is logged and passed to ``on_server_change``.
+* ``stats()``/``stats_tube()`` add up the servers' figures
+  (:mod:`~twisted_stalk.client.aggregate`), each server's own kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
+
+from twisted.internet.defer import (
+    CancelledError,
+    Deferred,
+    DeferredList,
+    TimeoutError,
+    fail,
+    gatherResults,
+    succeed,
+)
+from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from ..protocol.constants import DEFAULT_TUBE
+from . import _validate as v
+from .aggregate import PoolStats
+from .client import BeanstalkClient
+from .errors import (
+    BeanstalkConnectionError,
+    BeanstalkError,
+    ClientClosed,
+    ConnectTimeout,
+    Draining,
+    InvalidArgument,
+    NotFound,
+    OutOfMemory,
+    ResponseTimeout,
+    TimedOut,
+)
+from .job import DEFAULT_PRIORITY, DEFAULT_TTR, Job
+from .policy import KeyHash, Policy, RoundRobin
+from .protocol import MAX_RESERVE_TIMEOUT
+
+TubeName = Union[str, bytes]
+Endpoint = Union[str, IStreamClientEndpoint]
+
+
+class NoServerAvailable(BeanstalkConnectionError):
+    """No server of the pool could take the call.
+
+    :ivar errors: why each server tried failed, by name.
+    """
+
+    def __init__(self, message: str, errors: Optional[Dict[str, BaseException]] = None) -> None:
+        super().__init__(message)
+        self.errors: Dict[str, BaseException] = dict(errors or {})
+
+
+class JobId(int):
+    """A job id (an int) that remembers its server: ids are per server.
+
+    :ivar server: the name of the server that stored the job.
+    """
+
+    server: str
+
+    def __new__(cls, value: int, server: str) -> "JobId":
+        self = super().__new__(cls, value)
+        self.server = server
+        return self
+
+    def __repr__(self) -> str:
+        return f"JobId({int(self)}, {self.server!r})"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """One server as the pool sees it (:meth:`BeanstalkPool.servers`).
+
+    ``state`` is ``"connecting"`` (not connected yet), ``"up"`` or
+    ``"down"``; ``since`` the clock time of the last change; ``downs`` how
+    many times it went down; ``puts`` and ``reserved`` count this pool's jobs
+    there; ``stalled`` is true while a command has waited longer than
+    ``stall_timeout`` for its reply (the pool then sends it no puts and no
+    first reserves).  A server is up once it answered on a new connection.
+    """
+
+    name: str
+    state: str
+    since: float
+    last_error: Optional[str] = None
+    downs: int = 0
+    puts: int = 0
+    reserved: int = 0
+    stalled: bool = False
+
+
+class _Member:
+    """One server of the pool: its client and what the pool knows of it."""
+
+    def __init__(self, pool: "BeanstalkPool", index: int, client: BeanstalkClient) -> None:
+        self.pool = pool
+        self.index = index
+        self.client = client
+        self.name = client.name
+        self.info = ServerInfo(self.name, "connecting", pool.clock.seconds())
+        client.on_connect = self._up
+        client.on_disconnect = self._down
+
+    def __repr__(self) -> str:
+        return f"<server {self.name} {self.info.state}>"
+
+    @property
+    def usable(self) -> bool:
+        """Up, and no command waiting longer than the stall timeout."""
+        proto = self.client.protocol
+        return (self.info.state == "up" and proto is not None and proto.connected
+                and proto.head_wait < self.pool.stall_timeout)
+
+    def count(self, **changes: int) -> None:
+        info = self.info
+        self.info = replace(info, **{k: getattr(info, k) + n for k, n in changes.items()})
+
+    def _up(self, client: BeanstalkClient, reconnected: bool) -> None:
+        # Connected is not answering (a hung server's kernel still accepts
+        # connections): the server is up once it has answered a command.
+        proto = client.protocol
+        if proto is not None:
+            proto.list_tube_used().addCallbacks(self._answered, lambda f: None)
+
+    def _answered(self, _: Any) -> None:
+        proto = self.client.protocol
+        if proto is None or not proto.connected or self.info.state == "up":
+            return
+        pool = self.pool
+        before = self.info
+        self.info = replace(before, state="up", since=pool.clock.seconds())
+        if before.state == "down":
+            pool.log.info("beanstalk server {server} is back after {seconds:.1f} s",
+                          server=self.name, seconds=pool.clock.seconds() - before.since)
+        pool._member_up(self)
+
+    def _down(self, client: BeanstalkClient, reason: str) -> None:
+        pool = self.pool
+        if self.info.state != "up":  # a failed attempt to bring it back
+            self.info = replace(self.info, last_error=reason)
+            return
+        self.info = replace(self.info, state="down", since=pool.clock.seconds(),
+                            last_error=reason, downs=self.info.downs + 1)
+        pool.log.warn("beanstalk server {server} is down: {reason}", server=self.name,
+                      reason=reason)
+        pool._changed(self)
+
+
+class _Race:
+    """One pool reserve waiting on every usable server at once."""
+
+    def __init__(self, pool: "BeanstalkPool", deadline: Optional[float],
+                 tubes: Tuple[bytes, ...]) -> None:
+        self.pool = pool
+        self.deadline = deadline
+        self.tubes = tubes
+        self.pending: Dict[_Member, Deferred] = {}
+        self.done = False
+        self.result: Deferred = Deferred(self._cancelled)
+        self.timer: Any = None
+
+    def start(self) -> "Deferred[Job]":
+        pool = self.pool
+        pool._races.add(self)
+        for member in pool._members:
+            if member.info.state == "up":
+                self.add(member)
+        if self.deadline is not None and not self.done:
+            wait = max(0.0, self.deadline - pool.clock.seconds()) + pool.reserve_grace
+            self.timer = pool.clock.callLater(wait, self._finish, None)
+        self._check()
+        return self.result
+
+    def add(self, member: _Member) -> None:
+        """Wait on ``member`` too (it is up, or just came back)."""
+        if self.done or member in self.pending:
+            return
+        left: Optional[int] = None
+        if self.deadline is not None:
+            left = int(self.deadline - self.pool.clock.seconds())
+            if left < 1:
+                return
+        d = member.client.reserve(left, self.tubes)
+        self.pending[member] = d
+        d.addBoth(self._answered, member)
+
+    def _answered(self, result: Any, member: _Member) -> None:
+        if self.pending.get(member) is not None:
+            del self.pending[member]
+        if isinstance(result, Job):
+            member.count(reserved=1)
+            if self.done:
+                self.pool._give_back(member, result)
+            else:
+                self._finish(result)
+            return
+        if isinstance(result, Failure) and not result.check(CancelledError, TimedOut):
+            self.pool.log.debug("reserve on {server} failed: {error}", server=member.name,
+                                error=result.getErrorMessage())
+        self._check()
+
+    def _check(self) -> None:
+        """Nothing pending: time out when the deadline has passed (else wait
+        for the timer, or for servers to come back)."""
+        if self.done or self.pending or self.deadline is None:
+            return
+        if self.pool.clock.seconds() >= self.deadline - 1.0:
+            self._finish(None)
+
+    def _finish(self, job: Optional[Job]) -> None:
+        if self.done:
+            return
+        self.done = True
+        self._stop()
+        if job is None:
+            self.result.errback(TimedOut("reserve", b"TIMED_OUT (no server had a job in time)"))
+        else:
+            self.result.callback(job)
+
+    def _stop(self) -> None:
+        self.pool._races.discard(self)
+        timer, self.timer = self.timer, None
+        if timer is not None and timer.active():
+            timer.cancel()
+        pending = list(self.pending.values())
+        self.pending.clear()
+        for d in pending:  # closes those reserve connections
+            d.cancel()
+
+    def _cancelled(self, _: Deferred) -> None:
+        self.done = True
+        self._stop()
+
+
+class BeanstalkPool:
+    """A client of several beanstalkd-compatible servers (see the module doc).
+
+    :param endpoints: endpoint strings (``"tcp:host:port"`` ...) or
+        endpoint objects, one per server.
+    :param reactor: the reactor (or a ``Clock`` with endpoint objects).
+    :param policy: where puts go (:class:`~twisted_stalk.client.policy.RoundRobin`
+        by default; :class:`~twisted_stalk.client.policy.Weighted`); a put
+        with ``key=`` uses :class:`~twisted_stalk.client.policy.KeyHash`.
+    :param retry_written: try a put again on another server when its
+        connection broke after it was written (it may have been stored:
+        the job can then exist twice).  False raises the error instead.
+    :param stall_timeout: seconds a command may wait for its reply before
+        the server is passed over for new puts and first reserves.
+    :param health_interval: seconds between checks of idle servers (a
+        ``list-tube-used``; a server that does not answer within
+        ``timeout`` is dropped and reconnected); None: no checks.
+    :param on_server_change: called with a :class:`ServerInfo` whenever a
+        server goes up or down.
+    :param settings: :class:`BeanstalkClient` settings for every server
+        (``use``, ``watch``, ``timeout`` (default 5 s here),
+        ``reserve_grace`` (default 2 s here), ``connect_timeout``,
+        ``retry_policy``, ``codec``, ``max_job_size``,
+        ``max_reserve_connections``).
+    """
+
+    log = Logger()
+
+    def __init__(self, endpoints: Sequence[Endpoint], *,
+                 reactor: Optional[IReactorTime] = None,
+                 policy: Optional[Policy] = None, retry_written: bool = True,
+                 stall_timeout: float = 2.0, health_interval: Optional[float] = 5.0,
+                 on_server_change: Optional[Callable[[ServerInfo], Any]] = None,
+                 **settings: Any) -> None:
+        if isinstance(endpoints, (str, bytes)) or not endpoints:
+            raise InvalidArgument("a pool needs a list of one or more endpoints")
+        if reactor is None:
+            from twisted.internet import reactor as _reactor
+            reactor = _reactor  # type: ignore[assignment]
+        self.clock: IReactorTime = reactor  # type: ignore[assignment]
+        settings.setdefault("timeout", 5.0)
+        settings.setdefault("reserve_grace", 2.0)
+        self.reserve_grace: float = settings["reserve_grace"]
+        self.connect_timeout: Optional[float] = settings.get("connect_timeout", 10.0)
+        self.policy: Policy = policy or RoundRobin()
+        self._by_key = KeyHash()
+        self.retry_written = retry_written
+        self.stall_timeout = stall_timeout
+        self.on_server_change = on_server_change
+        self._members = [_Member(self, i, BeanstalkClient(e, reactor=reactor, **settings))
+                         for i, e in enumerate(endpoints)]
+        names = [m.name for m in self._members]
+        if len(set(names)) != len(names):
+            raise InvalidArgument(f"a server is listed twice: {names}")
+        self._names = names
+        self._rotation = 0
+        self._races: Set[_Race] = set()
+        self._up_waiters: List[Deferred] = []
+        self._closed = False
+        self._started = False
+        self._health: Optional[LoopingCall] = None
+        self._health_interval = health_interval
+
+    def __repr__(self) -> str:
+        return f"<BeanstalkPool {', '.join(self._names)}>"
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def clients(self) -> Dict[str, BeanstalkClient]:
+        """Each server's :class:`BeanstalkClient`, by name (for calls on one server)."""
+        return {m.name: m.client for m in self._members}
+
+    def servers(self) -> List[ServerInfo]:
+        """Each server's state and counters, in the pool's order."""
+        return [replace(m.info, stalled=m.info.state == "up" and not m.usable)
+                for m in self._members]
+
+    @property
+    def used(self) -> str:
+        """The default tube of puts."""
+        return self._members[0].client.used
+
+    @property
+    def watched(self) -> Tuple[str, ...]:
+        """The default watch list of reserves."""
+        return self._members[0].client.watched
+
+    def start(self) -> None:
+        """Start connecting to every server (calls do this by themselves)."""
+        if self._closed:
+            raise ClientClosed("the pool is closed")
+        if self._started:
+            return
+        self._started = True
+        for m in self._members:
+            m.client.start()
+        if self._health_interval:
+            self._health = LoopingCall(self._check_health)
+            self._health.clock = self.clock
+            self._health.start(self._health_interval, now=False)
+
+    def connect(self) -> "Deferred[BeanstalkPool]":
+        """Start; fire with the pool once at least one server is up
+        (:class:`ConnectTimeout` after ``connect_timeout``)."""
+        return self._when_any_up().addCallback(lambda _: self)
+
+    def close(self) -> "Deferred[None]":
+        """Close every connection; pending calls fail with :class:`ClientClosed`."""
+        self._closed = True
+        if self._health is not None and self._health.running:
+            self._health.stop()
+        for race in list(self._races):
+            race.done = True
+            race._stop()
+            race.result.errback(ClientClosed("the pool was closed"))
+        waiters, self._up_waiters = self._up_waiters, []
+        for d in waiters:
+            d.errback(ClientClosed("the pool was closed"))
+        return DeferredList([m.client.close() for m in self._members],
+                            consumeErrors=True).addCallback(lambda _: None)
+
+    def _changed(self, member: _Member) -> None:
+        if self.on_server_change is not None:
+            try:
+                self.on_server_change(member.info)
+            except Exception:
+                self.log.failure("the on_server_change hook failed")
+
+    def _member_up(self, member: _Member) -> None:
+        self._changed(member)
+        for race in list(self._races):
+            race.add(member)
+        waiters, self._up_waiters = self._up_waiters, []
+        for d in waiters:
+            d.callback(member)
+
+    def _when_any_up(self) -> "Deferred[_Member]":
+        if self._closed:
+            return fail(ClientClosed("the pool is closed"))
+        self.start()
+        for m in self._members:
+            if m.usable:
+                return succeed(m)
+        d: Deferred = Deferred(lambda d: self._up_waiters.remove(d))
+        self._up_waiters.append(d)
+        if self.connect_timeout is not None:
+            d.addTimeout(self.connect_timeout, self.clock)
+
+        def failed(f: Failure) -> Failure:
+            if f.check(TimeoutError):
+                return Failure(ConnectTimeout(
+                    f"no server of the pool answered within {self.connect_timeout:g} s"))
+            return f
+        return d.addErrback(failed)
+
+    def _check_health(self) -> None:
+        for m in self._members:
+            proto = m.client.protocol
+            if m.info.state == "up" and proto is not None and proto.connected:
+                if not proto.pending:  # idle: ask something (its response timer runs)
+                    proto.list_tube_used().addErrback(lambda f: None)
+
+    def _usable(self) -> List[int]:
+        return [m.index for m in self._members if m.usable]
+
+    # ------------------------------------------------------------ producing
+
+    def put(self, body: Any, priority: int = DEFAULT_PRIORITY, delay: int = 0,
+            ttr: int = DEFAULT_TTR, tube: Optional[TubeName] = None, *,
+            key: Optional[Any] = None,
+            retry_written: Optional[bool] = None) -> "Deferred[JobId]":
+        """Put a job on one server; fires with its :class:`JobId` (an int
+        with ``.server``).
+
+        The pool's policy picks the server (with ``key``: the key's server,
+        see :class:`~twisted_stalk.client.policy.KeyHash`).  ``DRAINING``,
+        ``OUT_OF_MEMORY`` and an unreachable server move the put to the next
+        server.  A connection that broke after the put was written moves it
+        too when ``retry_written`` (default: the pool's), at the risk of a
+        duplicate; otherwise that error is raised.  Errors:
+        :class:`NoServerAvailable` (every server refused), the put's own
+        errors (:class:`InvalidArgument`, :class:`JobTooBig`, :class:`Buried`).
+        """
+        if self._closed:
+            return fail(ClientClosed("the pool is closed"))
+        written = self.retry_written if retry_written is None else retry_written
+        return Deferred.fromCoroutine(
+            self._put(body, priority, delay, ttr, tube, key, written))
+
+    def _put_order(self, key: Optional[Any], tried: Set[int]) -> List[int]:
+        usable = [i for i in self._usable() if i not in tried]
+        if key is not None:
+            return self._by_key.order(self._names, usable, key)
+        return self.policy.order(self._names, usable, None)
+
+    async def _put(self, body: Any, priority: int, delay: int, ttr: int,
+                   tube: Optional[TubeName], key: Optional[Any],
+                   retry_written: bool) -> JobId:
+        self.start()
+        tried: Set[int] = set()
+        errors: Dict[str, BaseException] = {}
+        while True:
+            order = self._put_order(key, tried)
+            if not order:
+                if errors:
+                    raise NoServerAvailable(
+                        "no server took the put: " + "; ".join(
+                            f"{name}: {e}" for name, e in errors.items()), errors)
+                await self._when_any_up()
+                continue
+            member = self._members[order[0]]
+            tried.add(member.index)
+            proto = member.client.protocol
+            assert proto is not None
+            target = member.client._use if tube is None else tube
+            try:
+                job_id = await proto.put(body, priority, delay, ttr, target)
+            except (Draining, OutOfMemory) as e:  # not stored: the next server
+                errors[member.name] = e
+                continue
+            except ClientClosed:
+                raise
+            except BeanstalkConnectionError as e:
+                if not retry_written:
+                    raise
+                self.log.info("put to {server} failed after it was sent ({error}); "
+                              "trying another server (the job may now exist twice)",
+                              server=member.name, error=e)
+                errors[member.name] = e
+                continue
+            member.count(puts=1)
+            return JobId(job_id, member.name)
+
+    # ------------------------------------------------------------ consuming
+
+    def reserve(self, timeout: Optional[int] = None,
+                tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
+        """Reserve one job from any server (``tubes``: default the watch list).
+
+        ``timeout`` None waits forever; N seconds end with :class:`TimedOut`.
+        The job is bound to its server (:attr:`Job.server`).  Cancelling the
+        Deferred cancels the waits on every server.
+        """
+        if self._closed:
+            return fail(ClientClosed("the pool is closed"))
+        try:
+            if timeout is not None:
+                timeout = v.uint(timeout, "reserve timeout", MAX_RESERVE_TIMEOUT)
+            if tubes is None:
+                watching = tuple(self._members[0].client._watch)
+            else:
+                if isinstance(tubes, (str, bytes)):
+                    tubes = (tubes,)
+                watching = tuple(dict.fromkeys(v.tube_name(t) for t in tubes))
+                if not watching:
+                    raise InvalidArgument("a reserve must watch at least one tube")
+        except InvalidArgument as e:
+            return fail(e)
+        self.start()
+        deadline = None if timeout is None else self.clock.seconds() + timeout
+        return Deferred.fromCoroutine(self._reserve(deadline, watching))
+
+    def reserve_with_timeout(self, timeout: int,
+                             tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
+        """:meth:`reserve` with a timeout (0: ask each server once)."""
+        return self.reserve(timeout if timeout is not None else 0, tubes)
+
+    def _rotated(self) -> List[_Member]:
+        members = self._members
+        start = self._rotation % len(members)
+        self._rotation = start + 1
+        return members[start:] + members[:start]
+
+    async def _reserve(self, deadline: Optional[float], tubes: Tuple[bytes, ...]) -> Job:
+        # First ask each usable server in turn, starting at the next in rotation.
+        for member in self._rotated():
+            if not member.usable:
+                continue
+            try:
+                job = await member.client.reserve(0, tubes)
+            except TimedOut:
+                continue
+            except (CancelledError, ClientClosed):
+                raise
+            except ResponseTimeout as e:
+                self._suspect(member, f"no answer to reserve-with-timeout 0: {e}")
+                continue
+            except BeanstalkError as e:
+                self.log.debug("reserve on {server} failed: {error}", server=member.name,
+                               error=e)
+                continue
+            member.count(reserved=1)
+            return job
+        if deadline is not None and self.clock.seconds() >= deadline:
+            raise TimedOut("reserve", b"TIMED_OUT (no server had a job)")
+        # Nothing ready anywhere: wait on every server at once.
+        return await _Race(self, deadline, tubes).start()
+
+    def _suspect(self, member: _Member, reason: str) -> None:
+        """``member`` stopped answering: drop its main connection, so that it
+        is down until it answers on a new one."""
+        proto = member.client.protocol
+        if proto is not None and proto.connected:
+            proto.drop(f"connection dropped: {reason}")
+
+    def _give_back(self, member: _Member, job: Job) -> None:
+        """A job for a race already over (a safety net: cancelling the other
+        waits closes their connections as soon as one answers, so the server
+        puts back what it was sending on them): close its connection too, so
+        the server puts it back (priority unchanged, no delay, no release
+        counted)."""
+        self.log.info("giving back job {id} of {server}: the reserve had a job already",
+                      id=job.id, server=member.name)
+        proto = job._proto
+        if proto is not None:
+            proto.drop("connection closed to give back a job the pool did not need")
+
+    def watching(self, *names: TubeName) -> "PoolTubeSet":
+        """Reserves from these tubes (``pool.watching("a", "b").reserve()``)."""
+        return PoolTubeSet(self, names)
+
+    def tube(self, name: TubeName) -> "PoolTube":
+        """Commands targeting tube ``name`` (``pool.tube("emails").put(...)``)."""
+        return PoolTube(self, name)
+
+    # ---------------------------------------------------- jobs and servers
+
+    def delete(self, job: Job) -> "Deferred[None]":
+        """Delete a job on its server."""
+        return job.delete()
+
+    def release(self, job: Job, priority: int = DEFAULT_PRIORITY,
+                delay: int = 0) -> "Deferred[None]":
+        """Release a job on its server."""
+        return job.release(priority, delay)
+
+    def bury(self, job: Job, priority: int = DEFAULT_PRIORITY) -> "Deferred[None]":
+        """Bury a job on its server."""
+        return job.bury(priority)
+
+    def touch(self, job: Job) -> "Deferred[None]":
+        """Touch a job on its server."""
+        return job.touch()
+
+    def stats_job(self, job: Union[Job, JobId]) -> "Deferred[Dict[str, Any]]":
+        """A job's statistics, from its server (a :class:`Job` or a :class:`JobId`)."""
+        if isinstance(job, Job):
+            return job.stats()
+        return self._client_of(job).stats_job(int(job))
+
+    def peek(self, job_id: JobId) -> "Deferred[Job]":
+        """The job with this :class:`JobId`, from its server."""
+        return self._client_of(job_id).peek(int(job_id))
+
+    def _client_of(self, job_id: Any) -> BeanstalkClient:
+        server = getattr(job_id, "server", None)
+        for m in self._members:
+            if m.name == server:
+                return m.client
+        raise InvalidArgument(f"job ids are per server: give a JobId from put() "
+                              f"(with .server), not {job_id!r}")
+
+    # ------------------------------------------------- every server at once
+
+    def _each(self, call: Callable[[BeanstalkClient], Deferred]
+              ) -> "Deferred[Tuple[Dict[str, Any], Dict[str, BaseException]]]":
+        """``call`` on every usable server; (results, errors) by name."""
+        self.start()
+        members = self._members
+        ds = []
+        for m in members:
+            if m.usable:
+                ds.append(call(m.client))
+            else:
+                ds.append(fail(NoServerAvailable(f"{m.name} is {m.info.state}")))
+
+        def split(results: List[Tuple[bool, Any]]):
+            values: Dict[str, Any] = {}
+            errors: Dict[str, BaseException] = {}
+            for m, (ok, value) in zip(members, results):
+                if ok:
+                    values[m.name] = value
+                else:
+                    errors[m.name] = value.value
+            return values, errors
+        return DeferredList(ds, consumeErrors=True).addCallback(split)
+
+    def stats(self) -> "Deferred[PoolStats]":
+        """Server statistics summed over the servers that answered
+        (``.servers``: each one's; ``.errors``: those that did not)."""
+        def combine(r: Tuple[Dict[str, Any], Dict[str, BaseException]]) -> PoolStats:
+            if not r[0]:
+                raise NoServerAvailable("no server answered stats", r[1])
+            return PoolStats(*r)
+        return self._each(lambda c: c.stats()).addCallback(combine)
+
+    def stats_tube(self, tube: TubeName) -> "Deferred[PoolStats]":
+        """A tube's statistics summed over the servers that have it.
+        Errors: :class:`NotFound` when none has it."""
+        def combine(r: Tuple[Dict[str, Any], Dict[str, BaseException]]) -> PoolStats:
+            values, errors = r
+            if not values:
+                found = [e for e in errors.values() if isinstance(e, NotFound)]
+                if found:
+                    raise found[0]
+                raise NoServerAvailable("no server answered stats-tube", errors)
+            return PoolStats(values, errors)
+        return self._each(lambda c: c.stats_tube(tube)).addCallback(combine)
+
+    def list_tubes(self) -> "Deferred[List[str]]":
+        """The tubes that exist on any server, sorted."""
+        return self._each(lambda c: c.list_tubes()).addCallback(
+            lambda r: sorted(set().union(*r[0].values())))
+
+    def kick(self, bound: int, tube: Optional[TubeName] = None) -> "Deferred[int]":
+        """Kick up to ``bound`` jobs on *each* server; fires with the total kicked."""
+        return self._each(lambda c: c.kick(bound, tube)).addCallback(
+            lambda r: sum(r[0].values()))
+
+    def pause_tube(self, tube: TubeName, delay: int) -> "Deferred[None]":
+        """Pause ``tube`` on every server that has it."""
+        return self._each(lambda c: c.pause_tube(tube, delay)).addCallback(lambda r: None)
+
+    def peek_ready(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
+        """A ready job of ``tube`` from the first server (in the pool's
+        order) that has one: not the best across servers."""
+        return self._first(lambda c: c.peek_ready(tube))
+
+    def peek_delayed(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
+        """A delayed job of ``tube`` from the first server that has one."""
+        return self._first(lambda c: c.peek_delayed(tube))
+
+    def peek_buried(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
+        """A buried job of ``tube`` from the first server that has one."""
+        return self._first(lambda c: c.peek_buried(tube))
+
+    def _first(self, call: Callable[[BeanstalkClient], Deferred]) -> "Deferred[Job]":
+        def pick(r: Tuple[Dict[str, Any], Dict[str, BaseException]]) -> Job:
+            for m in self._members:
+                if m.name in r[0]:
+                    return r[0][m.name]
+            raise NotFound("peek", b"NOT_FOUND (on every server)")
+        return self._each(call).addCallback(pick)
+
+    # --------------------------------------------------------- default state
+
+    def use(self, tube: TubeName) -> "Deferred[str]":
+        """Make ``tube`` the default for puts on every server (kept across
+        reconnects); fires with its name."""
+        try:
+            raw = v.tube_name(tube)
+        except InvalidArgument as e:
+            return fail(e)
+        for m in self._members:
+            m.client._use = raw
+        return self._each(lambda c: c.use(raw)).addCallback(lambda r: raw.decode("ascii"))
+
+    def watch(self, tube: TubeName) -> "Deferred[int]":
+        """Add ``tube`` to the default watch list of reserves; fires with its length."""
+        try:
+            raw = v.tube_name(tube)
+        except InvalidArgument as e:
+            return fail(e)
+        for m in self._members:
+            if raw not in m.client._watch:
+                m.client._watch.append(raw)
+        return succeed(len(self._members[0].client._watch))
+
+    def ignore(self, tube: TubeName) -> "Deferred[int]":
+        """Remove ``tube`` from the default watch list (not the last one)."""
+        try:
+            raw = v.tube_name(tube)
+        except InvalidArgument as e:
+            return fail(e)
+        for m in self._members:
+            watch = m.client._watch
+            if raw in watch and len(watch) > 1:
+                watch.remove(raw)
+        return succeed(len(self._members[0].client._watch))
+
+
+class PoolTube:
+    """A tube of a pool (``pool.tube("emails").put(body, key=user_id)``)."""
+
+    def __init__(self, pool: BeanstalkPool, name: TubeName) -> None:
+        self.pool = pool
+        self._raw = v.tube_name(name)
+        self.name = self._raw.decode("ascii")
+
+    def __repr__(self) -> str:
+        return f"<PoolTube {self.name!r}>"
+
+    def put(self, body: Any, priority: int = DEFAULT_PRIORITY, delay: int = 0,
+            ttr: int = DEFAULT_TTR, *, key: Optional[Any] = None,
+            retry_written: Optional[bool] = None) -> "Deferred[JobId]":
+        """Put a job into this tube on one server (see :meth:`BeanstalkPool.put`)."""
+        return self.pool.put(body, priority, delay, ttr, self._raw, key=key,
+                             retry_written=retry_written)
+
+    def stats(self) -> "Deferred[PoolStats]":
+        """This tube's statistics summed over the servers."""
+        return self.pool.stats_tube(self._raw)
+
+    def kick(self, bound: int) -> "Deferred[int]":
+        """Kick up to ``bound`` jobs of this tube on each server."""
+        return self.pool.kick(bound, self._raw)
+
+    def pause(self, delay: int) -> "Deferred[None]":
+        """Pause this tube on every server."""
+        return self.pool.pause_tube(self._raw, delay)
+
+    def peek_ready(self) -> "Deferred[Job]":
+        """A ready job of this tube (first server that has one)."""
+        return self.pool.peek_ready(self._raw)
+
+    def peek_delayed(self) -> "Deferred[Job]":
+        """A delayed job of this tube (first server that has one)."""
+        return self.pool.peek_delayed(self._raw)
+
+    def peek_buried(self) -> "Deferred[Job]":
+        """A buried job of this tube (first server that has one)."""
+        return self.pool.peek_buried(self._raw)
+
+
+class PoolTubeSet:
+    """Tubes to reserve from across the pool (``pool.watching("a", "b").reserve()``)."""
+
+    def __init__(self, pool: BeanstalkPool, names: Sequence[TubeName]) -> None:
+        if not names:
+            raise InvalidArgument("watching() needs at least one tube")
+        self.pool = pool
+        self._raw = tuple(dict.fromkeys(v.tube_name(n) for n in names))
+        self.names = tuple(n.decode("ascii") for n in self._raw)
+
+    def __repr__(self) -> str:
+        return f"<PoolTubeSet {self.names!r}>"
+
+    def reserve(self, timeout: Optional[int] = None) -> "Deferred[Job]":
+        """Reserve a job from these tubes on any server."""
+        return self.pool.reserve(timeout, tubes=self._raw)
+
+
+__all__ = ["BeanstalkPool", "JobId", "NoServerAvailable", "PoolTube", "PoolTubeSet",
+           "ServerInfo"]
