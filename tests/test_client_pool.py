@@ -423,3 +423,27 @@ def test_health_check_finds_an_idle_hung_server(cluster):
     cluster.advance(0.2)  # the check at 5 s got no answer within the 5 s timeout
     assert pool.servers()[2].state == "down" and "list-tube-used" in pool.servers()[2].last_error
     assert [s.state for s in pool.servers()[:2]] == ["up", "up"]
+
+
+def test_first_puts_spread_over_every_server_that_answers(cluster):
+    take_down(cluster, 2)  # refuses connections
+    pool = cluster.pool(connect=False)
+    ids = [pool.put(b"x") for _ in range(10)]  # before any server is up
+    cluster.flush()
+    assert [s.state for s in pool.servers()] == ["up", "up", "connecting"]
+    assert [i.server for i in map(cluster.result, ids)].count(pool.servers()[0].name) == 5
+    assert cluster.result(pool.connect()) is pool
+
+
+def test_connect_times_out_when_no_server_answers(cluster):
+    for i in range(3):
+        take_down(cluster, i)
+    pool = cluster.pool(connect=False, connect_timeout=3)
+    d = pool.connect()
+    cluster.advance(2.9)
+    assert not fired(d)
+    cluster.advance(3.2)
+    from twisted_stalk.client import ConnectTimeout
+    failure_of(cluster, d, ConnectTimeout)
+    assert not [c for c in cluster.clock.getDelayedCalls() if c.active()
+                and c.getTime() - cluster.clock.seconds() > 2]

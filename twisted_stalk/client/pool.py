@@ -85,6 +85,18 @@ TubeName = Union[str, bytes]
 Endpoint = Union[str, IStreamClientEndpoint]
 
 
+def _follow(d: Deferred) -> Deferred:
+    """A Deferred that fires (with None) when ``d`` does; cancelling it leaves ``d`` alone."""
+    out: Deferred = Deferred()
+
+    def fire(result: Any) -> Any:
+        if not out.called:
+            out.callback(None)
+        return result
+    d.addBoth(fire)
+    return out
+
+
 class NoServerAvailable(BeanstalkConnectionError):
     """No server of the pool could take the call.
 
@@ -144,8 +156,26 @@ class _Member:
         self.client = client
         self.name = client.name
         self.info = ServerInfo(self.name, "connecting", pool.clock.seconds())
+        #: Fires at the first outcome: up, or a failed attempt to connect.
+        self.settled: Deferred = Deferred()
         client.on_connect = self._up
         client.on_disconnect = self._down
+
+    def start(self) -> None:
+        service = self.client._main.service
+        # (asked before starting: a first attempt may fail at once)
+        service.whenConnected(failAfterFailures=1).addErrback(self._first_failed)
+        self.client.start()
+
+    def _first_failed(self, failure: Failure) -> None:
+        if failure.check(CancelledError):
+            return
+        self.info = replace(self.info, last_error=failure.getErrorMessage())
+        self._settle()
+
+    def _settle(self) -> None:
+        if not self.settled.called:
+            self.settled.callback(None)
 
     def __repr__(self) -> str:
         return f"<server {self.name} {self.info.state}>"
@@ -175,6 +205,7 @@ class _Member:
         pool = self.pool
         before = self.info
         self.info = replace(before, state="up", since=pool.clock.seconds())
+        self._settle()
         if before.state == "down":
             pool.log.info("beanstalk server {server} is back after {seconds:.1f} s",
                           server=self.name, seconds=pool.clock.seconds() - before.since)
@@ -184,6 +215,7 @@ class _Member:
         pool = self.pool
         if self.info.state != "up":  # a failed attempt to bring it back
             self.info = replace(self.info, last_error=reason)
+            self._settle()
             return
         self.info = replace(self.info, state="down", since=pool.clock.seconds(),
                             last_error=reason, downs=self.info.downs + 1)
@@ -374,16 +406,35 @@ class BeanstalkPool:
             return
         self._started = True
         for m in self._members:
-            m.client.start()
+            m.start()
         if self._health_interval:
             self._health = LoopingCall(self._check_health)
             self._health.clock = self.clock
             self._health.start(self._health_interval, now=False)
 
     def connect(self) -> "Deferred[BeanstalkPool]":
-        """Start; fire with the pool once at least one server is up
-        (:class:`ConnectTimeout` after ``connect_timeout``)."""
-        return self._when_any_up().addCallback(lambda _: self)
+        """Start; fire with the pool once every server is up or failed a
+        first attempt, and at least one is up (:class:`ConnectTimeout` after
+        ``connect_timeout``)."""
+        return Deferred.fromCoroutine(self._connect())
+
+    async def _connect(self) -> "BeanstalkPool":
+        await self._settled()
+        await self._when_any_up()
+        return self
+
+    def _settled(self) -> Deferred:
+        """Fires once every server is up or failed a first attempt (or after
+        ``connect_timeout``), so that the first puts spread over all the
+        servers that answer at once, not the first one up."""
+        self.start()
+        waiting = [_follow(m.settled) for m in self._members if not m.settled.called]
+        if not waiting:
+            return succeed(None)
+        d = DeferredList(waiting)
+        if self.connect_timeout is not None:
+            d.addTimeout(self.connect_timeout, self.clock)
+        return d.addErrback(lambda f: f.trap(TimeoutError) and None)
 
     def close(self) -> "Deferred[None]":
         """Close every connection; pending calls fail with :class:`ClientClosed`."""
@@ -487,7 +538,10 @@ class BeanstalkPool:
                     raise NoServerAvailable(
                         "no server took the put: " + "; ".join(
                             f"{name}: {e}" for name, e in errors.items()), errors)
-                await self._when_any_up()
+                if not all(m.settled.called for m in self._members):
+                    await self._settled()
+                else:
+                    await self._when_any_up()
                 continue
             member = self._members[order[0]]
             tried.add(member.index)
