@@ -34,10 +34,11 @@ with backoff and replaying ``use``/``watch``) and offers the client's calls:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import (
     Any,
     Callable,
+    Collection,
     Dict,
     List,
     Optional,
@@ -53,7 +54,6 @@ from twisted.internet.defer import (
     DeferredList,
     TimeoutError,
     fail,
-    gatherResults,
     succeed,
 )
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
@@ -61,7 +61,6 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..protocol.constants import DEFAULT_TUBE
 from . import _validate as v
 from .aggregate import PoolStats
 from .client import BeanstalkClient
@@ -155,11 +154,36 @@ class _Member:
         self.index = index
         self.client = client
         self.name = client.name
-        self.info = ServerInfo(self.name, "connecting", pool.clock.seconds())
+        self.state = "connecting"
+        self.since = pool.clock.seconds()
+        self.last_error: Optional[str] = None
+        self.downs = 0
+        self.puts = 0
+        self.reserved = 0
         #: Fires at the first outcome: up, or a failed attempt to connect.
         self.settled: Deferred = Deferred()
         client.on_connect = self._up
         client.on_disconnect = self._down
+
+    def __repr__(self) -> str:
+        return f"<server {self.name} {self.state}>"
+
+    @property
+    def info(self) -> ServerInfo:
+        return ServerInfo(self.name, self.state, self.since, self.last_error, self.downs,
+                          self.puts, self.reserved,
+                          stalled=self.state == "up" and not self.usable)
+
+    @property
+    def usable(self) -> bool:
+        """Up, and no command waiting longer than the stall timeout."""
+        proto = self.client._main.proto
+        return (self.state == "up" and proto is not None and proto.connected
+                and proto.head_wait < self.pool.stall_timeout)
+
+    def stored(self, job_id: int) -> "JobId":
+        self.puts += 1
+        return JobId(job_id, self.name)
 
     def start(self) -> None:
         service = self.client._main.service
@@ -170,26 +194,12 @@ class _Member:
     def _first_failed(self, failure: Failure) -> None:
         if failure.check(CancelledError):
             return
-        self.info = replace(self.info, last_error=failure.getErrorMessage())
+        self.last_error = failure.getErrorMessage()
         self._settle()
 
     def _settle(self) -> None:
         if not self.settled.called:
             self.settled.callback(None)
-
-    def __repr__(self) -> str:
-        return f"<server {self.name} {self.info.state}>"
-
-    @property
-    def usable(self) -> bool:
-        """Up, and no command waiting longer than the stall timeout."""
-        proto = self.client.protocol
-        return (self.info.state == "up" and proto is not None and proto.connected
-                and proto.head_wait < self.pool.stall_timeout)
-
-    def count(self, **changes: int) -> None:
-        info = self.info
-        self.info = replace(info, **{k: getattr(info, k) + n for k, n in changes.items()})
 
     def _up(self, client: BeanstalkClient, reconnected: bool) -> None:
         # Connected is not answering (a hung server's kernel still accepts
@@ -200,25 +210,25 @@ class _Member:
 
     def _answered(self, _: Any) -> None:
         proto = self.client.protocol
-        if proto is None or not proto.connected or self.info.state == "up":
+        if proto is None or not proto.connected or self.state == "up":
             return
         pool = self.pool
-        before = self.info
-        self.info = replace(before, state="up", since=pool.clock.seconds())
+        was, down_since = self.state, self.since
+        self.state, self.since = "up", pool.clock.seconds()
         self._settle()
-        if before.state == "down":
+        if was == "down":
             pool.log.info("beanstalk server {server} is back after {seconds:.1f} s",
-                          server=self.name, seconds=pool.clock.seconds() - before.since)
+                          server=self.name, seconds=self.since - down_since)
         pool._member_up(self)
 
     def _down(self, client: BeanstalkClient, reason: str) -> None:
-        pool = self.pool
-        if self.info.state != "up":  # a failed attempt to bring it back
-            self.info = replace(self.info, last_error=reason)
+        self.last_error = reason
+        if self.state != "up":  # a failed attempt to bring it back
             self._settle()
             return
-        self.info = replace(self.info, state="down", since=pool.clock.seconds(),
-                            last_error=reason, downs=self.info.downs + 1)
+        pool = self.pool
+        self.state, self.since = "down", pool.clock.seconds()
+        self.downs += 1
         pool.log.warn("beanstalk server {server} is down: {reason}", server=self.name,
                       reason=reason)
         pool._changed(self)
@@ -241,7 +251,7 @@ class _Race:
         pool = self.pool
         pool._races.add(self)
         for member in pool._members:
-            if member.info.state == "up":
+            if member.state == "up":
                 self.add(member)
         if self.deadline is not None and not self.done:
             wait = max(0.0, self.deadline - pool.clock.seconds()) + pool.reserve_grace
@@ -266,7 +276,7 @@ class _Race:
         if self.pending.get(member) is not None:
             del self.pending[member]
         if isinstance(result, Job):
-            member.count(reserved=1)
+            member.reserved += 1
             if self.done:
                 self.pool._give_back(member, result)
             else:
@@ -385,8 +395,7 @@ class BeanstalkPool:
 
     def servers(self) -> List[ServerInfo]:
         """Each server's state and counters, in the pool's order."""
-        return [replace(m.info, stalled=m.info.state == "up" and not m.usable)
-                for m in self._members]
+        return [m.info for m in self._members]
 
     @property
     def used(self) -> str:
@@ -488,12 +497,30 @@ class BeanstalkPool:
     def _check_health(self) -> None:
         for m in self._members:
             proto = m.client.protocol
-            if m.info.state == "up" and proto is not None and proto.connected:
+            if m.state == "up" and proto is not None and proto.connected:
                 if not proto.pending:  # idle: ask something (its response timer runs)
                     proto.list_tube_used().addErrback(lambda f: None)
 
     def _usable(self) -> List[int]:
-        return [m.index for m in self._members if m.usable]
+        """Indices of the servers up and answering (``_Member.usable``, inlined:
+        every put asks)."""
+        limit = self.stall_timeout
+        now: Optional[float] = None
+        out = []
+        for m in self._members:
+            if m.state != "up":
+                continue
+            proto = m.client._main.proto
+            if proto is None or not proto.connected:
+                continue
+            inflight = proto._inflight
+            if inflight and not inflight[0].blocking:
+                if now is None:
+                    now = self.clock.seconds()
+                if now - proto._head_since >= limit:
+                    continue
+            out.append(m.index)
+        return out
 
     # ------------------------------------------------------------ producing
 
@@ -516,21 +543,51 @@ class BeanstalkPool:
         if self._closed:
             return fail(ClientClosed("the pool is closed"))
         written = self.retry_written if retry_written is None else retry_written
+        if self._started:
+            # The usual case, without a coroutine: the first usable server.
+            order = self._put_order(key, ())
+            if order:
+                member = self._members[order[0]]
+                client = member.client
+                d = client._main.proto.put(  # type: ignore[union-attr]
+                    body, priority, delay, ttr, client._use if tube is None else tube)
+                return d.addCallbacks(member.stored, self._put_failed, errbackArgs=(
+                    member, body, priority, delay, ttr, tube, key, written))
         return Deferred.fromCoroutine(
             self._put(body, priority, delay, ttr, tube, key, written))
 
-    def _put_order(self, key: Optional[Any], tried: Set[int]) -> List[int]:
+    def _put_failed(self, failure: Failure, member: _Member, *put: Any) -> Any:
+        """The first server did not take the put: go on with the others (see
+        :meth:`_put`) when that is allowed, else the error."""
+        error = failure.value
+        retry_written = put[-1]
+        if isinstance(error, (Draining, OutOfMemory)) or (
+                retry_written and isinstance(error, BeanstalkConnectionError)
+                and not isinstance(error, ClientClosed)):
+            self._log_retry(member, error)
+            return Deferred.fromCoroutine(self._put(
+                *put, tried={member.index}, errors={member.name: error}))
+        return failure
+
+    def _log_retry(self, member: _Member, error: BaseException) -> None:
+        if isinstance(error, BeanstalkConnectionError):
+            self.log.info("put to {server} failed after it was sent ({error}); "
+                          "trying another server (the job may now exist twice)",
+                          server=member.name, error=error)
+
+    def _put_order(self, key: Optional[Any], tried: Collection[int]) -> List[int]:
         usable = [i for i in self._usable() if i not in tried]
         if key is not None:
             return self._by_key.order(self._names, usable, key)
         return self.policy.order(self._names, usable, None)
 
     async def _put(self, body: Any, priority: int, delay: int, ttr: int,
-                   tube: Optional[TubeName], key: Optional[Any],
-                   retry_written: bool) -> JobId:
+                   tube: Optional[TubeName], key: Optional[Any], retry_written: bool,
+                   tried: Optional[Set[int]] = None,
+                   errors: Optional[Dict[str, BaseException]] = None) -> JobId:
         self.start()
-        tried: Set[int] = set()
-        errors: Dict[str, BaseException] = {}
+        tried = set() if tried is None else tried
+        errors = {} if errors is None else errors
         while True:
             order = self._put_order(key, tried)
             if not order:
@@ -558,13 +615,10 @@ class BeanstalkPool:
             except BeanstalkConnectionError as e:
                 if not retry_written:
                     raise
-                self.log.info("put to {server} failed after it was sent ({error}); "
-                              "trying another server (the job may now exist twice)",
-                              server=member.name, error=e)
+                self._log_retry(member, e)
                 errors[member.name] = e
                 continue
-            member.count(puts=1)
-            return JobId(job_id, member.name)
+            return member.stored(job_id)
 
     # ------------------------------------------------------------ consuming
 
@@ -624,7 +678,7 @@ class BeanstalkPool:
                 self.log.debug("reserve on {server} failed: {error}", server=member.name,
                                error=e)
                 continue
-            member.count(reserved=1)
+            member.reserved += 1
             return job
         if deadline is not None and self.clock.seconds() >= deadline:
             raise TimedOut("reserve", b"TIMED_OUT (no server had a job)")
@@ -707,7 +761,7 @@ class BeanstalkPool:
             if m.usable:
                 ds.append(call(m.client))
             else:
-                ds.append(fail(NoServerAvailable(f"{m.name} is {m.info.state}")))
+                ds.append(fail(NoServerAvailable(f"{m.name} is {m.state}")))
 
         def split(results: List[Tuple[bool, Any]]):
             values: Dict[str, Any] = {}
