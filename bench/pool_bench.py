@@ -74,16 +74,18 @@ def load() -> str:
     return "%.1f" % os.getloadavg()[0]
 
 
-async def put_rate(reactor, target, count: int, window: int, tube: str) -> float:
-    t0 = time.perf_counter()
+async def put_rate(reactor, target, count: int, window: int, tube: str):
+    """(puts/s, client CPU µs per put) for ``count`` puts through ``target``."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for start in range(0, count, window):
         await defer.gatherResults([target.put(BODY, 1024, 0, 60, tube)
                                    for _ in range(min(window, count - start))])
-    return count / (time.perf_counter() - t0)
+    return (count / (time.perf_counter() - t0), (time.process_time() - c0) / count * 1e6)
 
 
-async def drain_rate(reactor, pool, jobs: int, concurrency: int, tube: str) -> float:
-    """Put ``jobs`` jobs, then time a Worker (on a pool or a client) draining them."""
+async def drain_rate(reactor, pool, jobs: int, concurrency: int, tube: str):
+    """Put ``jobs`` jobs, then time a Worker (on a pool or a client) draining
+    them: (jobs/s, client CPU µs per job)."""
     for start in range(0, jobs, 1000):
         await defer.gatherResults([pool.put(BODY, 1024, 0, 60, tube)
                                    for _ in range(min(1000, jobs - start))])
@@ -95,12 +97,12 @@ async def drain_rate(reactor, pool, jobs: int, concurrency: int, tube: str) -> f
         if count[0] == jobs:
             done.callback(None)
     worker = Worker(pool, handler, tubes=[tube], concurrency=concurrency)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     worker.start()
     await done
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     await worker.stop()
-    return jobs / elapsed
+    return jobs / elapsed, cpu / jobs * 1e6
 
 
 async def pickup(reactor, ports: List[int], concurrency: int, samples: int,
@@ -138,46 +140,44 @@ async def pickup(reactor, ports: List[int], concurrency: int, samples: int,
     return waits
 
 
+async def measure(label: str, unit: str, rounds: int, run) -> None:
+    """Print the best and median rate of ``rounds`` runs of ``run()``, and the
+    median client CPU per operation."""
+    results = [await run() for _ in range(rounds)]
+    rates = [r for r, _ in results]
+    cpu = statistics.median(c for _, c in results)
+    print(f"  {label}: {max(rates):,.0f} / {statistics.median(rates):,.0f} {unit} "
+          f"(best / median), client CPU {cpu:.1f} µs each, load {load()}")
+
+
 async def main(reactor, args) -> None:
     procs = [start(args.kind) for _ in range(3)]
     ports = [p for _, p in procs]
-    print(f"{args.kind} x3, load {load()}, {args.puts} puts/round, window {args.window}")
+    print(f"{args.kind} x3, load {load()}, {args.puts} puts/round, window {args.window}, "
+          f"{args.jobs} jobs/round")
+    workers = f"Worker(concurrency={args.concurrency}) reserve+delete"
     try:
         for n in (1, 2, 3):
             tube = f"bench-{n}"
             pool = BeanstalkPool([f"tcp:127.0.0.1:{p}" for p in ports[:n]], reactor=reactor,
                                  timeout=60)
             await pool.connect()
-            rates = [await put_rate(reactor, pool, args.puts, args.window, tube)
-                     for _ in range(args.rounds)]
-            print(f"  {n} server(s): pool.put {max(rates):,.0f} / {statistics.median(rates):,.0f}"
-                  f" puts/s (best / median), load {load()}")
-            if n == 1:
+            await measure(f"{n} server(s), pool.put", "puts/s", args.rounds,
+                          lambda: put_rate(reactor, pool, args.puts, args.window, tube))
+            await defer.gatherResults([c.flush_tube(tube) for c in pool.clients.values()])
+            await measure(f"{n} server(s), {workers}", "jobs/s", args.rounds,
+                          lambda: drain_rate(reactor, pool, args.jobs, args.concurrency, tube))
+            await pool.close()
+            if n == 1:  # the single-server client, for comparison
                 client = BeanstalkClient(f"tcp:127.0.0.1:{ports[0]}", reactor=reactor,
                                          timeout=60)
-                await client.connect()
-                rates = [await put_rate(reactor, client, args.puts, args.window, tube)
-                         for _ in range(args.rounds)]
-                print(f"  1 server: BeanstalkClient.put {max(rates):,.0f} / "
-                      f"{statistics.median(rates):,.0f} puts/s")
+                await measure("1 server, BeanstalkClient.put", "puts/s", args.rounds,
+                              lambda: put_rate(reactor, client, args.puts, args.window, tube))
                 await client.flush_tube(tube)
-                rates = [await drain_rate(reactor, client, args.jobs, args.concurrency, tube)
-                         for _ in range(args.rounds)]
-                print(f"  1 server: Worker(concurrency={args.concurrency}) on a "
-                      f"BeanstalkClient {max(rates):,.0f} / {statistics.median(rates):,.0f} "
-                      "jobs/s")
+                await measure(f"1 server, BeanstalkClient {workers}", "jobs/s", args.rounds,
+                              lambda: drain_rate(reactor, client, args.jobs, args.concurrency,
+                                                 tube))
                 await client.close()
-            # empty the tube before the reserve figures
-            await pool.close()
-            pool = BeanstalkPool([f"tcp:127.0.0.1:{p}" for p in ports[:n]], reactor=reactor,
-                                 timeout=60)
-            await pool.connect()
-            await defer.gatherResults([c.flush_tube(tube) for c in pool.clients.values()])
-            rates = [await drain_rate(reactor, pool, args.jobs, args.concurrency, tube)
-                     for _ in range(args.rounds)]
-            print(f"  {n} server(s): Worker(concurrency={args.concurrency}) reserve+delete "
-                  f"{max(rates):,.0f} / {statistics.median(rates):,.0f} jobs/s, load {load()}")
-            await pool.close()
         for n in (2, 3):
             waits = await pickup(reactor, ports[:n], args.concurrency, args.samples,
                                  f"pickup-{n}")

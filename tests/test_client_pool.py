@@ -19,6 +19,7 @@ from twisted_stalk.client import (
     Worker,
 )
 from twisted_stalk.testing import MemoryCluster
+from test_client_memory import failure_of, fired  # (they take any object with .result)
 
 
 @pytest.fixture
@@ -31,18 +32,6 @@ def cluster():
 @pytest.fixture
 def pool(cluster):
     return cluster.pool()
-
-
-def fired(d):
-    box = []
-    d.addBoth(lambda r: (box.append(r), r)[1])
-    return bool(box)
-
-
-def failure_of(cluster, d, cls):
-    with pytest.raises(cls) as info:
-        cluster.result(d)
-    return info.value
 
 
 def totals(cluster, key="total-jobs"):
@@ -374,6 +363,10 @@ def test_stats_summed_and_per_server(cluster, pool):
     failure_of(cluster, pool.stats_tube("nosuch"), NotFound)
     assert cluster.result(pool.list_tubes()) == ["default", "only2", "t"]
     assert cluster.result(pool.tube("only2").kick(5)) == 1
+    ids = cluster.result(pool.tube("t").list_jobs("ready", 10))  # (stock: one per server)
+    assert [(i.server, int(i)) for i in ids] == [(s.name, 1) for s in pool.servers()]
+    assert cluster.result(pool.tube("t").flush()) == 6
+    failure_of(cluster, pool.flush_tube("nosuch"), NotFound)
 
 
 def test_pool_validation(cluster, pool):

@@ -11,28 +11,15 @@ import signal
 import statistics
 import tempfile
 import time
-from functools import wraps
 
-from twisted.application.internet import backoffPolicy
-from twisted.internet import defer, reactor, task
+from twisted.internet import defer, reactor
 from twisted.trial import unittest
 
 from servers import REFERENCE, start_server
+from test_client_wire import FAST_RETRY, inline, sleep
 from twisted_stalk.client import BeanstalkClient, BeanstalkPool, Worker
 
-FAST_RETRY = backoffPolicy(initialDelay=0.05, maxDelay=0.2, jitter=lambda: 0.0)
 _names = itertools.count()
-
-
-def inline(f):
-    @wraps(f)
-    def run(self):
-        return defer.ensureDeferred(f(self))
-    return run
-
-
-def sleep(seconds):
-    return task.deferLater(reactor, seconds, lambda: None)
 
 
 async def until(check, timeout=5.0, every=0.01):

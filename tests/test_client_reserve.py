@@ -5,6 +5,7 @@ import pytest
 
 from twisted_stalk.client import JobLost, NotFound, TimedOut
 from twisted_stalk.testing import MemoryBeanstalk
+from test_client_memory import failure_of, fired
 
 
 @pytest.fixture
@@ -12,18 +13,6 @@ def server():
     s = MemoryBeanstalk()
     yield s
     s.close()
-
-
-def fired(d):
-    box = []
-    d.addBoth(lambda r: (box.append(r), r)[1])
-    return bool(box)
-
-
-def failure_of(server, d, cls):
-    with pytest.raises(cls) as info:
-        server.result(d)
-    return info.value
 
 
 def test_dropped_jobs_do_not_use_up_the_reserve_connections(server):

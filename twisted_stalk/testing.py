@@ -66,6 +66,24 @@ class MemoryEndpoint:
         return self.server._connect(protocolFactory)
 
 
+def _advance(clock: Clock, flush: Any, seconds: float, step: Optional[float]) -> None:
+    """Move ``clock`` ``seconds`` on, stopping at every timer due in that span
+    (and every ``step`` seconds if given) to ``flush()``."""
+    flush()
+    end = clock.seconds() + seconds
+    while True:
+        now = clock.seconds()
+        due = [c.getTime() for c in clock.getDelayedCalls()
+               if c.active() and c.getTime() <= end]
+        if not due and now >= end - 1e-9:
+            return
+        target = min(due) if due else end
+        if step is not None:
+            target = min(target, now + step)
+        clock.advance(max(0.0, target - now))
+        flush()
+
+
 class MemoryBeanstalk:
     """A beanstalk server living in memory, driven by a ``Clock``.
 
@@ -161,20 +179,7 @@ class MemoryBeanstalk:
     def advance(self, seconds: float, step: Optional[float] = None) -> None:
         """Let ``seconds`` pass on the clock, stopping at every timer due in
         that span (and every ``step`` seconds if given) to flush."""
-        self.flush()
-        clock = self.clock
-        end = clock.seconds() + seconds
-        while True:
-            now = clock.seconds()
-            due = [c.getTime() for c in clock.getDelayedCalls()
-                   if c.active() and c.getTime() <= end]
-            if not due and now >= end - 1e-9:
-                return
-            target = min(due) if due else end
-            if step is not None:
-                target = min(target, now + step)
-            clock.advance(max(0.0, target - now))
-            self.flush()
+        _advance(self.clock, self.flush, seconds, step)
 
     def result(self, d: Deferred) -> Any:
         """Flush, then return ``d``'s result or raise its error
@@ -254,20 +259,7 @@ class MemoryCluster:
 
     def advance(self, seconds: float, step: Optional[float] = None) -> None:
         """Let ``seconds`` pass, stopping at every timer (and every ``step``) to flush."""
-        self.flush()
-        clock = self.clock
-        end = clock.seconds() + seconds
-        while True:
-            now = clock.seconds()
-            due = [c.getTime() for c in clock.getDelayedCalls()
-                   if c.active() and c.getTime() <= end]
-            if not due and now >= end - 1e-9:
-                return
-            target = min(due) if due else end
-            if step is not None:
-                target = min(target, now + step)
-            clock.advance(max(0.0, target - now))
-            self.flush()
+        _advance(self.clock, self.flush, seconds, step)
 
     def result(self, d: Deferred) -> Any:
         """Flush, then ``d``'s result (or raise its error)."""

@@ -59,12 +59,12 @@ from .protocol import (
 )
 from .aggregate import PoolStats
 from .policy import KeyHash, RoundRobin, Weighted
-from .pool import BeanstalkPool, JobId, NoServerAvailable, PoolTube, PoolTubeSet, ServerInfo
+from .pool import BeanstalkPool, JobId, NoServerAvailable, PoolTube, ServerInfo
 from .worker import HandlerTimeout, Retry, Worker, WorkerStats, exponential_backoff
 
 __all__ = [
     "BeanstalkClient", "Tube", "TubeSet", "connect", "DEFAULT_RETRY_POLICY",
-    "BeanstalkPool", "PoolTube", "PoolTubeSet", "JobId", "ServerInfo", "PoolStats",
+    "BeanstalkPool", "PoolTube", "JobId", "ServerInfo", "PoolStats",
     "NoServerAvailable", "RoundRobin", "Weighted", "KeyHash",
     "backoff_with_jitter",
     "BeanstalkProtocol", "BeanstalkClientFactory", "DEFAULT_TIMEOUT", "DEFAULT_RESERVE_GRACE",

@@ -63,7 +63,7 @@ from twisted.python.failure import Failure
 
 from . import _validate as v
 from .aggregate import PoolStats
-from .client import BeanstalkClient
+from .client import BeanstalkClient, Tube, TubeSet
 from .errors import (
     BeanstalkConnectionError,
     BeanstalkError,
@@ -704,9 +704,9 @@ class BeanstalkPool:
         if proto is not None:
             proto.drop("connection closed to give back a job the pool did not need")
 
-    def watching(self, *names: TubeName) -> "PoolTubeSet":
+    def watching(self, *names: TubeName) -> TubeSet:
         """Reserves from these tubes (``pool.watching("a", "b").reserve()``)."""
-        return PoolTubeSet(self, names)
+        return TubeSet(self, names)
 
     def tube(self, name: TubeName) -> "PoolTube":
         """Commands targeting tube ``name`` (``pool.tube("emails").put(...)``)."""
@@ -786,15 +786,8 @@ class BeanstalkPool:
     def stats_tube(self, tube: TubeName) -> "Deferred[PoolStats]":
         """A tube's statistics summed over the servers that have it.
         Errors: :class:`NotFound` when none has it."""
-        def combine(r: Tuple[Dict[str, Any], Dict[str, BaseException]]) -> PoolStats:
-            values, errors = r
-            if not values:
-                found = [e for e in errors.values() if isinstance(e, NotFound)]
-                if found:
-                    raise found[0]
-                raise NoServerAvailable("no server answered stats-tube", errors)
-            return PoolStats(values, errors)
-        return self._each(lambda c: c.stats_tube(tube)).addCallback(combine)
+        return self._each(lambda c: c.stats_tube(tube)).addCallback(
+            lambda r: self._found(r, lambda values: PoolStats(values, r[1])))
 
     def list_tubes(self) -> "Deferred[List[str]]":
         """The tubes that exist on any server, sorted."""
@@ -805,6 +798,32 @@ class BeanstalkPool:
         """Kick up to ``bound`` jobs on *each* server; fires with the total kicked."""
         return self._each(lambda c: c.kick(bound, tube)).addCallback(
             lambda r: sum(r[0].values()))
+
+    def list_jobs(self, tube: TubeName, state: str, limit: int) -> "Deferred[List[JobId]]":
+        """Ids (:class:`JobId`) of up to ``limit`` jobs of ``tube`` in ``state``
+        on *each* server, server after server (see
+        :meth:`BeanstalkClient.list_jobs`).  Errors: :class:`NotFound` when no
+        server has the tube."""
+        return self._each(lambda c: c.list_jobs(tube, state, limit)).addCallback(
+            self._found, lambda r: [JobId(i, name) for name, ids in r.items() for i in ids])
+
+    def flush_tube(self, tube: TubeName, state: Optional[str] = None) -> "Deferred[int]":
+        """Delete the jobs of ``tube`` in ``state`` on every server (see
+        :meth:`BeanstalkClient.flush_tube`); fires with the total deleted."""
+        return self._each(lambda c: c.flush_tube(tube, state)).addCallback(
+            self._found, lambda r: sum(r.values()))
+
+    @staticmethod
+    def _found(r: Tuple[Dict[str, Any], Dict[str, BaseException]],
+               combine: Callable[[Dict[str, Any]], Any]) -> Any:
+        """``combine`` the servers' answers; NotFound when none had the tube."""
+        values, errors = r
+        if not values:
+            found = [e for e in errors.values() if isinstance(e, NotFound)]
+            if found:
+                raise found[0]
+            raise NoServerAvailable("no server answered", errors)
+        return combine(values)
 
     def pause_tube(self, tube: TubeName, delay: int) -> "Deferred[None]":
         """Pause ``tube`` on every server that has it."""
@@ -868,66 +887,19 @@ class BeanstalkPool:
         return succeed(len(self._members[0].client._watch))
 
 
-class PoolTube:
-    """A tube of a pool (``pool.tube("emails").put(body, key=user_id)``)."""
-
-    def __init__(self, pool: BeanstalkPool, name: TubeName) -> None:
-        self.pool = pool
-        self._raw = v.tube_name(name)
-        self.name = self._raw.decode("ascii")
+class PoolTube(Tube):
+    """A tube of a pool (``pool.tube("emails").put(body, key=user_id)``): the
+    calls of :class:`~twisted_stalk.client.Tube`, over every server."""
 
     def __repr__(self) -> str:
         return f"<PoolTube {self.name!r}>"
 
-    def put(self, body: Any, priority: int = DEFAULT_PRIORITY, delay: int = 0,
+    def put(self, body: Any, priority: int = DEFAULT_PRIORITY, delay: int = 0,  # type: ignore[override]
             ttr: int = DEFAULT_TTR, *, key: Optional[Any] = None,
             retry_written: Optional[bool] = None) -> "Deferred[JobId]":
         """Put a job into this tube on one server (see :meth:`BeanstalkPool.put`)."""
-        return self.pool.put(body, priority, delay, ttr, self._raw, key=key,
-                             retry_written=retry_written)
-
-    def stats(self) -> "Deferred[PoolStats]":
-        """This tube's statistics summed over the servers."""
-        return self.pool.stats_tube(self._raw)
-
-    def kick(self, bound: int) -> "Deferred[int]":
-        """Kick up to ``bound`` jobs of this tube on each server."""
-        return self.pool.kick(bound, self._raw)
-
-    def pause(self, delay: int) -> "Deferred[None]":
-        """Pause this tube on every server."""
-        return self.pool.pause_tube(self._raw, delay)
-
-    def peek_ready(self) -> "Deferred[Job]":
-        """A ready job of this tube (first server that has one)."""
-        return self.pool.peek_ready(self._raw)
-
-    def peek_delayed(self) -> "Deferred[Job]":
-        """A delayed job of this tube (first server that has one)."""
-        return self.pool.peek_delayed(self._raw)
-
-    def peek_buried(self) -> "Deferred[Job]":
-        """A buried job of this tube (first server that has one)."""
-        return self.pool.peek_buried(self._raw)
+        return self.client.put(body, priority, delay, ttr, self._raw, key=key,
+                               retry_written=retry_written)
 
 
-class PoolTubeSet:
-    """Tubes to reserve from across the pool (``pool.watching("a", "b").reserve()``)."""
-
-    def __init__(self, pool: BeanstalkPool, names: Sequence[TubeName]) -> None:
-        if not names:
-            raise InvalidArgument("watching() needs at least one tube")
-        self.pool = pool
-        self._raw = tuple(dict.fromkeys(v.tube_name(n) for n in names))
-        self.names = tuple(n.decode("ascii") for n in self._raw)
-
-    def __repr__(self) -> str:
-        return f"<PoolTubeSet {self.names!r}>"
-
-    def reserve(self, timeout: Optional[int] = None) -> "Deferred[Job]":
-        """Reserve a job from these tubes on any server."""
-        return self.pool.reserve(timeout, tubes=self._raw)
-
-
-__all__ = ["BeanstalkPool", "JobId", "NoServerAvailable", "PoolTube", "PoolTubeSet",
-           "ServerInfo"]
+__all__ = ["BeanstalkPool", "JobId", "NoServerAvailable", "PoolTube", "ServerInfo"]
