@@ -72,8 +72,9 @@ def test_put_returns_an_id_that_knows_its_server(cluster, pool):
     assert job_id.server == pool.servers()[0].name
     assert cluster.result(pool.peek(job_id)).body == b"hello"
     assert cluster.result(pool.stats_job(job_id))["tube"] == "mail"
-    with pytest.raises(InvalidArgument):
-        pool.peek(1)  # a bare id: which server?
+    failure_of(cluster, pool.peek(1), InvalidArgument)  # a bare id: which server?
+    cluster.result(pool.delete(job_id))
+    assert totals(cluster, "cmd-delete") == [1, 0, 0]
 
 
 def test_weighted_policy(cluster):
@@ -372,6 +373,8 @@ def test_stats_summed_and_per_server(cluster, pool):
 def test_pool_validation(cluster, pool):
     with pytest.raises(InvalidArgument):
         cluster.pool(connect=False).__class__([])
+    with pytest.raises(InvalidArgument):
+        cluster.pool(on_connect=lambda c, again: None)
     for d in (pool.reserve(-1), pool.reserve(tubes=["bad name"]), pool.put(b"x", tube="bad name"),
               pool.use("")):
         failure_of(cluster, d, InvalidArgument)

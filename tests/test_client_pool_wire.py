@@ -17,7 +17,7 @@ from twisted.trial import unittest
 
 from servers import REFERENCE, start_server
 from test_client_wire import FAST_RETRY, inline, sleep
-from twisted_stalk.client import BeanstalkClient, BeanstalkPool, Worker
+from twisted_stalk.client import BeanstalkClient, BeanstalkPool, Worker, connect
 
 _names = itertools.count()
 
@@ -172,3 +172,26 @@ class PoolWireTests(unittest.TestCase):
         print(f"\nkilled and restarted: {len(everything)} acknowledged jobs, all handled "
               f"({len(handled)} handled in all); changes {[c[1] for c in changes]}")
         assert ("down" in [c[1] for c in changes]) and changes[-1][1] == "up"
+
+    @inline
+    async def test_a_job_given_back_keeps_its_place(self):
+        """What the pool relies on (docs/client.md): a job given back by closing
+        its connection, or released with its priority, is not sent behind the
+        other jobs of its priority (both servers order by priority, then id)."""
+        for s in self.servers:
+            c = BeanstalkClient(f"tcp:127.0.0.1:{s.port}", reactor=reactor, use=self.tube)
+            self.addCleanup(c.close)
+            first, _, _ = await defer.gatherResults([c.put(b"%d" % i, 7) for i in range(3)])
+            for give_back in ("close", "release"):
+                proto = await connect(f"tcp:127.0.0.1:{s.port}", reactor=reactor)
+                job = await proto.reserve(0, watching=[self.tube])
+                assert job.id == first
+                if give_back == "close":
+                    await proto.close()
+                    await sleep(0.05)  # the server notices the close
+                else:
+                    await job.release(7)
+                    await proto.close()
+                assert (await c.tube(self.tube).peek_ready()).id == first, (s.kind, give_back)
+            stats = await c.stats_job(first)
+            assert stats["releases"] == 1 and stats["reserves"] == 2

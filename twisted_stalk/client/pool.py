@@ -283,6 +283,8 @@ class _Race:
                 self._finish(result)
             return
         if isinstance(result, Failure) and not result.check(CancelledError, TimedOut):
+            if result.check(ResponseTimeout):
+                self.pool._suspect(member, f"no answer to a reserve: {result.value}")
             self.pool.log.debug("reserve on {server} failed: {error}", server=member.name,
                                 error=result.getErrorMessage())
         self._check()
@@ -356,6 +358,9 @@ class BeanstalkPool:
                  **settings: Any) -> None:
         if isinstance(endpoints, (str, bytes)) or not endpoints:
             raise InvalidArgument("a pool needs a list of one or more endpoints")
+        if {"on_connect", "on_disconnect", "name"} & set(settings):
+            raise InvalidArgument("the pool sets each server's on_connect, on_disconnect and "
+                                  "name: use on_server_change")
         if reactor is None:
             from twisted.internet import reactor as _reactor
             reactor = _reactor  # type: ignore[assignment]
@@ -714,32 +719,54 @@ class BeanstalkPool:
 
     # ---------------------------------------------------- jobs and servers
 
-    def delete(self, job: Job) -> "Deferred[None]":
-        """Delete a job on its server."""
-        return job.delete()
+    def delete(self, job: Union[Job, JobId]) -> "Deferred[None]":
+        """Delete a job on its server (a :class:`Job`, or a :class:`JobId`)."""
+        if isinstance(job, Job):
+            return job.delete()
+        return self._on_server(job, lambda c, i: c.delete(i))
 
-    def release(self, job: Job, priority: int = DEFAULT_PRIORITY,
+    def release(self, job: Union[Job, JobId], priority: int = DEFAULT_PRIORITY,
                 delay: int = 0) -> "Deferred[None]":
-        """Release a job on its server."""
-        return job.release(priority, delay)
+        """Release a job this pool reserved, on its server."""
+        if isinstance(job, Job):
+            return job.release(priority, delay)
+        return self._on_server(job, lambda c, i: c.release(i, priority, delay))
 
-    def bury(self, job: Job, priority: int = DEFAULT_PRIORITY) -> "Deferred[None]":
-        """Bury a job on its server."""
-        return job.bury(priority)
+    def bury(self, job: Union[Job, JobId], priority: int = DEFAULT_PRIORITY) -> "Deferred[None]":
+        """Bury a job this pool reserved, on its server."""
+        if isinstance(job, Job):
+            return job.bury(priority)
+        return self._on_server(job, lambda c, i: c.bury(i, priority))
 
-    def touch(self, job: Job) -> "Deferred[None]":
-        """Touch a job on its server."""
-        return job.touch()
+    def touch(self, job: Union[Job, JobId]) -> "Deferred[None]":
+        """Touch a job this pool reserved, on its server."""
+        if isinstance(job, Job):
+            return job.touch()
+        return self._on_server(job, lambda c, i: c.touch(i))
+
+    def kick_job(self, job: Union[Job, JobId]) -> "Deferred[None]":
+        """Kick a buried or delayed job on its server."""
+        if isinstance(job, Job):
+            return job.kick()
+        return self._on_server(job, lambda c, i: c.kick_job(i))
+
+    def _on_server(self, job_id: Any, call: Callable[[BeanstalkClient, int], Deferred]
+                   ) -> Deferred:
+        try:
+            client = self._client_of(job_id)
+        except InvalidArgument as e:
+            return fail(e)
+        return call(client, int(job_id))
 
     def stats_job(self, job: Union[Job, JobId]) -> "Deferred[Dict[str, Any]]":
         """A job's statistics, from its server (a :class:`Job` or a :class:`JobId`)."""
         if isinstance(job, Job):
             return job.stats()
-        return self._client_of(job).stats_job(int(job))
+        return self._on_server(job, lambda c, i: c.stats_job(i))
 
     def peek(self, job_id: JobId) -> "Deferred[Job]":
         """The job with this :class:`JobId`, from its server."""
-        return self._client_of(job_id).peek(int(job_id))
+        return self._on_server(job_id, lambda c, i: c.peek(i))
 
     def _client_of(self, job_id: Any) -> BeanstalkClient:
         server = getattr(job_id, "server", None)
