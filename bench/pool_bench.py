@@ -113,7 +113,7 @@ async def pickup(reactor, ports: List[int], concurrency: int, samples: int,
     busy = [BeanstalkClient(f"tcp:127.0.0.1:{p}", reactor=reactor) for p in ports[:-1]]
     idle = BeanstalkClient(f"tcp:127.0.0.1:{ports[-1]}", reactor=reactor)
     for c in busy:  # a backlog the worker cannot finish during the run
-        for _ in range(20):
+        for _ in range(40):
             await defer.gatherResults([c.put(BODY, 1024, 0, 60, tube) for _ in range(1000)])
     put_at = {}
     waits: List[float] = []

@@ -16,8 +16,10 @@ order and stops at the first that stores the job.  Three are provided:
 
 A policy is any object with ``order(names, usable, key)``: ``names`` are all
 the pool's servers (endpoint strings, in the pool's order), ``usable`` the
-indices of those up and answering, ``key`` the put's key (or None); it returns
-indices of ``usable`` in the order to try.
+indices of those up and answering (never empty), ``key`` the put's key (or
+None); it returns indices of ``usable`` in the order to try.  It may also have
+``first(names, usable, key)``, the same as ``order(...)[0]`` but cheaper: the
+pool asks for the rest of the order only when the first server refuses.
 """
 from __future__ import annotations
 
@@ -51,6 +53,13 @@ class RoundRobin:
         start = self._next % len(usable)
         self._next = start + 1
         return list(usable[start:]) + list(usable[:start])
+
+    def first(self, names: Sequence[str], usable: Sequence[int],
+              key: Optional[Any] = None) -> int:
+        """``order(...)[0]`` without building the list (the pool's usual case)."""
+        start = self._next % len(usable)
+        self._next = start + 1
+        return usable[start]
 
 
 class Weighted:

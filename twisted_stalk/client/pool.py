@@ -550,9 +550,13 @@ class BeanstalkPool:
         written = self.retry_written if retry_written is None else retry_written
         if self._started:
             # The usual case, without a coroutine: the first usable server.
-            order = self._put_order(key, ())
-            if order:
-                member = self._members[order[0]]
+            usable = self._usable()
+            if usable:
+                policy = self._by_key if key is not None else self.policy
+                first = getattr(policy, "first", None)
+                index = (first(self._names, usable, key) if first is not None
+                         else policy.order(self._names, usable, key)[0])
+                member = self._members[index]
                 client = member.client
                 d = client._main.proto.put(  # type: ignore[union-attr]
                     body, priority, delay, ttr, client._use if tube is None else tube)
@@ -582,6 +586,8 @@ class BeanstalkPool:
 
     def _put_order(self, key: Optional[Any], tried: Collection[int]) -> List[int]:
         usable = [i for i in self._usable() if i not in tried]
+        if not usable:
+            return []
         if key is not None:
             return self._by_key.order(self._names, usable, key)
         return self.policy.order(self._names, usable, None)
