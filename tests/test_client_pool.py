@@ -443,3 +443,27 @@ def test_connect_times_out_when_no_server_answers(cluster):
     failure_of(cluster, d, ConnectTimeout)
     assert not [c for c in cluster.clock.getDelayedCalls() if c.active()
                 and c.getTime() - cluster.clock.seconds() > 2]
+
+
+def test_a_server_whose_reserve_failed_is_asked_again(cluster, pool):
+    """Its main connection is up, but a new reserve connection is refused:
+    the waiting reserve tries that server again every second."""
+    cluster.servers[2].refusing = True  # refuses new connections only
+    d = pool.reserve()
+    cluster.advance(2.5)
+    assert pool.servers()[2].state == "up" and not fired(d)
+    cluster.servers[2].refusing = False
+    cluster.advance(1)
+    assert cluster.servers[2].stats()["current-waiting"] == 1
+    cluster.result(direct(cluster, 2).put(b"x"))
+    assert cluster.result(d).server == pool.servers()[2].name
+
+
+def test_reserve_timeout_when_every_server_is_down(cluster, pool):
+    for i in range(3):
+        take_down(cluster, i)
+    d = pool.reserve(timeout=2)
+    cluster.advance(1.9)
+    assert not fired(d)
+    cluster.advance(0.2)  # at the deadline, not 2 s (reserve_grace) later
+    failure_of(cluster, d, TimedOut)

@@ -243,6 +243,8 @@ class _Race:
         self.deadline = deadline
         self.tubes = tubes
         self.pending: Dict[_Member, Deferred] = {}
+        #: Servers to wait on again after a failure other than a closed connection.
+        self.retries: Dict[_Member, Any] = {}
         self.done = False
         self.result: Deferred = Deferred(self._cancelled)
         self.timer: Any = None
@@ -253,15 +255,26 @@ class _Race:
         for member in pool._members:
             if member.state == "up":
                 self.add(member)
-        if self.deadline is not None and not self.done:
-            wait = max(0.0, self.deadline - pool.clock.seconds()) + pool.reserve_grace
-            self.timer = pool.clock.callLater(wait, self._finish, None)
+        if self.deadline is not None:
+            self._arm(self.deadline + pool.reserve_grace)
         self._check()
         return self.result
 
+    def _arm(self, at: float) -> None:
+        """Time out at ``at`` (clock time)."""
+        if self.done:
+            return
+        timer, clock = self.timer, self.pool.clock
+        if timer is not None and timer.active():
+            timer.cancel()
+        self.timer = clock.callLater(max(0.0, at - clock.seconds()), self._finish, None)
+
     def add(self, member: _Member) -> None:
         """Wait on ``member`` too (it is up, or just came back)."""
-        if self.done or member in self.pending:
+        retry = self.retries.pop(member, None)
+        if retry is not None and retry.active():
+            retry.cancel()
+        if self.done or member in self.pending or member.state != "up":
             return
         left: Optional[int] = None
         if self.deadline is not None:
@@ -270,6 +283,8 @@ class _Race:
                 return
         d = member.client.reserve(left, self.tubes)
         self.pending[member] = d
+        if self.deadline is not None:  # (if nothing was pending, the timer was at the deadline)
+            self._arm(self.deadline + self.pool.reserve_grace)
         d.addBoth(self._answered, member)
 
     def _answered(self, result: Any, member: _Member) -> None:
@@ -283,10 +298,13 @@ class _Race:
                 self._finish(result)
             return
         if isinstance(result, Failure) and not result.check(CancelledError, TimedOut):
+            pool = self.pool
             if result.check(ResponseTimeout):
-                self.pool._suspect(member, f"no answer to a reserve: {result.value}")
-            self.pool.log.debug("reserve on {server} failed: {error}", server=member.name,
-                                error=result.getErrorMessage())
+                pool._suspect(member, f"no answer to a reserve: {result.value}")
+            pool.log.debug("reserve on {server} failed: {error}", server=member.name,
+                           error=result.getErrorMessage())
+            if not self.done:  # (a server that went down is added back when it is up)
+                self.retries[member] = pool.clock.callLater(1.0, self.add, member)
         self._check()
 
     def _check(self) -> None:
@@ -296,6 +314,8 @@ class _Race:
             return
         if self.pool.clock.seconds() >= self.deadline - 1.0:
             self._finish(None)
+        else:
+            self._arm(self.deadline)
 
     def _finish(self, job: Optional[Job]) -> None:
         if self.done:
@@ -309,9 +329,12 @@ class _Race:
 
     def _stop(self) -> None:
         self.pool._races.discard(self)
-        timer, self.timer = self.timer, None
-        if timer is not None and timer.active():
-            timer.cancel()
+        timers = [self.timer] + list(self.retries.values())
+        self.timer = None
+        self.retries.clear()
+        for timer in timers:
+            if timer is not None and timer.active():
+                timer.cancel()
         pending = list(self.pending.values())
         self.pending.clear()
         for d in pending:  # closes those reserve connections
