@@ -13,6 +13,8 @@ One client process; 100-byte bodies.
 * reserve: ``--jobs`` jobs spread over the servers, then a ``Worker`` with
   ``--concurrency`` loops and a handler that returns at once drains them
   (reserve + delete per job); jobs/s from start to empty.
+* issue cost: CPU µs to issue one put (no network: in-memory servers of
+  ``twisted_stalk.testing``, warm, garbage collection off), pool and client;
 * pick-up: every server but the last holds a backlog the worker is
   draining (so every worker loop is busy); every 20 ms a job is put on the
   last, idle server by another client; its pick-up latency is the time from
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import os
 import shutil
 import signal
@@ -68,6 +71,29 @@ def start(kind: str) -> "tuple[subprocess.Popen, int]":
             proc.kill()
             raise RuntimeError(f"{kind} did not start")
         time.sleep(0.02)
+
+
+def issue_cost(n: int = 20000, repeat: int = 3) -> "tuple[float, float]":
+    """CPU µs to issue one put through a pool of 3 in-memory servers, and
+    through a plain client of one (best of ``repeat``)."""
+    from twisted_stalk.testing import MemoryCluster
+    cluster = MemoryCluster(3)
+    pool, client = cluster.pool(), cluster.servers[0].client()
+
+    def once(put) -> float:
+        gc.disable()
+        try:
+            t0 = time.process_time()
+            for _ in range(n):
+                put(BODY, 1024, 0, 60)
+            cost = (time.process_time() - t0) / n * 1e6
+        finally:
+            gc.enable()
+        cluster.flush()
+        return cost
+    costs = [(once(pool.put), once(client.put)) for _ in range(repeat)]
+    cluster.close()
+    return min(c[0] for c in costs), min(c[1] for c in costs)
 
 
 def load() -> str:
@@ -151,6 +177,8 @@ async def measure(label: str, unit: str, rounds: int, run) -> None:
 
 
 async def main(reactor, args) -> None:
+    pooled, plain = issue_cost()
+    print(f"issuing a put, no network: pool {pooled:.2f} µs, client {plain:.2f} µs")
     procs = [start(args.kind) for _ in range(3)]
     ports = [p for _, p in procs]
     print(f"{args.kind} x3, load {load()}, {args.puts} puts/round, window {args.window}, "
