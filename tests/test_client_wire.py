@@ -104,6 +104,19 @@ class _Suite:
         assert isinstance(server["pid"], int) and isinstance(server["version"], str)
 
     @inline
+    async def test_stats_are_typed_by_key(self):
+        """beanstalkd 1.12 prints names bare: a tube named like a number stays a str."""
+        c = self.client
+        name = "%d%d" % (os.getpid(), next(_names))
+        job_id = await c.tube(name).put(b"x")
+        assert (await c.stats_tube(name))["name"] == name
+        assert (await c.stats_job(job_id))["tube"] == name
+        server = await c.stats()
+        assert isinstance(server["id"], str) and isinstance(server["hostname"], str)
+        assert isinstance(server["version"], str) and server["draining"] is False
+        await c.delete(job_id)
+
+    @inline
     async def test_errors(self):
         c = self.client
         try:

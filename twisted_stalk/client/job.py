@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_client_protocol,tests.test_client_reserve -*-
 """Reserved (or peeked) jobs and body codecs."""
 from __future__ import annotations
 
