@@ -288,7 +288,9 @@ def test_worker_with_concurrency_4_never_holds_more_than_4(cluster, pool):
         peak.append(sum(totals(cluster, "current-jobs-reserved")))
     assert worker.stats.deleted == 30 and max(peak) <= 4 and 4 in peak
     assert [s.reserved for s in pool.servers()] == [10, 10, 10]
+    assert totals(cluster, "current-waiting") == [4, 4, 4]  # every loop waits on every server
     cluster.result(worker.stop())
+    assert totals(cluster, "current-waiting") == [0, 0, 0]
 
 
 # ------------------------------------------------------------------ failures

@@ -450,9 +450,10 @@ class BeanstalkPool:
             self._health.start(self._health_interval, now=False)
 
     def connect(self) -> "Deferred[BeanstalkPool]":
-        """Start; fire with the pool once every server is up or failed a
-        first attempt, and at least one is up (:class:`ConnectTimeout` after
-        ``connect_timeout``)."""
+        """Start; fire with the pool once at least one server is up and every
+        other one is up too or failed a first attempt (or ``stall_timeout``
+        has passed); :class:`ConnectTimeout` when none is up within
+        ``connect_timeout``."""
         return Deferred.fromCoroutine(self._connect())
 
     async def _connect(self) -> "BeanstalkPool":
@@ -461,16 +462,15 @@ class BeanstalkPool:
         return self
 
     def _settled(self) -> Deferred:
-        """Fires once every server is up or failed a first attempt (or after
-        ``connect_timeout``), so that the first puts spread over all the
+        """Fires once every server is up or failed a first attempt, or after
+        ``stall_timeout`` at most, so that the first puts spread over all the
         servers that answer at once, not the first one up."""
         self.start()
         waiting = [_follow(m.settled) for m in self._members if not m.settled.called]
         if not waiting:
             return succeed(None)
         d = DeferredList(waiting)
-        if self.connect_timeout is not None:
-            d.addTimeout(self.connect_timeout, self.clock)
+        d.addTimeout(self.stall_timeout, self.clock)
         return d.addErrback(lambda f: f.trap(TimeoutError) and None)
 
     def close(self) -> "Deferred[None]":
