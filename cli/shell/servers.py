@@ -133,7 +133,7 @@ def each(out: Output, servers: Sequence[Server], command: List[str],
         try:
             if tube:
                 select_tube(server.conn, tube)
-            reply = server.conn.call(req.wire(), req.name or None)
+            reply = server.conn.command(req.name, *req.args)
         except StalkError as e:
             status = max(status, EXIT_CONNECTION)
             _failed(out, server.name, str(e))
