@@ -39,7 +39,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.python.failure import Failure
 
 from ..protocol.replies import NotFound
-from .errors import ClientClosed, ConnectionLost, ConnectTimeout, TimedOut
+from .errors import ClientClosed, ConnectionLost, ConnectTimeout, InvalidArgument, TimedOut
 from .job import Job
 from .protocol import BeanstalkClientFactory, BeanstalkProtocol
 
@@ -71,7 +71,7 @@ class ReserveConnections:
 
     def __init__(self, client: "BeanstalkClient", limit: int) -> None:
         if limit < 1:
-            raise ValueError("max_reserve_connections must be at least 1")
+            raise InvalidArgument("max_reserve_connections must be at least 1")
         self.client = client
         self.limit = limit
         #: Open connections, oldest first.
