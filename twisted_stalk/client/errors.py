@@ -19,11 +19,12 @@ Hierarchy::
         ├── ResponseTimeout        no reply in time; the connection was dropped
         ├── UnexpectedReply        the reply made no sense; the connection was dropped
         ├── ConnectTimeout         no connection could be made in time
+        ├── NoServerAvailable      no server of a pool could take the call
         └── ClientClosed           the client was closed
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 from ..protocol.replies import (
     ERRORS,
@@ -106,6 +107,17 @@ class ClientClosed(BeanstalkConnectionError):
     """The client (or the connection) was closed by its owner."""
 
 
+class NoServerAvailable(BeanstalkConnectionError):
+    """No server of the pool could take the call.
+
+    :ivar errors: why each server tried failed, by name.
+    """
+
+    def __init__(self, message: str, errors: Optional[Dict[str, BaseException]] = None) -> None:
+        super().__init__(message)
+        self.errors: Dict[str, BaseException] = dict(errors or {})
+
+
 def connection_lost(reason: Optional[str] = None) -> ConnectionLost:
     return ConnectionLost(reason or "connection lost")
 
@@ -116,5 +128,5 @@ __all__ = [
     "InternalError", "NotIgnored", "InvalidArgument", "JobLost", "JobExpired",
     "BeanstalkConnectionError",
     "ConnectionLost", "ResponseTimeout", "UnexpectedReply", "ConnectTimeout", "ClientClosed",
-    "ERRORS",
+    "NoServerAvailable", "ERRORS",
 ]

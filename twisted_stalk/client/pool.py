@@ -34,7 +34,6 @@ with backoff and replaying ``use``/``watch``) and offers the client's calls:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import (
     Any,
     Callable,
@@ -66,6 +65,7 @@ from .aggregate import PoolStats
 from .client import BeanstalkClient, Tube, TubeSet
 from .errors import (
     BeanstalkConnectionError,
+    NoServerAvailable,
     BeanstalkError,
     ClientClosed,
     ConnectTimeout,
@@ -77,272 +77,13 @@ from .errors import (
     TimedOut,
 )
 from .job import DEFAULT_PRIORITY, DEFAULT_TTR, Job
+from .members import JobId, PoolServer, ServerInfo, follow
 from .policy import KeyHash, Policy, RoundRobin
 from .protocol import MAX_RESERVE_TIMEOUT
+from .race import Race
 
 TubeName = Union[str, bytes]
 Endpoint = Union[str, IStreamClientEndpoint]
-
-
-def _follow(d: Deferred) -> Deferred:
-    """A Deferred that fires (with None) when ``d`` does; cancelling it leaves ``d`` alone."""
-    out: Deferred = Deferred()
-
-    def fire(result: Any) -> Any:
-        if not out.called:
-            out.callback(None)
-        return result
-    d.addBoth(fire)
-    return out
-
-
-class NoServerAvailable(BeanstalkConnectionError):
-    """No server of the pool could take the call.
-
-    :ivar errors: why each server tried failed, by name.
-    """
-
-    def __init__(self, message: str, errors: Optional[Dict[str, BaseException]] = None) -> None:
-        super().__init__(message)
-        self.errors: Dict[str, BaseException] = dict(errors or {})
-
-
-class JobId(int):
-    """A job id (an int) that remembers its server: ids are per server.
-
-    :ivar server: the name of the server that stored the job.
-    """
-
-    server: str
-
-    def __new__(cls, value: int, server: str) -> "JobId":
-        self = super().__new__(cls, value)
-        self.server = server
-        return self
-
-    def __repr__(self) -> str:
-        return f"JobId({int(self)}, {self.server!r})"
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """One server as the pool sees it (:meth:`BeanstalkPool.servers`).
-
-    ``state`` is ``"connecting"`` (not connected yet), ``"up"`` or
-    ``"down"``; ``since`` the clock time of the last change; ``downs`` how
-    many times it went down; ``puts`` and ``reserved`` count this pool's jobs
-    there; ``stalled`` is true while a command has waited longer than
-    ``stall_timeout`` for its reply (the pool then sends it no puts and no
-    first reserves).  A server is up once it answered on a new connection.
-    """
-
-    name: str
-    state: str
-    since: float
-    last_error: Optional[str] = None
-    downs: int = 0
-    puts: int = 0
-    reserved: int = 0
-    stalled: bool = False
-
-
-class _Member:
-    """One server of the pool: its client and what the pool knows of it."""
-
-    def __init__(self, pool: "BeanstalkPool", index: int, client: BeanstalkClient) -> None:
-        self.pool = pool
-        self.index = index
-        self.client = client
-        self.name = client.name
-        self.state = "connecting"
-        self.since = pool.clock.seconds()
-        self.last_error: Optional[str] = None
-        self.downs = 0
-        self.puts = 0
-        self.reserved = 0
-        #: Fires at the first outcome: up, or a failed attempt to connect.
-        self.settled: Deferred = Deferred()
-        client.on_connect = self._up
-        client.on_disconnect = self._down
-
-    def __repr__(self) -> str:
-        return f"<server {self.name} {self.state}>"
-
-    @property
-    def info(self) -> ServerInfo:
-        return ServerInfo(self.name, self.state, self.since, self.last_error, self.downs,
-                          self.puts, self.reserved,
-                          stalled=self.state == "up" and not self.usable)
-
-    @property
-    def usable(self) -> bool:
-        """Up, and no command waiting longer than the stall timeout."""
-        proto = self.client._main.proto
-        return (self.state == "up" and proto is not None and proto.connected
-                and proto.head_wait < self.pool.stall_timeout)
-
-    def stored(self, job_id: int) -> "JobId":
-        self.puts += 1
-        return JobId(job_id, self.name)
-
-    def start(self) -> None:
-        service = self.client._main.service
-        # (asked before starting: a first attempt may fail at once)
-        service.whenConnected(failAfterFailures=1).addErrback(self._first_failed)
-        self.client.start()
-
-    def _first_failed(self, failure: Failure) -> None:
-        if failure.check(CancelledError):
-            return
-        self.last_error = failure.getErrorMessage()
-        self._settle()
-
-    def _settle(self) -> None:
-        if not self.settled.called:
-            self.settled.callback(None)
-
-    def _up(self, client: BeanstalkClient, reconnected: bool) -> None:
-        # Connected is not answering (a hung server's kernel still accepts
-        # connections): the server is up once it has answered a command.
-        proto = client.protocol
-        if proto is not None:
-            proto.list_tube_used().addCallbacks(self._answered, lambda f: None)
-
-    def _answered(self, _: Any) -> None:
-        proto = self.client.protocol
-        if proto is None or not proto.connected or self.state == "up":
-            return
-        pool = self.pool
-        was, down_since = self.state, self.since
-        self.state, self.since = "up", pool.clock.seconds()
-        self._settle()
-        if was == "down":
-            pool.log.info("beanstalk server {server} is back after {seconds:.1f} s",
-                          server=self.name, seconds=self.since - down_since)
-        pool._member_up(self)
-
-    def _down(self, client: BeanstalkClient, reason: str) -> None:
-        self.last_error = reason
-        if self.state != "up":  # a failed attempt to bring it back
-            self._settle()
-            return
-        pool = self.pool
-        self.state, self.since = "down", pool.clock.seconds()
-        self.downs += 1
-        pool.log.warn("beanstalk server {server} is down: {reason}", server=self.name,
-                      reason=reason)
-        pool._changed(self)
-
-
-class _Race:
-    """One pool reserve waiting on every usable server at once."""
-
-    def __init__(self, pool: "BeanstalkPool", deadline: Optional[float],
-                 tubes: Tuple[bytes, ...]) -> None:
-        self.pool = pool
-        self.deadline = deadline
-        self.tubes = tubes
-        self.pending: Dict[_Member, Deferred] = {}
-        #: Servers to wait on again after a failure other than a closed connection.
-        self.retries: Dict[_Member, Any] = {}
-        self.done = False
-        self.result: Deferred = Deferred(self._cancelled)
-        self.timer: Any = None
-
-    def start(self) -> "Deferred[Job]":
-        pool = self.pool
-        pool._races.add(self)
-        for member in pool._members:
-            if member.state == "up":
-                self.add(member)
-        if self.deadline is not None:
-            self._arm(self.deadline + pool.reserve_grace)
-        self._check()
-        return self.result
-
-    def _arm(self, at: float) -> None:
-        """Time out at ``at`` (clock time)."""
-        if self.done:
-            return
-        timer, clock = self.timer, self.pool.clock
-        if timer is not None and timer.active():
-            timer.cancel()
-        self.timer = clock.callLater(max(0.0, at - clock.seconds()), self._finish, None)
-
-    def add(self, member: _Member) -> None:
-        """Wait on ``member`` too (it is up, or just came back)."""
-        retry = self.retries.pop(member, None)
-        if retry is not None and retry.active():
-            retry.cancel()
-        if self.done or member in self.pending or member.state != "up":
-            return
-        left: Optional[int] = None
-        if self.deadline is not None:
-            left = int(self.deadline - self.pool.clock.seconds())
-            if left < 1:
-                return
-        d = member.client.reserve(left, self.tubes)
-        self.pending[member] = d
-        if self.deadline is not None:  # (if nothing was pending, the timer was at the deadline)
-            self._arm(self.deadline + self.pool.reserve_grace)
-        d.addBoth(self._answered, member)
-
-    def _answered(self, result: Any, member: _Member) -> None:
-        if self.pending.get(member) is not None:
-            del self.pending[member]
-        if isinstance(result, Job):
-            member.reserved += 1
-            if self.done:
-                self.pool._give_back(member, result)
-            else:
-                self._finish(result)
-            return
-        if isinstance(result, Failure) and not result.check(CancelledError, TimedOut):
-            pool = self.pool
-            if result.check(ResponseTimeout):
-                pool._suspect(member, f"no answer to a reserve: {result.value}")
-            pool.log.debug("reserve on {server} failed: {error}", server=member.name,
-                           error=result.getErrorMessage())
-            if not self.done:  # (a server that went down is added back when it is up)
-                self.retries[member] = pool.clock.callLater(1.0, self.add, member)
-        self._check()
-
-    def _check(self) -> None:
-        """Nothing pending: time out when the deadline has passed (else wait
-        for the timer, or for servers to come back)."""
-        if self.done or self.pending or self.deadline is None:
-            return
-        if self.pool.clock.seconds() >= self.deadline - 1.0:
-            self._finish(None)
-        else:
-            self._arm(self.deadline)
-
-    def _finish(self, job: Optional[Job]) -> None:
-        if self.done:
-            return
-        self.done = True
-        self._stop()
-        if job is None:
-            self.result.errback(TimedOut("reserve", b"TIMED_OUT (no server had a job in time)"))
-        else:
-            self.result.callback(job)
-
-    def _stop(self) -> None:
-        self.pool._races.discard(self)
-        timers = [self.timer] + list(self.retries.values())
-        self.timer = None
-        self.retries.clear()
-        for timer in timers:
-            if timer is not None and timer.active():
-                timer.cancel()
-        pending = list(self.pending.values())
-        self.pending.clear()
-        for d in pending:  # closes those reserve connections
-            d.cancel()
-
-    def _cancelled(self, _: Deferred) -> None:
-        self.done = True
-        self._stop()
 
 
 class BeanstalkPool:
@@ -397,14 +138,14 @@ class BeanstalkPool:
         self.retry_written = retry_written
         self.stall_timeout = stall_timeout
         self.on_server_change = on_server_change
-        self._members = [_Member(self, i, BeanstalkClient(e, reactor=reactor, **settings))
+        self._members = [PoolServer(self, i, BeanstalkClient(e, reactor=reactor, **settings))
                          for i, e in enumerate(endpoints)]
         names = [m.name for m in self._members]
         if len(set(names)) != len(names):
             raise InvalidArgument(f"a server is listed twice: {names}")
         self._names = names
         self._rotation = 0
-        self._races: Set[_Race] = set()
+        self._races: Set[Race] = set()
         self._up_waiters: List[Deferred] = []
         self._closed = False
         self._started = False
@@ -466,7 +207,7 @@ class BeanstalkPool:
         ``stall_timeout`` at most, so that the first puts spread over all the
         servers that answer at once, not the first one up."""
         self.start()
-        waiting = [_follow(m.settled) for m in self._members if not m.settled.called]
+        waiting = [follow(m.settled) for m in self._members if not m.settled.called]
         if not waiting:
             return succeed(None)
         d = DeferredList(waiting)
@@ -488,14 +229,14 @@ class BeanstalkPool:
         return DeferredList([m.client.close() for m in self._members],
                             consumeErrors=True).addCallback(lambda _: None)
 
-    def _changed(self, member: _Member) -> None:
+    def _changed(self, member: PoolServer) -> None:
         if self.on_server_change is not None:
             try:
                 self.on_server_change(member.info)
             except Exception:
                 self.log.failure("the on_server_change hook failed")
 
-    def _member_up(self, member: _Member) -> None:
+    def _member_up(self, member: PoolServer) -> None:
         self._changed(member)
         for race in list(self._races):
             race.add(member)
@@ -503,7 +244,7 @@ class BeanstalkPool:
         for d in waiters:
             d.callback(member)
 
-    def _when_any_up(self) -> "Deferred[_Member]":
+    def _when_any_up(self) -> "Deferred[PoolServer]":
         if self._closed:
             return fail(ClientClosed("the pool is closed"))
         self.start()
@@ -530,7 +271,7 @@ class BeanstalkPool:
                     proto.list_tube_used().addErrback(lambda f: None)
 
     def _usable(self) -> List[int]:
-        """Indices of the servers up and answering (``_Member.usable``, inlined:
+        """Indices of the servers up and answering (``PoolServer.usable``, inlined:
         every put asks)."""
         limit = self.stall_timeout
         now: Optional[float] = None
@@ -588,7 +329,7 @@ class BeanstalkPool:
         return Deferred.fromCoroutine(
             self._put(body, priority, delay, ttr, tube, key, written))
 
-    def _put_failed(self, failure: Failure, member: _Member, *put: Any) -> Any:
+    def _put_failed(self, failure: Failure, member: PoolServer, *put: Any) -> Any:
         """The first server did not take the put: go on with the others (see
         :meth:`_put`) when that is allowed, else the error."""
         error = failure.value
@@ -601,7 +342,7 @@ class BeanstalkPool:
                 *put, tried={member.index}, errors={member.name: error}))
         return failure
 
-    def _log_retry(self, member: _Member, error: BaseException) -> None:
+    def _log_retry(self, member: PoolServer, error: BaseException) -> None:
         if isinstance(error, BeanstalkConnectionError):
             self.log.info("put to {server} failed after it was sent ({error}); "
                           "trying another server (the job may now exist twice)",
@@ -688,7 +429,7 @@ class BeanstalkPool:
         """:meth:`reserve` with a timeout (0: ask each server once)."""
         return self.reserve(timeout if timeout is not None else 0, tubes)
 
-    def _rotated(self) -> List[_Member]:
+    def _rotated(self) -> List[PoolServer]:
         members = self._members
         start = self._rotation % len(members)
         self._rotation = start + 1
@@ -717,16 +458,16 @@ class BeanstalkPool:
         if deadline is not None and self.clock.seconds() >= deadline:
             raise TimedOut("reserve", b"TIMED_OUT (no server had a job)")
         # Nothing ready anywhere: wait on every server at once.
-        return await _Race(self, deadline, tubes).start()
+        return await Race(self, deadline, tubes).start()
 
-    def _suspect(self, member: _Member, reason: str) -> None:
+    def _suspect(self, member: PoolServer, reason: str) -> None:
         """``member`` stopped answering: drop its main connection, so that it
         is down until it answers on a new one."""
         proto = member.client.protocol
         if proto is not None and proto.connected:
             proto.drop(f"connection dropped: {reason}")
 
-    def _give_back(self, member: _Member, job: Job) -> None:
+    def _give_back(self, member: PoolServer, job: Job) -> None:
         """A job for a race already over (a safety net: cancelling the other
         waits closes their connections as soon as one answers, so the server
         puts back what it was sending on them): close its connection too, so
