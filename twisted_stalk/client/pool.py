@@ -422,7 +422,7 @@ class BeanstalkPool:
             return fail(e)
         self.start()
         deadline = None if timeout is None else self.clock.seconds() + timeout
-        return Deferred.fromCoroutine(self._reserve(deadline, watching))
+        return self._reserve(self._rotated(), deadline, watching)
 
     def reserve_with_timeout(self, timeout: int,
                              tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
@@ -435,30 +435,37 @@ class BeanstalkPool:
         self._rotation = start + 1
         return members[start:] + members[:start]
 
-    async def _reserve(self, deadline: Optional[float], tubes: Tuple[bytes, ...]) -> Job:
-        # First ask each usable server in turn, starting at the next in rotation.
-        for member in self._rotated():
-            if not member.usable:
-                continue
-            try:
-                job = await member.client.reserve(0, tubes)
-            except TimedOut:
-                continue
-            except (CancelledError, ClientClosed):
-                raise
-            except ResponseTimeout as e:
-                self._suspect(member, f"no answer to reserve-with-timeout 0: {e}")
-                continue
-            except BeanstalkError as e:
-                self.log.debug("reserve on {server} failed: {error}", server=member.name,
-                               error=e)
-                continue
-            member.reserved += 1
-            return job
+    def _reserve(self, order: List[PoolServer], deadline: Optional[float],
+                 tubes: Tuple[bytes, ...]) -> "Deferred[Job]":
+        """Ask the usable servers of ``order`` in turn (``reserve-with-timeout
+        0``); when none has a job, wait on every server at once.  Chained
+        Deferreds rather than a coroutine: this runs once per job."""
+        while order:
+            member = order.pop(0)
+            if member.usable:
+                return member.client.reserve(0, tubes).addCallbacks(
+                    self._polled, self._poll_failed, callbackArgs=(member,),
+                    errbackArgs=(member, order, deadline, tubes))
         if deadline is not None and self.clock.seconds() >= deadline:
-            raise TimedOut("reserve", b"TIMED_OUT (no server had a job)")
+            return fail(TimedOut("reserve", b"TIMED_OUT (no server had a job)"))
         # Nothing ready anywhere: wait on every server at once.
-        return await Race(self, deadline, tubes).start()
+        return Race(self, deadline, tubes).start()
+
+    @staticmethod
+    def _polled(job: Job, member: PoolServer) -> Job:
+        member.reserved += 1
+        return job
+
+    def _poll_failed(self, failure: Failure, member: PoolServer, order: List[PoolServer],
+                     deadline: Optional[float], tubes: Tuple[bytes, ...]) -> Any:
+        if failure.check(CancelledError, ClientClosed) or not failure.check(BeanstalkError):
+            return failure
+        if failure.check(ResponseTimeout):
+            self._suspect(member, f"no answer to reserve-with-timeout 0: {failure.value}")
+        elif not failure.check(TimedOut):
+            self.log.debug("reserve on {server} failed: {error}", server=member.name,
+                           error=failure.getErrorMessage())
+        return self._reserve(order, deadline, tubes)
 
     def _suspect(self, member: PoolServer, reason: str) -> None:
         """``member`` stopped answering: drop its main connection, so that it
