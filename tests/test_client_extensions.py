@@ -19,7 +19,7 @@ from twisted_stalk.client import (
     NotFound,
     UnknownCommand,
 )
-from twisted_stalk.client.client import backoffPolicy
+from twisted.application.internet import backoffPolicy
 from twisted_stalk.protocol.replies import (
     EXTENSION_BY_NAME,
     UnexpectedReply,

@@ -401,7 +401,24 @@ def test_job_methods_go_to_reserving_connection(w):
     job.stats()
     job.bury(7)
     assert w.sent() == b"touch 4\r\nstats-job 4\r\nbury 4 7\r\n"
-    assert job.finished == "buried" and not w.proto.reserved_jobs
+    # not finished until the server says so; the connection no longer counts it
+    assert job.finished is None and job.pending == "buried" and not w.proto.reserved_jobs
+    stats = b"---\nid: 4\ntube: x\nstate: reserved\npri: 9\nttr: 60\n"
+    w.reply(b"TOUCHED\r\nOK %d\r\n%s\r\nBURIED\r\n" % (len(stats), stats))
+    assert job.finished == "buried" and job.pending is None
+    assert (job.tube, job.priority, job.ttr) == ("x", 9, 60)
+
+
+def test_disposal_lost_with_the_connection_is_not_finished(w):
+    """A delete whose reply never came (the server crashed) is not counted
+    as done: the job is lost, not deleted."""
+    r = w.proto.reserve()
+    w.reply(b"RESERVED 4 1\r\na\r\n")
+    job = result(r)
+    d = job.delete()
+    w.lose()
+    error(d, ConnectionLost)
+    assert job.finished is None and job.lost and job.pending is None
 
 
 def test_quit(w):

@@ -166,3 +166,32 @@ def test_unexpected(command, line):
 def test_reply_error_on_success_reply():
     with pytest.raises(ValueError):
         decode_reply("put", b"INSERTED 1").error()
+
+
+# ------------------------------------------- stats typed by key, not by look
+
+# Bodies as beanstalkd 1.12 prints them: strings bare, so they can look like numbers.
+STATS_TUBE_112 = (b"---\nname: 007\ncurrent-jobs-urgent: 0\ncurrent-jobs-ready: 1\n"
+                  b"pause: 0\npause-time-left: 0\n")
+STATS_JOB_112 = (b"---\nid: 5\ntube: 1.5\nstate: ready\npri: 1024\nage: 3\ndelay: 0\n"
+                 b"ttr: 60\ntime-left: 0\nfile: 0\nreserves: 0\n")
+STATS_112 = (b"---\ncurrent-jobs-urgent: 0\npid: 42\nversion: 1.12\nrusage-utime: 0.001000\n"
+             b"rusage-stime: 1\nuptime: 9\ndraining: false\nid: 0042\nhostname: 1234\n"
+             b"os: 5.10\nplatform: true\n")
+
+
+@pytest.mark.parametrize("command, body, expected", [
+    ("stats-tube", STATS_TUBE_112, {"name": "007", "current-jobs-ready": 1, "pause": 0}),
+    ("stats-job", STATS_JOB_112, {"id": 5, "tube": "1.5", "state": "ready", "pri": 1024}),
+    ("stats-job", STATS_JOB_112.replace(b"tube: 1.5", b"tube: true"), {"tube": "true"}),
+    ("stats", STATS_112, {"pid": 42, "version": "1.12", "rusage-utime": 0.001,
+                          "rusage-stime": 1.0, "draining": False, "id": "0042",
+                          "hostname": "1234", "os": "5.10", "platform": "true"}),
+    # 1.13 quotes the same strings: same values
+    ("stats-tube", STATS_TUBE_112.replace(b"007", b'"007"'), {"name": "007"}),
+])
+def test_stats_are_typed_by_key(command, body, expected):
+    reply = decode_reply(command, b"OK %d" % len(body))
+    value = decode_body(command, reply, body)
+    for key, want in expected.items():
+        assert value[key] == want and type(value[key]) is type(want), (key, value[key])

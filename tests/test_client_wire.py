@@ -25,7 +25,7 @@ from twisted_stalk.client import (
     Worker,
     connect,
 )
-from twisted_stalk.client.client import backoffPolicy
+from twisted.application.internet import backoffPolicy
 
 FAST_RETRY = backoffPolicy(initialDelay=0.05, maxDelay=0.2, jitter=lambda: 0.0)
 _names = itertools.count()
@@ -97,10 +97,24 @@ class _Suite:
         except NotFound:
             pass
         assert self.tube in await c.list_tubes()
-        assert await c.list_tube_used() == "default"
+        # what the server says: the per-call tube targets switched the main connection
+        assert await c.list_tube_used() == self.tube and c.used == "default"
         assert await c.list_tubes_watched() == ["default"]
         server = await c.stats()
         assert isinstance(server["pid"], int) and isinstance(server["version"], str)
+
+    @inline
+    async def test_stats_are_typed_by_key(self):
+        """beanstalkd 1.12 prints names bare: a tube named like a number stays a str."""
+        c = self.client
+        name = "%d%d" % (os.getpid(), next(_names))
+        job_id = await c.tube(name).put(b"x")
+        assert (await c.stats_tube(name))["name"] == name
+        assert (await c.stats_job(job_id))["tube"] == name
+        server = await c.stats()
+        assert isinstance(server["id"], str) and isinstance(server["hostname"], str)
+        assert isinstance(server["version"], str) and server["draining"] is False
+        await c.delete(job_id)
 
     @inline
     async def test_errors(self):

@@ -245,3 +245,113 @@ def test_ttr_one_second_job_is_kept(server, client):
     assert worker.stats.deleted == 1 and worker.stats.touched >= 3
     assert server.stats()["job-timeouts"] == 0
     server.result(worker.stop())
+
+
+# ------------------------------------------------------- counts and outcomes
+
+def test_attempts_count_releases_not_ttr_expiries(server, client):
+    """A run that ended because the TTR ran out is not a retry: the attempt
+    number is the job's releases + 1 (it used to be its reserves)."""
+    runs = []
+
+    def handler(job):
+        runs.append(server.clock.seconds())
+        if len(runs) == 1:  # hangs past its TTR (no touching): the server takes it back
+            return Deferred()
+        raise Retry(delay=1)
+    worker = Worker(client, handler, tubes=["jobs"], touch=False, max_retries=1, concurrency=2)
+    worker.start()
+    [job_id] = put_all(server, client, [b"x"], ttr=1)
+    server.advance(5)
+    assert runs == [0, 1, 2]  # the expired run, then max_retries + 1 = 2 counted attempts
+    assert server.stats_job(job_id)["reserves"] == 3
+    assert worker.stats.released == 1 and worker.stats.buried == 1
+    assert server.stats_job(job_id)["state"] == "buried"
+    server.result(worker.stop(timeout=0))
+
+
+def test_deleted_is_counted_when_the_server_confirms(server, client):
+    gates = [Deferred(), Deferred()]
+    worker = Worker(client, lambda job: gates[int(job.body)], tubes=["jobs"], concurrency=2)
+    worker.start()
+    put_all(server, client, [b"0", b"1"])
+    server.flush()
+    job0, job1 = sorted(worker.jobs_in_hand, key=lambda j: j.body)
+    gates[0].callback(None)  # the delete is written, not answered yet
+    assert worker.stats.deleted == 0 and job0.pending == "deleted" and job0.finished is None
+    server.flush()
+    assert worker.stats.deleted == 1 and job0.finished == "deleted"
+    gates[1].callback(None)
+    job1._proto.drop("the server crashed")  # before the reply came
+    server.flush()
+    assert worker.stats.deleted == 1 and worker.stats.lost == 1 and job1.lost
+    server.result(worker.stop())
+
+
+def test_one_handler_per_tube(server, client):
+    seen = []
+    worker = Worker(client, {"mail": lambda job: seen.append(("mail", job.body, job.tube))})
+    worker.register("thumbs", lambda job: seen.append(("thumbs", job.body, job.tube)))
+    assert worker.tubes == ("mail", "thumbs")
+    worker.start()
+    put_all(server, client, [b"m1"], tube="mail")
+    put_all(server, client, [b"t1"], tube="thumbs")
+    put_all(server, client, [b"m2"], tube="mail")
+    server.flush()
+    assert sorted(seen) == [("mail", b"m1", "mail"), ("mail", b"m2", "mail"),
+                            ("thumbs", b"t1", "thumbs")]
+    assert worker.stats.deleted == 3
+    server.result(worker.stop())
+
+
+def test_single_tube_reserve_knows_the_tube(server, client):
+    put_all(server, client, [b"x"], tube="mail")
+    job = server.result(client.watching("mail").reserve(timeout=0))
+    assert job.tube == "mail" and job.priority is None and job.ttr is None
+    server.result(job.stats())
+    assert (job.tube, job.priority, job.ttr) == ("mail", 2**31, 120)
+
+
+def test_handler_timeout_cancels_and_retries(server, client):
+    from twisted_stalk.client import HandlerTimeout
+    cancelled = []
+    retried = []
+
+    def handler(job):
+        return Deferred(lambda d: cancelled.append(job.id))  # hangs
+    worker = Worker(client, handler, tubes=["jobs"], handler_timeout=5,
+                    retry_delay=lambda attempt: 60,
+                    on_retry=lambda job, error, delay: retried.append((job.id, error, delay)))
+    worker.start()
+    [job_id] = put_all(server, client, [b"x"], ttr=2)
+    server.advance(4.9, step=0.5)
+    assert not cancelled and worker.stats.touched >= 1  # touched meanwhile
+    server.advance(0.2)
+    assert cancelled == [job_id] and worker.stats.timeouts == 1
+    assert worker.stats.released == 1
+    [(rid, error, delay)] = retried
+    assert rid == job_id and isinstance(error, HandlerTimeout) and delay == 60
+    assert server.stats_job(job_id)["state"] == "delayed"
+    server.result(worker.stop())
+
+
+def test_bury_and_lost_hooks(server, client):
+    buried, lost = [], []
+    gate = Deferred()
+
+    def handler(job):
+        if job.body == b"bad":
+            raise ValueError("no")
+        return gate
+    worker = Worker(client, handler, tubes=["jobs"], concurrency=2,
+                    on_bury=lambda job, error: buried.append((job.body, type(error))),
+                    on_lost=lambda job, why: lost.append((job.body, why)))
+    worker.start()
+    put_all(server, client, [b"bad", b"slow"])
+    server.flush()
+    assert buried == [(b"bad", ValueError)]
+    server.drop_connections()
+    gate.callback(None)
+    server.flush()
+    assert [body for body, _ in lost] == [b"slow"] and lost[0][1]
+    server.result(worker.stop())

@@ -20,9 +20,17 @@ Call :meth:`MemoryBeanstalk.flush` after issuing calls (Deferreds fire during
 it) and :meth:`MemoryBeanstalk.advance` to let time pass.
 :meth:`MemoryBeanstalk.result` flushes and returns a Deferred's result (or
 raises its error).
+
+:class:`MemoryCluster` is several such servers on one clock, for code that
+uses a :class:`~twisted_stalk.client.BeanstalkPool`::
+
+    cluster = MemoryCluster(3)
+    pool = cluster.pool()
+    job_id = cluster.result(pool.put(b"hello"))   # a JobId: job_id.server
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Dict, List, Optional, Tuple
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -34,13 +42,15 @@ from twisted.test.iosim import FakeAddress, FakeTransport, IOPump
 from twisted.test.iosim import connect as _iosim_connect
 from zope.interface import implementer
 
-from .client import BeanstalkClient, BeanstalkClientFactory, BeanstalkProtocol
+from .client import BeanstalkClient, BeanstalkClientFactory, BeanstalkPool, BeanstalkProtocol
 from .core.outcomes import NOT_FOUND
 from .protocol.constants import DEFAULT_MAX_JOB_SIZE
 from .protocol.yaml import StatValue, as_dict
 from .server import BeanstalkServerFactory
 
-__all__ = ["MemoryBeanstalk", "MemoryEndpoint"]
+__all__ = ["MemoryBeanstalk", "MemoryCluster", "MemoryEndpoint"]
+
+_names = itertools.count(1)
 
 
 @implementer(IStreamClientEndpoint)
@@ -51,10 +61,28 @@ class MemoryEndpoint:
         self.server = server
 
     def __repr__(self) -> str:
-        return "<MemoryEndpoint>"
+        return f"<MemoryEndpoint {self.server.name}>"
 
     def connect(self, protocolFactory: IProtocolFactory) -> Deferred:
         return self.server._connect(protocolFactory)
+
+
+def _advance(clock: Clock, flush: Any, seconds: float, step: Optional[float]) -> None:
+    """Move ``clock`` ``seconds`` on, stopping at every timer due in that span
+    (and every ``step`` seconds if given) to ``flush()``."""
+    flush()
+    end = clock.seconds() + seconds
+    while True:
+        now = clock.seconds()
+        due = [c.getTime() for c in clock.getDelayedCalls()
+               if c.active() and c.getTime() <= end]
+        if not due and now >= end - 1e-9:
+            return
+        target = min(due) if due else end
+        if step is not None:
+            target = min(target, now + step)
+        clock.advance(max(0.0, target - now))
+        flush()
 
 
 class MemoryBeanstalk:
@@ -62,10 +90,12 @@ class MemoryBeanstalk:
 
     :param clock: the clock for the server and its clients (a new one by default).
     :param max_job_size: the server's ``-z``.
+    :param name: how clients name it (default ``memory1``, ``memory2`` ...).
     """
 
     def __init__(self, clock: Optional[Clock] = None,
-                 max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> None:
+                 max_job_size: int = DEFAULT_MAX_JOB_SIZE, name: Optional[str] = None) -> None:
+        self.name = name or f"memory{next(_names)}"
         self.clock = clock if clock is not None else Clock()
         self.factory = BeanstalkServerFactory(self.clock, max_job_size=max_job_size)
         self._pumps: List[IOPump] = []
@@ -133,33 +163,24 @@ class MemoryBeanstalk:
         """Move bytes between clients and server (running zero-delay calls)
         until nothing moves."""
         for _ in range(100000):
-            moved = False
-            for pump in list(self._pumps):
-                if pump.pump():
-                    moved = True
-                elif pump.clientIO.disconnected and pump.serverIO.disconnected:
-                    self._pumps.remove(pump)
-            if not moved:
+            if not self._pump():
                 return
         raise RuntimeError("flush() did not settle: something keeps writing")
+
+    def _pump(self) -> bool:
+        """Move bytes once on every connection; True if any moved."""
+        moved = False
+        for pump in list(self._pumps):
+            if pump.pump():
+                moved = True
+            elif pump.clientIO.disconnected and pump.serverIO.disconnected:
+                self._pumps.remove(pump)
+        return moved
 
     def advance(self, seconds: float, step: Optional[float] = None) -> None:
         """Let ``seconds`` pass on the clock, stopping at every timer due in
         that span (and every ``step`` seconds if given) to flush."""
-        self.flush()
-        clock = self.clock
-        end = clock.seconds() + seconds
-        while True:
-            now = clock.seconds()
-            due = [c.getTime() for c in clock.getDelayedCalls()
-                   if c.active() and c.getTime() <= end]
-            if not due and now >= end - 1e-9:
-                return
-            target = min(due) if due else end
-            if step is not None:
-                target = min(target, now + step)
-            clock.advance(max(0.0, target - now))
-            self.flush()
+        _advance(self.clock, self.flush, seconds, step)
 
     def result(self, d: Deferred) -> Any:
         """Flush, then return ``d``'s result or raise its error
@@ -198,4 +219,58 @@ class MemoryBeanstalk:
         """Close every client made by :meth:`client` and flush."""
         for client in self.clients:
             client.close()
+        self.flush()
+
+
+class MemoryCluster:
+    """``count`` :class:`MemoryBeanstalk` servers sharing one ``Clock``.
+
+    :ivar servers: the servers (``servers[i].refusing = True`` and
+        ``servers[i].drop_connections()`` take one down).
+    """
+
+    def __init__(self, count: int = 3, clock: Optional[Clock] = None, **settings: Any) -> None:
+        self.clock = clock if clock is not None else Clock()
+        self.servers = [MemoryBeanstalk(self.clock, **settings) for _ in range(count)]
+        self.pools: List[BeanstalkPool] = []
+
+    def pool(self, *, connect: bool = True, **settings: Any) -> BeanstalkPool:
+        """A :class:`BeanstalkPool` of these servers (connected to all of them
+        unless ``connect=False``).  Reconnects default to a fixed 1 s and the
+        health checks to none."""
+        settings.setdefault("retry_policy", lambda attempt: 1.0)
+        settings.setdefault("health_interval", None)
+        pool = BeanstalkPool([s.endpoint() for s in self.servers], reactor=self.clock,
+                             **settings)
+        self.pools.append(pool)
+        if connect:
+            pool.start()
+            self.flush()
+        return pool
+
+    def flush(self) -> None:
+        """Move bytes between every client and server until nothing moves."""
+        for _ in range(100000):
+            moved = False
+            for server in self.servers:
+                moved = server._pump() or moved
+            if not moved:
+                return
+        raise RuntimeError("flush() did not settle: something keeps writing")
+
+    def advance(self, seconds: float, step: Optional[float] = None) -> None:
+        """Let ``seconds`` pass, stopping at every timer (and every ``step``) to flush."""
+        _advance(self.clock, self.flush, seconds, step)
+
+    def result(self, d: Deferred) -> Any:
+        """Flush, then ``d``'s result (or raise its error)."""
+        self.flush()
+        return self.servers[0].result(d)
+
+    def close(self) -> None:
+        """Close the pools made by :meth:`pool`, and every server's clients."""
+        for pool in self.pools:
+            pool.close()
+        for server in self.servers:
+            server.close()
         self.flush()

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-a", "--address", help="server as HOST:PORT (default 127.0.0.1:11300, "
                    "or $STALK_ADDRESS, or the config file)")
     p.add_argument("--url", help="server as tcp:HOST:PORT, unix:PATH or tls:HOST:PORT")
+    p.add_argument("--servers", metavar="A,B,...", help="several servers (HOST:PORT,...): top "
+                   "shows each and the sums; stats and read-only commands run on each")
     p.add_argument("--insecure", action="store_true", help="tls: do not verify the certificate")
     p.add_argument("--cafile", help="tls: CA bundle to verify the server with")
     p.add_argument("--cert", metavar="FILE", help="tls: client certificate (PEM) for servers "
@@ -210,6 +212,13 @@ def _main(argv: List[str]) -> int:
     from .tools import TOOLS
 
     out = Output(fmt, body_only=args.body, color=color)
+    if args.servers:
+        from .servers import run_servers
+        try:
+            return run_servers(args, config, command, out, connect_timeout, reply_timeout)
+        except ToolError as e:
+            sys.stderr.write(f"stalk: {e}\n")
+            return e.status
     if not command:
         if sys.stdin.isatty():
             return interactive(args, config, target, connect_timeout, reply_timeout, defaults)

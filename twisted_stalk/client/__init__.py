@@ -17,7 +17,14 @@ Quick start::
 
 See ``docs/client.md`` for the full guide.
 """
-from .client import DEFAULT_RETRY_POLICY, BeanstalkClient, Tube, TubeSet, connect
+from .client import (
+    DEFAULT_RETRY_POLICY,
+    BeanstalkClient,
+    Tube,
+    TubeSet,
+    backoff_with_jitter,
+    connect,
+)
 from .errors import (
     BadFormat,
     BeanstalkConnectionError,
@@ -31,6 +38,7 @@ from .errors import (
     ExpectedCRLF,
     InternalError,
     InvalidArgument,
+    JobExpired,
     JobLost,
     JobTooBig,
     NotFound,
@@ -49,15 +57,22 @@ from .protocol import (
     BeanstalkClientFactory,
     BeanstalkProtocol,
 )
-from .worker import Retry, Worker, WorkerStats, exponential_backoff
+from .aggregate import PoolStats
+from .policy import KeyHash, RoundRobin, Weighted
+from .pool import BeanstalkPool, JobId, NoServerAvailable, PoolTube, ServerInfo
+from .worker import HandlerTimeout, Retry, Worker, WorkerStats, exponential_backoff
 
 __all__ = [
     "BeanstalkClient", "Tube", "TubeSet", "connect", "DEFAULT_RETRY_POLICY",
+    "BeanstalkPool", "PoolTube", "JobId", "ServerInfo", "PoolStats",
+    "NoServerAvailable", "RoundRobin", "Weighted", "KeyHash",
+    "backoff_with_jitter",
     "BeanstalkProtocol", "BeanstalkClientFactory", "DEFAULT_TIMEOUT", "DEFAULT_RESERVE_GRACE",
     "Job", "Codec", "JSONCodec", "UTF8Codec", "DEFAULT_PRIORITY", "DEFAULT_TTR",
-    "Worker", "WorkerStats", "Retry", "exponential_backoff",
+    "Worker", "WorkerStats", "Retry", "HandlerTimeout", "exponential_backoff",
     "BeanstalkError", "ReplyError", "NotFound", "Buried", "DeadlineSoon", "TimedOut",
     "Draining", "JobTooBig", "ExpectedCRLF", "BadFormat", "UnknownCommand", "OutOfMemory",
-    "InternalError", "NotIgnored", "InvalidArgument", "JobLost", "BeanstalkConnectionError",
+    "InternalError", "NotIgnored", "InvalidArgument", "JobLost", "JobExpired",
+    "BeanstalkConnectionError",
     "ConnectionLost", "ResponseTimeout", "UnexpectedReply", "ConnectTimeout", "ClientClosed",
 ]

@@ -1,13 +1,14 @@
-"""The reconnecting client: one connection for commands, a pool for blocking reserves.
+# -*- test-case-name: tests.test_client_memory,tests.test_client_reserve -*-
+"""The reconnecting client: one connection for commands, more for blocking reserves.
 
 :class:`BeanstalkClient` keeps a *main* connection (a Twisted
 :class:`~twisted.application.internet.ClientService`, so it reconnects with
-backoff) for every command except reserves, and a pool of *reserve*
-connections so that a ``reserve`` waiting for a job never holds up puts or
-stats.  A reserved :class:`~twisted_stalk.client.job.Job` is bound to the pool
-connection that reserved it; that connection is not used for another reserve
-until the job is deleted, released or buried (otherwise its ``delete`` would
-wait behind the new reserve).
+backoff) for every command except reserves, and separate *reserve*
+connections (:class:`~twisted_stalk.client.reserve.ReserveConnections`) so
+that a ``reserve`` waiting for a job never holds up puts or stats.  A reserved
+:class:`~twisted_stalk.client.job.Job` is bound to the connection that
+reserved it; that connection is not used for another reserve until the job is
+deleted, released or buried, or its TTR has certainly run out.
 
 Every connection, on every (re)connect, is brought to the client's default
 state (``use`` tube, ``watch``/``ignore`` list) before any call is sent on it;
@@ -18,11 +19,10 @@ order once connected.  Per-call tube targeting (``client.tube("x").put``,
 """
 from __future__ import annotations
 
-from collections import deque
+import random
 from typing import (
     Any,
     Callable,
-    Deque,
     Dict,
     FrozenSet,
     List,
@@ -33,7 +33,7 @@ from typing import (
     Union,
 )
 
-from twisted.application.internet import ClientService, backoffPolicy
+from twisted.application.internet import ClientService
 from twisted.internet.defer import (
     CancelledError,
     Deferred,
@@ -50,6 +50,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, DEFAULT_TUBE
+from ..protocol.replies import Reply
 from ..protocol.yaml import StatValue
 from . import _validate as v
 from .errors import ClientClosed, ConnectTimeout, InvalidArgument
@@ -61,25 +62,35 @@ from .protocol import (
     BeanstalkClientFactory,
     BeanstalkProtocol,
 )
+from .reserve import ReserveConnections
 
 T = TypeVar("T")
 TubeName = Union[str, bytes]
 Stats = Dict[str, StatValue]
 
-#: Default reconnect policy: 0.1 s, growing 1.5x per failure, at most 10 s, plus jitter.
-DEFAULT_RETRY_POLICY = backoffPolicy(initialDelay=0.1, maxDelay=10.0, factor=1.5,
-                                     jitter=lambda: 0.0)
+def backoff_with_jitter(initial: float = 0.1, factor: float = 1.5, maximum: float = 10.0,
+                        spread: float = 0.5,
+                        rng: Callable[[], float] = random.random) -> Callable[[int], float]:
+    """A reconnect policy: before attempt *n* wait ``initial * factor ** n``
+    seconds, at most ``maximum``, times a random factor between ``1 - spread``
+    and 1, so that clients cut off by one server restart do not all
+    reconnect at the same instant."""
+    def delay(attempt: int) -> float:
+        return min(maximum, initial * factor ** min(attempt, 100)) * (1.0 - spread * rng())
+    return delay
+
+
+#: Default reconnect policy: 0.1 s growing 1.5x per failure up to 10 s, each
+#: delay shortened by a random 0-50 % (jitter).
+DEFAULT_RETRY_POLICY = backoff_with_jitter()
 
 
 class _Link:
-    """One connection managed by a ClientService (the main one or a reserve one)."""
+    """The main connection, managed by a ClientService (reconnects with backoff)."""
 
-    def __init__(self, client: "BeanstalkClient", role: str) -> None:
+    def __init__(self, client: "BeanstalkClient") -> None:
         self.client = client
-        self.role = role
         self.proto: Optional[BeanstalkProtocol] = None
-        #: A reserve (or reserve-job) call is using this link.
-        self.busy = False
         self.factory = BeanstalkClientFactory(
             client.clock, timeout=client.timeout, reserve_grace=client.reserve_grace,
             max_job_size=client.max_job_size, codec=client.codec, client=client)
@@ -102,7 +113,6 @@ class _Link:
 
     def _prepare(self, connected: Any) -> Deferred:
         proto: BeanstalkProtocol = getattr(connected, "_protocol", connected)
-        proto.on_jobs_done = self._jobs_done
         d = self.client._replay(proto)
 
         def ready(_: Any) -> None:
@@ -110,21 +120,13 @@ class _Link:
                 self.proto = proto
                 self.connections += 1
                 proto.when_lost().addCallback(self._lost, proto)
+                self.client._connection_made(self.connections > 1)
         return d.addCallback(ready)
 
     def _lost(self, _: Any, proto: BeanstalkProtocol) -> None:
         if self.proto is proto:
             self.proto = None
-        self.client._pool._wake()
-
-    def _jobs_done(self) -> None:
-        self.client._pool._wake()
-
-    @property
-    def free(self) -> bool:
-        """Usable for a new reserve: none in progress and no job held."""
-        proto = self.proto
-        return not self.busy and (proto is None or not proto._jobs)
+        self.client._connection_lost(proto._closed_reason or "connection closed")
 
     def call(self, fn: Callable[[BeanstalkProtocol], "Deferred[T]"]) -> "Deferred[T]":
         """Run ``fn`` with the connected protocol, now or once connected."""
@@ -155,59 +157,13 @@ class _Link:
         def failed(f: Failure) -> Failure:
             if f.check(TimeoutError):
                 return Failure(ConnectTimeout(
-                    f"no connection to {client.endpoint_description} within "
+                    f"no connection to {client.name} within "
                     f"{client.connect_timeout:g} s"))
             if f.check(CancelledError) and client._closed:
                 return Failure(ClientClosed("the client was closed"))
             return f
         d.addErrback(failed)
         return d.addCallback(fn)
-
-
-class _ReservePool:
-    """Connections for reserves: a free one, a new one, or wait for one."""
-
-    def __init__(self, client: "BeanstalkClient", limit: int) -> None:
-        self.client = client
-        self.limit = limit
-        self.links: List[_Link] = []
-        self.waiters: Deque[Deferred] = deque()
-
-    def acquire(self) -> "Deferred[_Link]":
-        for link in self.links:
-            if link.free:
-                link.busy = True
-                return succeed(link)
-        if len(self.links) < self.limit:
-            link = _Link(self.client, "reserve")
-            self.links.append(link)
-            link.busy = True
-            link.start()
-            return succeed(link)
-        d: Deferred = Deferred(self.waiters.remove)
-        self.waiters.append(d)
-        return d
-
-    def release(self, link: _Link) -> None:
-        link.busy = False
-        self._wake()
-
-    def _wake(self) -> None:
-        while self.waiters:
-            for link in self.links:
-                if link.free:
-                    break
-            else:
-                return
-            link.busy = True
-            self.waiters.popleft().callback(link)
-
-    def link_of(self, job_id: int) -> Optional[BeanstalkProtocol]:
-        for link in self.links:
-            proto = link.proto
-            if proto is not None and job_id in proto._jobs:
-                return proto
-        return None
 
 
 class Tube:
@@ -303,6 +259,12 @@ class BeanstalkClient:
     :param codec: encodes non-bytes bodies, decodes ``Job.value``.
     :param max_reserve_connections: most connections used for reserves at once;
         more concurrent reserves wait for one to be free.
+    :param on_connect: called as ``on_connect(client, reconnected)`` each time
+        the main connection is ready (``reconnected`` False the first time).
+    :param on_disconnect: called as ``on_disconnect(client, reason)`` each
+        time the main connection closes (not after :meth:`close`).
+    :param name: how logs and jobs (:attr:`Job.server`) name the server
+        (default: the endpoint string).
 
     The connections are opened on first use (or by :meth:`connect`); close
     them with :meth:`close`.
@@ -319,7 +281,10 @@ class BeanstalkClient:
                  retry_policy: Optional[Callable[[int], float]] = None,
                  max_job_size: Optional[int] = DEFAULT_MAX_JOB_SIZE,
                  codec: Optional[Codec] = None,
-                 max_reserve_connections: int = 64) -> None:
+                 max_reserve_connections: int = 64,
+                 on_connect: Optional[Callable[["BeanstalkClient", bool], Any]] = None,
+                 on_disconnect: Optional[Callable[["BeanstalkClient", str], Any]] = None,
+                 name: Optional[str] = None) -> None:
         if reactor is None:
             from twisted.internet import reactor as _reactor
             reactor = _reactor  # type: ignore[assignment]
@@ -330,6 +295,10 @@ class BeanstalkClient:
         else:
             self.endpoint_description = repr(endpoint)
             self.endpoint = endpoint
+        #: The server's name in logs, errors and :attr:`Job.server`.
+        self.name: str = name or self.endpoint_description
+        self.on_connect = on_connect
+        self.on_disconnect = on_disconnect
         self.timeout = timeout
         self.reserve_grace = reserve_grace
         self.connect_timeout = connect_timeout
@@ -343,11 +312,11 @@ class BeanstalkClient:
         if not self._watch:
             raise InvalidArgument("watch must name at least one tube")
         self._closed = False
-        self._main = _Link(self, "main")
-        self._pool = _ReservePool(self, max_reserve_connections)
+        self._main = _Link(self)
+        self._reserves = ReserveConnections(self, max_reserve_connections)
 
     def __repr__(self) -> str:
-        return f"<BeanstalkClient {self.endpoint_description}>"
+        return f"<BeanstalkClient {self.name}>"
 
     # ------------------------------------------------------------ lifecycle
 
@@ -386,12 +355,28 @@ class BeanstalkClient:
         """Close every connection.  Pending calls fail with :class:`ClientClosed`;
         reserved jobs go back to the server's ready queue."""
         self._closed = True
-        waiters, self._pool.waiters = self._pool.waiters, deque()
-        for w in waiters:
-            w.errback(ClientClosed("the client was closed"))
-        links = [self._main] + self._pool.links
-        return DeferredList([link.stop() for link in links],
-                            consumeErrors=True).addCallback(lambda _: None)
+        closing = self._reserves.close() + [self._main.stop()]
+        return DeferredList(closing, consumeErrors=True).addCallback(lambda _: None)
+
+    def _connection_made(self, reconnected: bool) -> None:
+        if reconnected:
+            self.log.info("reconnected to {server}", server=self.name)
+        if self.on_connect is not None:
+            self._hook(self.on_connect, self, reconnected)
+
+    def _connection_lost(self, reason: str) -> None:
+        self._reserves._wake()
+        if self._closed:
+            return
+        self.log.info("connection to {server} lost: {reason}", server=self.name, reason=reason)
+        if self.on_disconnect is not None:
+            self._hook(self.on_disconnect, self, reason)
+
+    def _hook(self, hook: Callable[..., Any], *args: Any) -> None:
+        try:
+            hook(*args)
+        except Exception:
+            self.log.failure("the {hook!r} hook failed", hook=hook)
 
     def _replay(self, proto: BeanstalkProtocol) -> Deferred:
         """Bring a fresh connection to the client's default use/watch state."""
@@ -501,11 +486,16 @@ class BeanstalkClient:
                 tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
         """Reserve a job from ``tubes`` (default: the client's watch list).
 
-        Runs on a connection of the reserve pool, so it never delays other
-        calls.  ``timeout`` None waits forever; N sends
-        ``reserve-with-timeout N``.  Errors: :class:`TimedOut`,
-        :class:`DeadlineSoon`.  Cancelling the Deferred while the reserve is
-        in flight closes that pool connection.
+        Runs on a reserve connection, so it never delays other calls.
+        ``timeout`` None waits forever; N sends ``reserve-with-timeout`` and
+        the N seconds also cover waiting for a free reserve connection (all
+        ``max_reserve_connections`` in use): the wait and the reserve end
+        within N seconds with :class:`TimedOut`.  Opening a new reserve
+        connection is bounded by ``connect_timeout`` (:class:`ConnectTimeout`).
+        Cancelling the Deferred while the reserve is in flight closes that
+        reserve connection (the server puts back a job it was just giving).
+        Never :class:`DeadlineSoon`: the client reserves only on connections
+        that hold no job.
         """
         try:
             if timeout is not None:
@@ -520,7 +510,10 @@ class BeanstalkClient:
                     raise InvalidArgument("a reserve must watch at least one tube")
         except InvalidArgument as e:
             return fail(e)
-        return self._on_pool(lambda p: p.reserve(timeout, watching))
+        if timeout is None:
+            return self._on_pool(lambda p, left: p.reserve(None, watching), None)
+        return self._on_pool(lambda p, left: p.reserve(left, watching),
+                             self.clock.seconds() + timeout)
 
     def reserve_with_timeout(self, timeout: int,
                              tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
@@ -529,19 +522,25 @@ class BeanstalkClient:
 
     def reserve_job(self, job_id: int) -> "Deferred[Job]":
         """Reserve the job with this id. Errors: :class:`NotFound`."""
-        return self._on_pool(lambda p: p.reserve_job(job_id))
+        return self._on_pool(lambda p, left: p.reserve_job(job_id), None)
 
-    def _on_pool(self, fn: Callable[[BeanstalkProtocol], "Deferred[Job]"]) -> "Deferred[Job]":
+    def _on_pool(self, fn: Callable[[BeanstalkProtocol, int], "Deferred[Job]"],
+                 deadline: Optional[float]) -> "Deferred[Job]":
+        """Run ``fn(connection, seconds left)`` on a free reserve connection."""
         if self._closed:
             return fail(ClientClosed("the client is closed"))
-        pool = self._pool
+        reserves = self._reserves
 
-        def run(link: _Link) -> "Deferred[Job]":
+        def run(proto: BeanstalkProtocol) -> "Deferred[Job]":
+            left = 0 if deadline is None else max(0, int(deadline - self.clock.seconds()))
+
             def done(result: Any) -> Any:
-                pool.release(link)
+                reserves.release(proto)
+                if isinstance(result, Job):
+                    reserves.reserved(proto, result)
                 return result
-            return link.call(fn).addBoth(done)
-        return pool.acquire().addCallback(run)
+            return fn(proto, left).addBoth(done)
+        return reserves.acquire(deadline).addCallback(run)
 
     def _job_target(self, job_id: Union[int, Job]) -> Tuple[Any, Optional[Job]]:
         if isinstance(job_id, Job):
@@ -554,7 +553,7 @@ class BeanstalkClient:
         jid, obj = self._job_target(job)
         if obj is not None:
             return obj.delete()
-        proto = self._pool.link_of(jid) if isinstance(jid, int) else None
+        proto = self._reserves.holding(jid) if isinstance(jid, int) else None
         if proto is not None:
             return proto.delete(jid)
         return self._main.call(lambda p: p.delete(jid))
@@ -565,7 +564,7 @@ class BeanstalkClient:
         jid, obj = self._job_target(job)
         if obj is not None:
             return obj.release(priority, delay)
-        proto = self._pool.link_of(jid) if isinstance(jid, int) else None
+        proto = self._reserves.holding(jid) if isinstance(jid, int) else None
         if proto is not None:
             return proto.release(jid, priority, delay)
         return self._main.call(lambda p: p.release(jid, priority, delay))
@@ -575,7 +574,7 @@ class BeanstalkClient:
         jid, obj = self._job_target(job)
         if obj is not None:
             return obj.bury(priority)
-        proto = self._pool.link_of(jid) if isinstance(jid, int) else None
+        proto = self._reserves.holding(jid) if isinstance(jid, int) else None
         if proto is not None:
             return proto.bury(jid, priority)
         return self._main.call(lambda p: p.bury(jid, priority))
@@ -585,7 +584,7 @@ class BeanstalkClient:
         jid, obj = self._job_target(job)
         if obj is not None:
             return obj.touch()
-        proto = self._pool.link_of(jid) if isinstance(jid, int) else None
+        proto = self._reserves.holding(jid) if isinstance(jid, int) else None
         if proto is not None:
             return proto.touch(jid)
         return self._main.call(lambda p: p.touch(jid))
@@ -610,16 +609,39 @@ class BeanstalkClient:
         return self._main.call(lambda p: p.list_tubes())
 
     def list_tube_used(self) -> "Deferred[str]":
-        """The client's tube, as the server reports it for the main connection."""
-        return self._main.call(lambda p: p.list_tube_used(self._use))
+        """The tube the server says the main connection uses (the default tube,
+        unless a per-call target such as ``client.tube("x").put`` switched it
+        since; :attr:`used` is the client's default)."""
+        return self._main.call(lambda p: p.list_tube_used())
 
     def list_tubes_watched(self) -> "Deferred[List[str]]":
-        """The client's watch list, as the server reports it for the main connection."""
-        return self._main.call(lambda p: p.list_tubes_watched(tuple(self._watch)))
+        """The tubes the server says the main connection watches (the client's
+        default watch list, replayed on every connection; :attr:`watched`
+        is the client's own idea of it)."""
+        return self._main.call(lambda p: p.list_tubes_watched())
 
     def pause_tube(self, tube: TubeName, delay: int) -> "Deferred[None]":
         """Pause reserves from ``tube`` for ``delay`` seconds. Errors: :class:`NotFound`."""
         return self._main.call(lambda p: p.pause_tube(tube, delay))
+
+    def command(self, name: str, *args: Union[int, str, bytes],
+                body: Optional[bytes] = None) -> "Deferred[Reply]":
+        """Send any command of the table on the main connection and fire with
+        its decoded :class:`~twisted_stalk.protocol.replies.Reply`, error
+        replies included (see :meth:`BeanstalkProtocol.command`)::
+
+            reply = await client.command("stats-tube", "emails")
+            reply.ok, reply.word, reply.value     # True, "OK", {...}
+
+        Reserves and ``quit`` are refused (:class:`InvalidArgument`): use
+        :meth:`reserve`, which keeps the main connection free.  A ``use``,
+        ``watch`` or ``ignore`` sent this way changes the main connection
+        only, not the client's defaults.
+        """
+        if name in ("reserve", "reserve-with-timeout", "reserve-job", "quit"):
+            return fail(InvalidArgument(f"{name} is not sent with command(): use "
+                                        f"{'close()' if name == 'quit' else 'reserve()'}"))
+        return self._main.call(lambda p: p.command(name, *args, body=body))
 
     # ------------------------------------------- extension verbs (our server)
 

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_client_protocol,tests.test_client_reserve -*-
 """Reserved (or peeked) jobs and body codecs."""
 from __future__ import annotations
 
@@ -6,9 +7,17 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 from typing import Protocol as _TypingProtocol
 
 from twisted.internet.defer import Deferred, fail
+from twisted.python.failure import Failure
 
 from ..protocol.yaml import StatValue
-from .errors import JobLost
+from .errors import (
+    BeanstalkConnectionError,
+    BeanstalkError,
+    InvalidArgument,
+    JobExpired,
+    JobLost,
+    NotFound,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import BeanstalkClient
@@ -58,26 +67,44 @@ class Job:
     connection may ``delete``, ``release``, ``bury`` or ``touch`` it while it is
     reserved, and the job methods send the command there.  If that connection
     closes, the server puts the job back in the ready queue and the job is
-    marked :attr:`lost`; its methods then fail with :class:`JobLost`.
+    marked :attr:`lost`; its methods then fail with :class:`JobLost`.  If its
+    TTR runs out, the server takes it back too: its methods then fail with
+    :class:`JobExpired` (a :class:`JobLost` and a :class:`NotFound`).
 
-    :ivar id: the job id.
+    :ivar id: the job id (ids are per server).
     :ivar body: the body, bytes.
     :ivar reserved: True if this job was reserved (not just peeked).
+    :ivar finished: ``"deleted"``, ``"released"`` or ``"buried"`` once the
+        server confirmed that this client disposed of the job.
+    :ivar pending: the disposal sent and not yet confirmed (same words), or None.
+    :ivar tube: the job's tube when the client knows it (the reserve watched
+        one tube only, or :meth:`stats` was read), else None.
+    :ivar priority: the priority when known (from :meth:`stats`), else None.
+    :ivar ttr: the time to run in seconds when known (from :meth:`stats`), else None.
     """
 
-    __slots__ = ("id", "body", "reserved", "finished", "_lost", "_proto", "_client", "_codec",
+    __slots__ = ("id", "body", "reserved", "finished", "pending", "tube", "priority", "ttr",
+                 "_lost", "_expired", "_granted_at", "_proto", "_client", "_codec",
                  "stats_cache")
 
     def __init__(self, id: int, body: bytes, *, reserved: bool = False,
                  proto: "Optional[BeanstalkProtocol]" = None,
                  client: "Optional[BeanstalkClient]" = None,
-                 codec: Optional[Codec] = None) -> None:
+                 codec: Optional[Codec] = None, tube: Optional[str] = None) -> None:
         self.id = id
         self.body = body
         self.reserved = reserved
-        #: "deleted", "released", "buried" once this client disposed of the job.
         self.finished: Optional[str] = None
+        self.pending: Optional[str] = None
+        self.tube = tube
+        self.priority: Optional[int] = None
+        self.ttr: Optional[int] = None
         self._lost: Optional[str] = None
+        self._expired = False
+        #: When (client clock) the reservation was last granted: the reply to
+        #: reserve or touch.  The server's TTR deadline is no later than this
+        #: plus the TTR.
+        self._granted_at = 0.0
         self._proto = proto
         self._client = client
         self._codec = codec
@@ -85,7 +112,8 @@ class Job:
         self.stats_cache: Optional[Dict[str, StatValue]] = None
 
     def __repr__(self) -> str:
-        state = "lost" if self._lost else self.finished or ("reserved" if self.reserved else "peeked")
+        state = ("expired" if self._expired else "lost" if self._lost
+                 else self.finished or ("reserved" if self.reserved else "peeked"))
         return f"<Job {self.id} {state} {self.body[:40]!r}{'...' if len(self.body) > 40 else ''}>"
 
     @property
@@ -99,16 +127,52 @@ class Job:
         return self.body.decode("utf-8")
 
     @property
+    def server(self) -> Optional[str]:
+        """The server the job lives on (its client's endpoint description)."""
+        return getattr(self._client, "name", None)
+
+    @property
     def lost(self) -> bool:
-        """True once the reserving connection closed with the job still reserved."""
+        """True once the reservation is gone without this client disposing of
+        the job: its connection closed, or its TTR ran out (:attr:`expired`)."""
         return self._lost is not None
+
+    @property
+    def expired(self) -> bool:
+        """True once the client knows the job's TTR ran out while it held it."""
+        return self._expired
+
+    def _learn(self, stats: Dict[str, StatValue]) -> None:
+        """Keep what a ``stats-job`` reply says about the job."""
+        self.stats_cache = stats
+        tube, pri, ttr = stats.get("tube"), stats.get("pri"), stats.get("ttr")
+        if isinstance(tube, str):
+            self.tube = tube
+        if isinstance(pri, int) and not isinstance(pri, bool):
+            self.priority = pri
+        if isinstance(ttr, int) and not isinstance(ttr, bool):
+            self.ttr = ttr
 
     def _mark_lost(self, reason: str) -> None:
         if self.finished is None and self._lost is None:
             self._lost = reason
 
+    def _expire(self, reason: str) -> bool:
+        """The reservation certainly ended (TTR): forget the job on its
+        connection; False if it was disposed of or lost already."""
+        if self.finished is not None or self.pending is not None or self._lost is not None:
+            return False
+        self._lost = reason
+        self._expired = True
+        proto = self._proto
+        if proto is not None and proto._jobs.get(self.id) is self:
+            del proto._jobs[self.id]
+        return True
+
     def _bound(self) -> "BeanstalkProtocol":
         proto = self._proto
+        if self._expired:
+            raise JobExpired(self.id, self._lost or "")
         if self._lost is not None or proto is None or not proto.connected:
             raise JobLost(self.id, self._lost or "")
         return proto
@@ -124,13 +188,46 @@ class Job:
         return self._proto  # will fail with ConnectionLost
 
     def _send(self, finish: Optional[str], name: str, *args: Any) -> Deferred:
+        bound = self.reserved and self.finished is None
         try:
-            target = self._bound() if self.reserved and self.finished is None else self._anywhere()
-        except JobLost as e:
+            if bound and self.pending is not None:
+                raise InvalidArgument(f"job {self.id}: {self.pending!r} was already sent")
+            target = self._bound() if bound else self._anywhere()
+        except BeanstalkError as e:
             return fail(e)
-        if finish is not None and self.reserved:
+        d = getattr(target, name)(self.id, *args)
+        if not bound:
+            return d
+        if finish is not None:
+            self.pending = finish
+        return d.addCallbacks(self._confirmed, self._refused, callbackArgs=(finish, name),
+                              errbackArgs=(finish, name))
+
+    def _confirmed(self, result: Any, finish: Optional[str], name: str) -> Any:
+        if finish is not None:
+            self.pending = None
             self.finished = finish
-        return getattr(target, name)(self.id, *args)
+        elif self._proto is not None:  # touch: the TTR restarted
+            self._granted_at = self._proto.clock.seconds()
+        return result
+
+    def _refused(self, failure: Failure, finish: Optional[str], name: str) -> Failure:
+        if finish is not None:
+            self.pending = None
+        if failure.check(NotFound) and not failure.check(JobExpired):
+            # Only the reserving connection may send these; NOT_FOUND means it
+            # no longer holds the job: the TTR ran out and the server took it back.
+            ttr = f" of {self.ttr} s" if self.ttr is not None else ""
+            reason = (f"the server answered NOT_FOUND to {name}: this connection no longer "
+                      f"holds the job, because its TTR{ttr} ran out and the server put it "
+                      "back (another worker may have it now)")
+            if self._lost is None:
+                self._lost = reason
+                self._expired = True
+            return Failure(JobExpired(self.id, reason, name))
+        if failure.check(BeanstalkConnectionError):
+            self._mark_lost(failure.getErrorMessage())
+        return failure
 
     def delete(self) -> "Deferred[None]":
         """Delete the job (on the reserving connection while reserved)."""
@@ -153,7 +250,8 @@ class Job:
         return self._send(None, "kick_job")
 
     def stats(self) -> "Deferred[Dict[str, StatValue]]":
-        """The job's ``stats-job`` dict (also kept in :attr:`stats_cache`)."""
+        """The job's ``stats-job`` dict (also kept in :attr:`stats_cache`, and
+        its tube, priority and TTR in :attr:`tube`, :attr:`priority`, :attr:`ttr`)."""
         try:
             target = self._anywhere()
         except JobLost as e:
@@ -161,6 +259,6 @@ class Job:
         d = target.stats_job(self.id)
 
         def keep(stats: Dict[str, StatValue]) -> Dict[str, StatValue]:
-            self.stats_cache = stats
+            self._learn(stats)
             return stats
         return d.addCallback(keep)

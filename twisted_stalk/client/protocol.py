@@ -58,7 +58,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..protocol.commands import command_format, encode_command
+from ..protocol.commands import command_format, encode_command, validate_command_args
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, DEFAULT_TUBE, U32_MAX
 from ..protocol.flush import PeekDeleteFlush, flush_budgets
 from ..protocol.reader import ReplyReader
@@ -118,12 +118,25 @@ def _none(proto: "BeanstalkProtocol", reply: Reply) -> None:
     return None
 
 
-def _reserved(proto: "BeanstalkProtocol", reply: Reply) -> Job:
-    assert reply.job_id is not None and reply.body is not None
-    job = Job(reply.job_id, reply.body, reserved=True, proto=proto, client=proto.client,
-              codec=proto.codec)
-    proto._jobs[reply.job_id] = job
+def _reserved(proto: "BeanstalkProtocol", reply: Reply, tube: Optional[str] = None) -> Job:
+    job_id = reply.job_id
+    assert job_id is not None and reply.body is not None
+    job = Job(job_id, reply.body, reserved=True, proto=proto, client=proto.client,
+              codec=proto.codec, tube=tube)
+    job._granted_at = proto.clock.seconds()
+    jobs = proto._jobs
+    old = jobs.get(job_id)
+    if old is not None:  # reserved again here: the first reservation's TTR ran out
+        old._expire("its TTR ran out: the server took it back, and this connection "
+                    "reserved it again (as another Job)")
+    jobs[job_id] = job
     return job
+
+
+def _reserved_in(tube: bytes) -> Callable[["BeanstalkProtocol", Reply], Job]:
+    """``_reserved`` for a reserve watching ``tube`` only: the job's tube is known."""
+    name = tube.decode("ascii")
+    return lambda proto, reply: _reserved(proto, reply, name)
 
 
 def _found(proto: "BeanstalkProtocol", reply: Reply) -> Job:
@@ -229,6 +242,15 @@ class BeanstalkProtocol(Protocol):
     def blocked(self) -> bool:
         """True while a reserve is in flight (later commands are held)."""
         return self._blocked
+
+    @property
+    def head_wait(self) -> float:
+        """Seconds the oldest call still waiting for a reply has waited (0 when
+        none is; a blocking reserve does not count)."""
+        inflight = self._inflight
+        if not inflight or inflight[0].blocking:
+            return 0.0
+        return self.clock.seconds() - self._head_since
 
     @property
     def reserved_jobs(self) -> Tuple[Job, ...]:
@@ -551,11 +573,13 @@ class BeanstalkProtocol(Protocol):
             self._reserve_target(watching)
         except InvalidArgument as e:
             return fail(e)
+        watched = self._watching
+        convert = _reserved_in(watched[0]) if len(watched) == 1 else _reserved
         if timeout is None:
-            return self._send("reserve", encode_command("reserve"), _reserved, None,
+            return self._send("reserve", encode_command("reserve"), convert, None,
                               blocking=True)
         return self._send("reserve-with-timeout", encode_command("reserve-with-timeout", timeout),
-                          _reserved, timeout + self.reserve_grace, blocking=True)
+                          convert, timeout + self.reserve_grace, blocking=True)
 
     def reserve_with_timeout(self, timeout: int,
                              watching: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
@@ -884,6 +908,47 @@ class BeanstalkProtocol(Protocol):
             pass
         return flush.total
 
+    # ------------------------------------------------------------ any command
+
+    def command(self, name: str, *args: Union[int, str, bytes],
+                body: Optional[bytes] = None) -> "Deferred[Reply]":
+        """Send any command of the command table (stock or extension verb) with
+        these arguments and fire with its decoded
+        :class:`~twisted_stalk.protocol.replies.Reply`, error replies included
+        (``reply.ok``; ``reply.error()`` is the exception; ``reply.value`` the
+        typed value).  The arguments are checked as the shell checks them
+        (:class:`InvalidArgument`); ``use``/``watch``/``ignore`` keep this
+        connection's tracked state right.  A ``reserve`` sent this way holds
+        later calls until it is answered, and its job is not tracked (no
+        :class:`Job`): dispose of it with ``command("delete", id)`` here.
+        """
+        if not self._ready():
+            return self._closed()
+        if name == "quit":
+            return fail(InvalidArgument("send quit with quit()"))
+        texts = [a.decode("ascii", "replace") if isinstance(a, bytes) else str(a)
+                 for a in args]
+        problem = validate_command_args(name, texts)
+        if problem is None and (body is None) == (name == "put"):
+            problem = "put takes a body" if name == "put" else f"{name} takes no body"
+        if problem is not None:
+            return fail(InvalidArgument(problem))
+        data = encode_command(name, *args, body=body)
+        raw = args[0] if args and isinstance(args[0], bytes) else texts[0].encode() if texts else b""
+        if name == "use":
+            self._using = raw
+        elif name == "watch" and raw not in self._watching:
+            self._watching = self._watching + [raw]
+        elif name == "ignore" and raw in self._watching and len(self._watching) > 1:
+            self._watching = [t for t in self._watching if t != raw]
+        timeout = self.timeout
+        if name == "reserve":
+            timeout = None
+        elif name == "reserve-with-timeout":
+            timeout = int(texts[0]) + self.reserve_grace
+        return self._send(name, data, _reply, timeout,
+                          blocking=name in ("reserve", "reserve-with-timeout"), replies=True)
+
     def quit(self) -> "Deferred[None]":
         """Send ``quit``: pending calls are still answered, then the server closes
         the connection; fires when it has.  Later calls fail with :class:`ClientClosed`."""
@@ -901,9 +966,13 @@ class BeanstalkProtocol(Protocol):
 
 
 class BeanstalkClientFactory(Factory):
-    """Builds :class:`BeanstalkProtocol` connections with shared settings."""
+    """Builds :class:`BeanstalkProtocol` connections with shared settings.
+
+    Quiet: Twisted's "Starting factory" / "Stopping factory" lines would be
+    logged on every (re)connection."""
 
     protocol = BeanstalkProtocol  # type: ignore[assignment]
+    noisy = False
 
     def __init__(self, clock: Optional[IReactorTime] = None, *,
                  timeout: Optional[float] = DEFAULT_TIMEOUT,

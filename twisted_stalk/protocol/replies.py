@@ -429,17 +429,6 @@ def decode_reply(command: Union[str, CommandSpec], line: bytes) -> Reply:
     return parse(name, word, ok, line, parts)
 
 
-
-
-def _stats_id(body: bytes) -> Optional[str]:
-    # The server's instance id is a hex string; parse_mapping would turn an
-    # all-digit one into an int (dropping leading zeros), so read it raw.
-    for raw in body.split(b"\n"):
-        if raw.startswith(b"id: "):
-            return raw[4:].decode("ascii", "replace").strip('"')
-    return None
-
-
 def decode_body(command: Union[str, CommandSpec], reply: Reply,
                 body: Optional[bytes] = None) -> Value:
     """The typed value of a success reply (``reply.ok``) and its data block.
@@ -447,8 +436,10 @@ def decode_body(command: Union[str, CommandSpec], reply: Reply,
     * ``put`` -> job id; ``watch``/``ignore`` -> watch-list size; ``kick`` -> count;
     * ``use``/``list-tube-used`` -> tube name (str);
     * ``reserve*``/``peek*`` -> ``(job id, body bytes)``;
-    * ``stats``/``stats-job``/``stats-tube`` -> dict (ints for numbers, floats
-      for rusage, bools for ``draining``, str otherwise);
+    * ``stats``/``stats-job``/``stats-tube`` -> dict typed by key (names,
+      ``tube``, ``state``, the server ``id``, ``version``, ``hostname``,
+      ``os``, ``platform`` are str even when they look like numbers; rusage
+      floats; ``draining`` a bool; counts ints);
     * ``list-tubes``/``list-tubes-watched`` -> list of tube names;
     * extensions: ``capabilities`` -> list of verb names, ``list-jobs`` ->
       list of job ids (ints), ``flush-tube`` -> number of jobs deleted;
@@ -473,12 +464,7 @@ def decode_body(command: Union[str, CommandSpec], reply: Reply,
             return parse_sequence(data)
         if kind == "ids":
             return [int(i) for i in parse_sequence(data) if i.isdigit()]
-        stats = parse_mapping(data)
-        if name == "stats" and "id" in stats:
-            raw = _stats_id(data)
-            if raw is not None:
-                stats["id"] = raw
-        return stats
+        return parse_mapping(data, name)
     return None
 
 

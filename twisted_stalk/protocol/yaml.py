@@ -9,7 +9,7 @@ The reader accepts both quoted (1.13) and bare (1.12) strings.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Sequence, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 StatValue = Union[int, float, str, bytes, bool]
 #: A stats body as data: ``(key, value)`` pairs in beanstalkd's order.
@@ -80,7 +80,30 @@ def ok_reply(body: bytes) -> bytes:
     return b"OK %d\r\n%s\r\n" % (len(body), body)
 
 
+#: Keys whose values are strings, by command: beanstalkd 1.12 prints them bare,
+#: so ``name: 007`` must not become the int 7.  ``id`` is the server's instance
+#: id in ``stats`` (a string) but the job's id in ``stats-job`` (an int).
+STRING_KEYS: Dict[str, FrozenSet[str]] = {
+    "stats": frozenset({"id", "version", "hostname", "os", "platform"}),
+    "stats-job": frozenset({"tube", "state"}),
+    "stats-tube": frozenset({"name"}),
+}
+#: String keys when the command is not known (every one but the ambiguous ``id``).
+ANY_STRING_KEYS = frozenset({"name", "tube", "state", "version", "hostname", "os", "platform"})
+#: Keys whose values are seconds with a fraction (rusage).
+FLOAT_KEYS = frozenset({"rusage-utime", "rusage-stime"})
+#: Keys whose values are ``true``/``false``.
+BOOL_KEYS = frozenset({"draining"})
+
+
+def _unquoted(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    return text
+
+
 def _scalar(text: str) -> StatValue:
+    """A value of a key this module does not know, typed by its look."""
     if len(text) >= 2 and text[0] == text[-1] == '"':
         return text[1:-1]
     if text.isdigit():
@@ -95,12 +118,36 @@ def _scalar(text: str) -> StatValue:
     return text
 
 
-def parse_mapping(body: bytes) -> Dict[str, StatValue]:
-    """Parse a stats body into a dict: ints for counts, floats for rusage.
+def typed_value(key: str, text: str, strings: FrozenSet[str] = ANY_STRING_KEYS) -> StatValue:
+    """The value of ``key`` typed by the key, not by its look: names, tubes,
+    states, the server id, version, hostname, os and platform are strings
+    (``strings``), rusage floats, ``draining`` a bool, counts ints; only keys
+    this module does not know are typed by their look."""
+    if key in strings:
+        return _unquoted(text)
+    if key in FLOAT_KEYS:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    if key in BOOL_KEYS:
+        return text == "true" if text in ("true", "false") else text
+    if text.isdigit():
+        return int(text)
+    return _scalar(text)
 
-    ``id`` values stay as text when they are hex strings (the server id), and
-    job ids become ints.
+
+def parse_mapping(body: bytes, command: Optional[str] = None) -> Dict[str, StatValue]:
+    """Parse a stats body into a dict, each value typed by its key (see
+    :func:`typed_value`): ints for counts, floats for rusage, a bool for
+    ``draining``, str for names and the other text fields, whether the
+    server quotes them (1.13) or not (1.12).
+
+    ``command`` (``"stats"``, ``"stats-job"``, ``"stats-tube"``) says which
+    keys are strings; ``id`` is a string only in ``stats`` (the server's
+    instance id), so without ``command`` it is typed by its look.
     """
+    strings = STRING_KEYS.get(command or "", ANY_STRING_KEYS)
     result: Dict[str, StatValue] = {}
     for raw in body.decode("utf-8", "replace").splitlines():
         if not raw or raw == "---":
@@ -108,7 +155,7 @@ def parse_mapping(body: bytes) -> Dict[str, StatValue]:
         key, sep, value = raw.partition(": ")
         if not sep:
             key, value = raw.rstrip(":"), ""
-        result[key] = _scalar(value)
+        result[key] = typed_value(key, value, strings)
     return result
 
 
