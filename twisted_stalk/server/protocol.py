@@ -44,8 +44,8 @@ from ..protocol.constants import BAD_FORMAT, MAX_LINE, MAX_LINE_CONTENT, TIMED_O
 from . import _fastio
 from ._fastpath import FastPaths
 from .flow import MAX_BUFFERED_WHILE_WAITING, FlowControl
-from .output import MAX_UNSENT, ReplyOutput
-from .render import LINES, job_reply, render_table
+from .output import FLUSH_EVERY, FLUSH_SIZE, MAX_UNSENT, ReplyOutput
+from .render import LINES, render_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from .factory import BeanstalkServerFactory
@@ -275,31 +275,18 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
             self._buf = rest
 
     def _collect_body(self, data: bytes) -> bytes:
-        """Add a read to a put body that spans reads; once complete, store the
-        put and return what follows it (b"" until then).  Pieces are joined
-        once, so a large body costs time linear in its size."""
+        """Add a read to a put body that spans reads: b"" until the body is
+        complete, then all of it and what followed, joined once (so a large
+        body costs time linear in its size), for the framing loop to take."""
         chunks = self._chunks
         chunks.append(data)
         self._have += len(data)
-        need = self._need
-        if self._have < need:
+        if self._have < self._need:
             return b""
         joined = b"".join(chunks)
         chunks.clear()
         self._have = 0
-        self._mode = _LINE
-        self._reading = True
-        try:
-            self._put_body(joined[:need])
-        finally:
-            self._reading = False
-            if self._out:
-                self._flush()
-        rest = joined[need:]
-        if rest and self._halt:
-            self._buf = rest
-            return b""
-        return rest
+        return joined
 
     def _frame_raw(self, buf: bytes, pos: int, end: int) -> int:
         """Consume input in the non-line modes; return the new position
@@ -413,7 +400,12 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
 
     def _reserve_result(self, outcome: Any) -> None:
         if outcome.__class__ is Job:
-            self._append(job_reply(b"RESERVED", outcome))
+            # _append, inline: pipelined reserves are a hot path.
+            out = self._out
+            body = outcome.body
+            out.append(b"RESERVED %d %d\r\n%s" % (outcome.id, len(body) - 2, body))
+            if len(out) >= FLUSH_EVERY or len(body) > FLUSH_SIZE:
+                self._flush()
         elif outcome is WAITING:
             if self._eof:  # a half-closed client cannot wait
                 self.engine.cancel_wait(self.session)
