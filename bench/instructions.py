@@ -2,7 +2,7 @@
 
 On this shared 2-core machine CPU-time ratios move by +-10-20 % between runs;
 instruction counts do not move at all, so small changes to the hot path can be
-judged here first and confirmed with ../shared/bench/run_compare.sh.  Kernel
+judged here first and confirmed with bench/compare/run_compare.sh.  Kernel
 work (syscalls, TCP) is not counted: the figure is the interpreter's share.
 
     python bench/instructions.py                       # put-seq, mixed-50c, wake-20
@@ -12,8 +12,8 @@ work (syscalls, TCP) is not counted: the figure is the interpreter's share.
 
 The server runs under ``valgrind --tool=callgrind --instr-atstart=no``; after a
 warm-up of 500 jobs instrumentation is switched on for the measured jobs only
-(``callgrind_control -i on/off``).  Needs valgrind and the shared load generator
-(``../shared/bench/bstalk_load``, built by run_compare.sh on first use).
+(``callgrind_control -i on/off``).  Needs valgrind and the load generator
+(``bench/compare/bstalk_load``, built by run_compare.sh on first use).
 """
 from __future__ import annotations
 
@@ -29,11 +29,19 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GEN = os.environ.get("BSTALK_LOAD") or os.path.join(HERE, "..", "..", "shared", "bench",
-                                                   "bstalk_load")
+GEN = os.environ.get("BSTALK_LOAD") or os.path.join(HERE, "compare", "bstalk_load")
 OURS = f"{sys.executable} -m twisted_stalk_cli.stalkd -l 127.0.0.1 -p {{port}}"
-#: name -> (generator mode, connections), as the shared driver's rows.
-SCENARIOS = {"put-seq": ("put", 1), "mixed-50c": ("mixed", 50), "wake-20": ("wait-wake", 20)}
+#: name -> (generator mode, connections, extra generator arguments), as the
+#: side-by-side driver's rows (bench/compare).  The default run takes the three round-trip rows.
+SCENARIOS = {
+    "put-seq": ("put", 1, ()),
+    "mixed-50c": ("mixed", 50, ()),
+    "wake-20": ("wait-wake", 20, ()),
+    "put-pipe": ("put", 50, ("--pipeline", "16")),
+    "prd": ("put-reserve-delete", 10, ("--pipeline", "16")),
+    "mixed-4k": ("mixed", 4, ("--pipeline", "8", "--size", "4096")),
+}
+DEFAULT_SCENARIOS = ("put-seq", "mixed-50c", "wake-20")
 
 
 def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
@@ -50,23 +58,24 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 120.0) ->
 
 
 def load(port: int, mode: str, conns: int, ops: int, *extra: str) -> None:
+    pipeline = () if "--pipeline" in extra else ("--pipeline", "1")
     subprocess.run([GEN, "--addr", f"127.0.0.1:{port}", "--mode", mode, "--conns",
-                    str(conns), "--pipeline", "1", "--ops", str(ops), "--timeout", "600",
+                    str(conns), *pipeline, "--ops", str(ops), "--timeout", "600",
                     "--quiet", *extra], check=True, stdout=subprocess.DEVNULL)
 
 
 def instructions_per_job(server: str, port: int, mode: str, conns: int, ops: int,
-                         keep: str = "") -> float:
+                         keep: str = "", extra=()) -> float:
     outdir = tempfile.mkdtemp(prefix="stalk-ir-")
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
             f"--callgrind-out-file={outdir}/cg.%p"] + shlex.split(server.format(port=port))
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_listening(port, proc)
-        load(port, mode, conns, 500)  # warm-up: imports done, code specialised
+        load(port, mode, conns, 500, *extra)  # warm-up: imports done, code specialised
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
                        stdout=subprocess.DEVNULL)
-        load(port, mode, conns, ops, "--no-cleanup")
+        load(port, mode, conns, ops, "--no-cleanup", *extra)
         for command in (["-i", "off"], ["-d"]):
             subprocess.run(["callgrind_control", *command, str(proc.pid)], check=True,
                            stdout=subprocess.DEVNULL)
@@ -92,7 +101,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", default=OURS, help="command with {port} [ours]")
     parser.add_argument("--port", type=int, default=11419)
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+                        help=f"comma list of {', '.join(SCENARIOS)}")
     parser.add_argument("--mode", help="generator mode instead of --scenarios")
     parser.add_argument("--conns", type=int, default=1)
     parser.add_argument("--ops", type=int, default=3000)
@@ -103,13 +113,13 @@ def main() -> int:
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found (apt-get install -y valgrind)")
     if not os.access(GEN, os.X_OK):
-        raise SystemExit(f"{GEN} not found: run ../shared/bench/run_compare.sh once, "
+        raise SystemExit(f"{GEN} not found: run bench/compare/run_compare.sh once, "
                          "or set BSTALK_LOAD")
-    rows = ([(args.mode, args.mode, args.conns)] if args.mode else
+    rows = ([(args.mode, args.mode, args.conns, ())] if args.mode else
             [(name, *SCENARIOS[name]) for name in args.scenarios.split(",")])
-    for name, mode, conns in rows:
+    for name, mode, conns, extra in rows:
         per_job = instructions_per_job(args.server, args.port, mode, conns, args.ops,
-                                       args.keep)
+                                       args.keep, extra)
         print(f"{name:10s} {per_job:10,.0f} instructions/job (user space, {args.ops} jobs)")
     return 0
 

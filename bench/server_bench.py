@@ -11,7 +11,7 @@ runs each scenario and prints ops/s and latency percentiles per command.
 
 The generator is Python (selectors, pipelined, no per-reply allocation beyond
 parsing), so on pipelined scenarios it may saturate before a fast server does;
-for side-by-side figures against the reference use ../shared/bench/run_compare.sh,
+for side-by-side figures against the reference use bench/compare/run_compare.sh,
 which drives both servers with a C generator.  This script is separate from
 the tests and bounded in time and job count.
 """
