@@ -94,7 +94,10 @@ class BeanstalkServerFactory(Factory):
                 engine.wakeups = []
                 for s, outcome in wakeups:
                     if not s.closed:
-                        s.listener.wake(outcome)
+                        try:
+                            s.listener.wake(outcome)
+                        except Exception:  # one connection's failure is not another's
+                            self.log.failure("delivering a wake-up")
         finally:
             self._delivering = False
         if engine.wake_changed:

@@ -116,9 +116,11 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
     def readConnectionLost(self) -> None:
         """The client half-closed: a waiting reserve times out, then we close."""
         self._eof = True
-        if self.withdraw_wait():
-            self._write(TIMED_OUT)
-        if not self._blocked:
+        if self._blocked:
+            if self.engine.cancel_wait(self.session):
+                self._write(TIMED_OUT)
+                self._unblock()  # runs what the client sent before, then closes
+        else:
             self._close()
         self.factory.after_input()
 
