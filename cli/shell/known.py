@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Sequence
 
 from twisted_stalk.protocol.replies import Reply
 

@@ -300,4 +300,3 @@ def interactive(args, config: Dict[str, str], target, connect_timeout: float,
     if warning:
         shell.warn(warning)
     return shell.run()
-

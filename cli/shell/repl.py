@@ -44,6 +44,7 @@ from .ui import (
 
 Writer = Callable[[Fragments], None]
 
+
 def history_path() -> str:
     return os.path.join(data_home(), "history")
 

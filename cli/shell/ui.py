@@ -44,6 +44,7 @@ ExtensionSource = Callable[[], Collection[str]]
 def _no_extensions() -> Collection[str]:
     return ()
 
+
 STYLE = Style.from_dict({
     "prompt.name": "ansicyan bold",
     "prompt.server": "ansicyan",

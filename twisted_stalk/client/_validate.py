@@ -71,8 +71,6 @@ def body(value: Any, codec: Any, max_job_size: Optional[int]) -> bytes:
     return raw
 
 
-
-
 def job_state(value: Any) -> str:
     """One of :data:`JOB_STATES` (str or bytes), as str."""
     if isinstance(value, bytes):

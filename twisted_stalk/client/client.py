@@ -68,6 +68,7 @@ T = TypeVar("T")
 TubeName = Union[str, bytes]
 Stats = Dict[str, StatValue]
 
+
 def backoff_with_jitter(initial: float = 0.1, factor: float = 1.5, maximum: float = 10.0,
                         spread: float = 0.5,
                         rng: Callable[[], float] = random.random) -> Callable[[int], float]:

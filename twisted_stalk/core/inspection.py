@@ -22,7 +22,6 @@ class Inspection:
 
     __slots__ = ()
 
-
     def job(self, job_id: int):
         """The job with this id, or NOT_FOUND (``peek`` without counting)."""
         return self.jobs.get(job_id) or NOT_FOUND
@@ -123,7 +122,6 @@ class Inspection:
             ("platform", facts.platform),
         ]
         return items  # type: ignore[return-value]
-
 
     # Listings for consoles.
 

@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tube import Tube
 
 
-
 def heap_in_order(heap: list) -> Iterator:
     """The entries of a binary heap in ascending order, without changing it:
     O(log k) per entry taken, so taking the first ``k`` is O(k log k)."""

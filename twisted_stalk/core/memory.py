@@ -676,4 +676,5 @@ class MemoryEngine(Inspection, JobStates):
         else:
             self._make_ready(job)
 
+
 __all__ = ["MemoryEngine", "WakeUp"]

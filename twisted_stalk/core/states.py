@@ -35,7 +35,6 @@ class JobStates:
 
     __slots__ = ()
 
-
     def _make_ready(self, job: Job) -> None:
         t = job.tube
         waiting = t.waiting

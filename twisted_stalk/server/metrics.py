@@ -79,6 +79,7 @@ STATS_METRICS: Dict[str, Tuple[str, str, str]] = {
 }
 INFO_KEYS = ("version", "id", "hostname", "os", "platform", "pid")
 
+
 def escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 

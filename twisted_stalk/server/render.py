@@ -20,6 +20,7 @@ from ..protocol.commands import COMMANDS, EXTENSION_COMMANDS, CommandSpec
 LINES: Dict[Outcome, bytes] = {
     o: o.name.encode("ascii") + b"\r\n" for o in OUTCOMES.values() if o is not WAITING}
 
+
 def job_reply(word: bytes, job: Any) -> bytes:
     """``<word> <id> <bytes>\\r\\n<body>\\r\\n`` (the job's body holds its CRLF)."""
     body = job.body

@@ -23,7 +23,7 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Optional
 
 from twisted.internet.defer import Deferred, ensureDeferred
 
