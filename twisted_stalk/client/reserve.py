@@ -78,6 +78,8 @@ class ReserveConnections:
         self.protos: List[BeanstalkProtocol] = []
         self.busy: Set[BeanstalkProtocol] = set()
         self.opening = 0
+        #: Connections being opened (so that close can wait for them).
+        self._openings: Set[Deferred] = set()
         self.waiters: Deque[_Waiter] = deque()
         self._timer: Optional[IDelayedCall] = None
         self._asking: Set[int] = set()
@@ -170,6 +172,12 @@ class ReserveConnections:
         self.opening += 1
         d = Deferred.fromCoroutine(self._connect())
         d.addBoth(self._opened, waiter)
+        self._openings.add(d)
+        d.addBoth(self._opening_done, d)
+
+    def _opening_done(self, result: Any, d: Deferred) -> Any:
+        self._openings.discard(d)
+        return result
 
     async def _connect(self) -> BeanstalkProtocol:
         client = self.client
@@ -208,8 +216,7 @@ class ReserveConnections:
             return  # (with nobody waiting, the failure is dropped)
         proto: BeanstalkProtocol = result
         if self._closed or self.client._closed:
-            proto.close()
-            return
+            return proto.close()  # (close waits for this)
         proto.on_jobs_done = self._wake
         self.protos.append(proto)
         proto.when_lost().addCallback(self._lost, proto)
@@ -313,7 +320,7 @@ class ReserveConnections:
         for waiter in waiters:
             self._forget(waiter)
             waiter.deferred.errback(ClientClosed("the client was closed"))
-        closing = [proto.close() for proto in self.protos]
+        closing = [proto.close() for proto in self.protos] + list(self._openings)
         self.protos = []
         self.busy.clear()
         return closing

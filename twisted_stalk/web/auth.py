@@ -78,7 +78,13 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def hash_password(password: str, scheme: str = "scrypt") -> str:
+#: Whether this Python has ``hashlib.scrypt`` (PyPy's hashlib does not).
+HAVE_SCRYPT = hasattr(hashlib, "scrypt")
+#: The scheme new passwords get: scrypt where there is one, else PBKDF2.
+DEFAULT_SCHEME = "scrypt" if HAVE_SCRYPT else "pbkdf2-sha256"
+
+
+def hash_password(password: str, scheme: str = DEFAULT_SCHEME) -> str:
     """A salted key for ``password`` in the file's format."""
     salt = os.urandom(16)
     secret = password.encode("utf-8")
@@ -117,6 +123,9 @@ def check_password(password: str, stored: str) -> bool:
     scheme, cost, salt, key = _parse_hash(stored)
     secret = password.encode("utf-8")[:_MAX_PASSWORD * 4]
     if scheme == "scrypt":
+        if not HAVE_SCRYPT:
+            raise ValueError("this Python has no hashlib.scrypt (PyPy): give the user a "
+                             "pbkdf2-sha256 password")
         n, r, p = cost
         got = hashlib.scrypt(secret, salt=salt, n=n, r=r, p=p, maxmem=128 * 1024 * 1024,
                              dklen=len(key))
@@ -259,7 +268,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if command == "add":
             p.add_argument("--password-stdin", action="store_true",
                            help="read the password from the first line of standard input")
-            p.add_argument("--scheme", choices=("scrypt", "pbkdf2-sha256"), default="scrypt")
+            p.add_argument("--scheme", choices=("scrypt", "pbkdf2-sha256"), default=DEFAULT_SCHEME)
     args = parser.parse_args(argv)
     if not valid_name(args.name):
         parser.error("a name is 1-64 letters, digits, '.', '_', '@' or '-'")
