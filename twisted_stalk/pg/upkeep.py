@@ -191,7 +191,9 @@ class Upkeep:
                 if left is None:
                     del s.reserved[job_id]
                 elif not s.closed:
-                    job.deadline_at = now + left
+                    # Still ours past its deadline (a row lock made the sweep
+                    # skip it): look again shortly, not at once.
+                    job.deadline_at = now + max(left, 0.05)
                     self._schedule_ttr(s, job)
             self._deliver()
         return d.addCallbacks(held, self._failed)
@@ -314,10 +316,30 @@ class Upkeep:
         self._beats += 1
         pool = self.pool
         since = self._epoch
+        # The heartbeat first: a node back from an outage must renew its own
+        # row before it looks for silent nodes, or it would find itself.
+        d = pool.execute("heartbeat", [self.node_id, json.dumps(self.figures()).encode(),
+                                       json.dumps(self.referenced_tubes()).encode()])
+        d.addCallback(self._alive)
+        d.addCallback(lambda _: self._sweeps(since))
+
+        def done(results: Any) -> None:
+            self._beating = False
+            ok = all(success for success, _ in results)
+            if ok and self._failures:
+                log.info("database reachable again")
+                self._failures = 0
+            self._deliver()
+
+        def failed(failure: Any) -> None:
+            self._failed(failure)
+            done([(False, failure)])
+        d.addCallbacks(done, failed)
+
+    def _sweeps(self, since: int) -> defer.Deferred:
+        """The heartbeat's reads and sweeps, pipelined."""
+        pool = self.pool
         steps = [
-            pool.execute("heartbeat", [self.node_id, json.dumps(self.figures()).encode(),
-                                       json.dumps(self.referenced_tubes()).encode()]
-                         ).addCallback(self._alive),
             pool.execute("reclaim", [b"%f" % self.config.dead_after]).addCallback(
                 self._tubes_ready),
             pool.execute("promote").addCallback(self._tubes_ready),
@@ -334,15 +356,7 @@ class Upkeep:
             steps.append(pool.execute("orphans").addCallback(self._tubes_ready))
         if self._inspected():
             steps.append(pool.execute("tube_counts").addCallback(self._read_tube_counts))
-
-        def done(results: Any) -> None:
-            self._beating = False
-            ok = all(success for success, _ in results)
-            if ok and self._failures:
-                log.info("database reachable again")
-                self._failures = 0
-            self._deliver()
-        defer.DeferredList(steps, consumeErrors=True).addCallback(done)
+        return defer.DeferredList(steps, consumeErrors=True)
 
     def _alive(self, rows: Any) -> None:
         if rows:
