@@ -76,9 +76,6 @@ class Cluster:
 
     # ------------------------------------------------------------ helpers
 
-    def _as_owner(self, argv: List[str]) -> List[str]:
-        return argv
-
     def _owner(self) -> dict:
         """Popen arguments that run a program as the cluster's owner."""
         if os.geteuid() == 0:
@@ -104,8 +101,8 @@ class Cluster:
     # ------------------------------------------------------------ life cycle
 
     def init(self) -> "Cluster":
-        subprocess.run(self._as_owner([self._tool("initdb"), "-D", self.data, "-A", "trust",
-                                       "-U", _RUN_AS, "--no-sync", "-E", "UTF8"]),
+        subprocess.run([self._tool("initdb"), "-D", self.data, "-A", "trust",
+                                       "-U", _RUN_AS, "--no-sync", "-E", "UTF8"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **self._owner())
         return self
 
@@ -195,24 +192,24 @@ class Cluster:
     def standby(self, port: Optional[int] = None) -> "Cluster":
         """A new cluster copied from this one with pg_basebackup, streaming from it."""
         other = Cluster(port=port, settings=self.settings)
-        subprocess.run(self._as_owner([self._tool("pg_basebackup"), "-h", self.sockets,
+        subprocess.run([self._tool("pg_basebackup"), "-h", self.sockets,
                                        "-p", str(self.port), "-U", _RUN_AS, "-D", other.data,
                                        "-R", "-X", "stream", "--no-sync",
-                                       "-d", f"application_name=standby{other.port}"]),
+                                       "-d", f"application_name=standby{other.port}"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **self._owner())
         return other
 
     def promote(self) -> None:
-        subprocess.run(self._as_owner([self._tool("pg_ctl"), "promote", "-w", "-D", self.data]),
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **self._owner())
+        """Make this standby a primary; returns once it takes writes."""
+        self.sql("SELECT pg_promote(true, 60)")
 
     def follow(self, primary: "Cluster") -> None:
         """Rebuild this (stopped) cluster as a standby of ``primary``."""
         shutil.rmtree(self.data, ignore_errors=True)
-        subprocess.run(self._as_owner([self._tool("pg_basebackup"), "-h", primary.sockets,
+        subprocess.run([self._tool("pg_basebackup"), "-h", primary.sockets,
                                        "-p", str(primary.port), "-U", _RUN_AS, "-D", self.data,
                                        "-R", "-X", "stream", "--no-sync",
-                                       "-d", f"application_name=standby{self.port}"]),
+                                       "-d", f"application_name=standby{self.port}"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **self._owner())
 
 

@@ -24,6 +24,7 @@ back in binary and are decoded by column type (:func:`decode`).
 """
 from __future__ import annotations
 
+import os
 import struct
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
@@ -102,6 +103,16 @@ def decode(res: "pq.PGresult") -> Rows:
     return rows
 
 
+def _quietly(remove: Callable[[Any], None], selectable: Any) -> None:
+    """Unregister ``selectable``, whose socket libpq may already have closed
+    (a lost connection, or the next host of a multi-host string): the poller
+    then refuses the stale descriptor, which is already out of it."""
+    try:
+        remove(selectable)
+    except (OSError, KeyError, ValueError):
+        pass
+
+
 class _Pending:
     __slots__ = ("d", "result", "ended")
 
@@ -129,6 +140,8 @@ class PgConnection:
         self.connect_timeout = connect_timeout
         self.pgconn: Optional[pq.PGconn] = None
         self._fd = -1
+        #: (device, inode) of the libpq socket that ``_fd`` duplicates.
+        self._key: Optional[Tuple[int, int]] = None
         self._reading = False
         self._writing = False
         self._pending: Deque[_Pending] = deque()
@@ -162,28 +175,49 @@ class PgConnection:
         self._fail_connect("connection timed out")
 
     def _poll_connect(self, status: Any) -> None:
-        while True:
+        try:
             if status == _POLL_OK:
                 self._polling = False
-                self._register(False, False)
+                self._watch(True, False)
                 self._connected()
-                return
-            if status == _POLL_FAILED:
+            elif status == _POLL_FAILED:
                 self._polling = False
                 self._fail_connect(self._message())
-                return
-            # The socket may change between steps (next host): register anew.
-            self._register(False, False)
-            self._fd = self.pgconn.socket
-            self._register(status == _POLL_READING, status == _POLL_WRITING)
-            return
+            else:
+                self._watch(status == _POLL_READING, status == _POLL_WRITING)
+        except Exception as e:  # a socket that went away under us
+            self._polling = False
+            self._fail_connect(f"connecting: {e}")
+
+    def _watch(self, read: bool, write: bool) -> None:
+        """Register libpq's current socket for ``read``/``write``.
+
+        The reactor watches a duplicate of it that this object owns: libpq
+        closes its socket on its own (a lost connection, the next host of a
+        multi-host string), and a number the reactor still holds could then
+        name another socket.  The duplicate is closed only after the reactor
+        has let go of it.
+        """
+        src = self.pgconn.socket
+        st = os.fstat(src)
+        key = (st.st_dev, st.st_ino)
+        if key != self._key:
+            self._unwatch()
+            self._fd = os.dup(src)
+            self._key = key
+        self._register(read, write)
+
+    def _unwatch(self) -> None:
+        self._register(False, False)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+        self._key = None
 
     def _connected(self) -> None:
         pgconn = self.pgconn
         pgconn.nonblocking = 1
         pgconn.enter_pipeline_mode()
-        self._fd = pgconn.socket
-        self._register(True, False)
         prepared = []
         for name, sql in self.statements.items():
             d: defer.Deferred = defer.Deferred()
@@ -224,11 +258,11 @@ class PgConnection:
     def _register(self, read: bool, write: bool) -> None:
         reactor = self.reactor
         if self._reading and not read:
-            reactor.removeReader(self)
+            _quietly(reactor.removeReader, self)
         elif read and not self._reading:
             reactor.addReader(self)
         if self._writing and not write:
-            reactor.removeWriter(self)
+            _quietly(reactor.removeWriter, self)
         elif write and not self._writing:
             reactor.addWriter(self)
         self._reading, self._writing = read, write
@@ -381,7 +415,7 @@ class PgConnection:
         if self._timeout is not None and self._timeout.active():
             self._timeout.cancel()
         self._timeout = None
-        self._register(False, False)
+        self._unwatch()
         pgconn, self.pgconn = self.pgconn, None
         if pgconn is not None:
             try:

@@ -140,7 +140,6 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
             self.pool.stop()
             return defer.succeed(None)
         d = self.pool.execute("leave", [self.node_id])
-        d.addCallback(lambda _: self.pool.execute("reclaim", [b"0"]))
         d.addCallback(self._tubes_ready)
         d.addCallback(lambda _: self._send_notes())
         d.addErrback(self._failed)

@@ -229,21 +229,44 @@ STATEMENTS: Dict[str, str] = {
         UPDATE {{s}}.nodes n SET heartbeat_at = c.now, figures = $2::jsonb, tubes = $3::jsonb
         FROM c WHERE n.id = $1::bigint
         RETURNING c.now""",
-    # Nodes silent for $1 seconds: their reservations go back to ready, their
-    # counters to ``retired``; returns the tubes that got ready jobs.
-    "reclaim": f"""
-        WITH {_NOW},
-        dead AS (DELETE FROM {{s}}.nodes n USING c WHERE n.heartbeat_at < c.now - $1::float8
+    # Nodes whose last heartbeat is $1 seconds older than that of node $2 (the
+    # node asking, which has just beaten): their reservations go back to
+    # ready, their counters to ``retired``.  Heartbeats are compared with
+    # each other, not with the clock, so a database that stalls every commit
+    # for a while (a failover waiting for its synchronous standby) makes no
+    # node look dead.  Returns the tubes that got ready jobs, and a NULL per
+    # node given up on.
+    "reclaim": """
+        WITH me AS (SELECT heartbeat_at FROM {s}.nodes WHERE id = $2::bigint),
+        dead AS (DELETE FROM {s}.nodes n USING me
+                 WHERE n.heartbeat_at < me.heartbeat_at - $1::float8 AND n.id <> $2::bigint
                  RETURNING n.id, n.figures),
         folded AS (  -- runs though nothing reads it, as every data-modifying CTE
-            INSERT INTO {{s}}.retired AS r (key, value)
+            INSERT INTO {s}.retired AS r (key, value)
             SELECT f.key, sum(f.value::bigint) FROM dead, jsonb_each_text(dead.figures) f
             WHERE f.key LIKE 'cmd-%' OR f.key LIKE 'total-%' OR f.key = 'job-timeouts'
             GROUP BY f.key
             ON CONFLICT (key) DO UPDATE SET value = r.value + EXCLUDED.value
             RETURNING 1),
         back AS (
-            UPDATE {{s}}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
+            UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
+            WHERE j.state = 1 AND j.owner_node IN (SELECT id FROM dead)
+            RETURNING j.tube)
+        SELECT tube FROM back
+        UNION ALL SELECT NULL FROM dead""",
+    # A node leaving: its row goes, its counters to ``retired``, its
+    # reservations back to ready.
+    "leave": """
+        WITH dead AS (DELETE FROM {s}.nodes n WHERE n.id = $1::bigint RETURNING n.id, n.figures),
+        folded AS (
+            INSERT INTO {s}.retired AS r (key, value)
+            SELECT f.key, sum(f.value::bigint) FROM dead, jsonb_each_text(dead.figures) f
+            WHERE f.key LIKE 'cmd-%' OR f.key LIKE 'total-%' OR f.key = 'job-timeouts'
+            GROUP BY f.key
+            ON CONFLICT (key) DO UPDATE SET value = r.value + EXCLUDED.value
+            RETURNING 1),
+        back AS (
+            UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
             WHERE j.state = 1 AND j.owner_node IN (SELECT id FROM dead)
             RETURNING j.tube)
         SELECT tube FROM back""",
@@ -253,7 +276,6 @@ STATEMENTS: Dict[str, str] = {
         UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
         WHERE j.state = 1 AND NOT EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.id = j.owner_node)
         RETURNING j.tube""",
-    "leave": "DELETE FROM {s}.nodes WHERE id = $1::bigint",
     # ------------------------------------------------------------- wake-ups
     "notify": "SELECT pg_notify($1::text, x) FROM unnest($2::text[]) AS x",
     # ------------------------------------------------------------- extensions

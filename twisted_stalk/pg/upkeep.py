@@ -60,6 +60,7 @@ class Upkeep:
         self._expiring = False
         self._promoting = False
         self._beats = 0
+        self._reclaimed_at = -100
         self._heartbeat: Optional[task.LoopingCall] = None
         #: Other live nodes: id -> (figures, tube figures), as of the last read.
         self.others: Dict[int, Tuple[Dict[str, int], Dict[str, List[int]]]] = {}
@@ -340,8 +341,8 @@ class Upkeep:
         """The heartbeat's reads and sweeps, pipelined."""
         pool = self.pool
         steps = [
-            pool.execute("reclaim", [b"%f" % self.config.dead_after]).addCallback(
-                self._tubes_ready),
+            pool.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id]
+                         ).addCallback(self._reclaimed),
             pool.execute("promote").addCallback(self._tubes_ready),
             pool.execute("next_delayed").addCallback(self._next_delayed),
             pool.execute("paused").addCallback(self._paused),
@@ -352,11 +353,18 @@ class Upkeep:
             pool.execute("counts_all").addCallback(self._read_counts),
         ]
         self._expire()
-        if self._beats % 10 == 0:
+        if self._beats % 10 == 0 or self._beats - self._reclaimed_at <= 10:
+            # A dead node's last statements may commit after its reservations
+            # were given back: look for reservations of no node for a while.
             steps.append(pool.execute("orphans").addCallback(self._tubes_ready))
         if self._inspected():
             steps.append(pool.execute("tube_counts").addCallback(self._read_tube_counts))
         return defer.DeferredList(steps, consumeErrors=True)
+
+    def _reclaimed(self, rows: Any) -> None:
+        if rows:
+            self._reclaimed_at = self._beats
+        self._tubes_ready([r for r in rows if r[0] is not None])
 
     def _alive(self, rows: Any) -> None:
         if rows:
