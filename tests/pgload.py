@@ -7,8 +7,9 @@ the next one of ``addresses`` when its connection breaks.
 * A producer puts jobs with unique bodies; a body is *acknowledged* once
   ``INSERTED`` came back.  A put answered ``INTERNAL_ERROR`` or cut off may or
   may not have been stored: the same body is put again (at-least-once).
-* A worker reserves, then deletes.  ``delivered`` counts ``DELETED`` per
-  body.  A delete answered ``NOT_FOUND`` on a connection that stayed open,
+* A worker reserves, then deletes.  ``delivered`` counts per body the
+  ``RESERVED`` replies that reached a worker (a job a worker got is not
+  lost, even if its node died before the delete was answered).  A delete answered ``NOT_FOUND`` on a connection that stayed open,
   for a job whose earlier delete got no answer, is fine; any other
   ``NOT_FOUND`` means the job was taken from a worker that still held it:
   ``stolen`` (handed to two workers at once).
@@ -80,6 +81,7 @@ class Load:
         self.stolen: List[bytes] = []
         self.errors: Counter = Counter()
         self.reconnects = 0
+        self.lost: Set[bytes] = set()
         self.threads = [threading.Thread(target=self._produce, args=(i,), daemon=True)
                         for i in range(producers)]
         self.threads += [threading.Thread(target=self._work, args=(i,), daemon=True)
@@ -148,17 +150,15 @@ class Load:
                         time.sleep(0.01)
                     continue
                 job_id = int(line.split()[1])
+                with self.lock:
+                    self.delivered[body] += 1
                 while True:
                     line, _ = conn.ask(b"delete %d\r\n" % job_id)
                     if line == b"DELETED":
-                        with self.lock:
-                            self.delivered[body] += 1
                         break
                     if line == b"NOT_FOUND":
-                        with self.lock:
-                            if job_id in unsure:
-                                self.delivered[body] += 1  # the unanswered delete took it
-                            else:
+                        if job_id not in unsure:  # else the unanswered delete took it
+                            with self.lock:
                                 self.stolen.append(body)
                         break
                     self.errors[line] += 1
@@ -174,34 +174,53 @@ class Load:
                     return
         conn.close()
 
-    def verdict(self, address: Optional[Address] = None, quiet: float = 2.0) -> Dict[str, int]:
-        """Stop, drain the queue through a fresh connection, and count."""
+    def verdict(self, address: Optional[Address] = None, quiet: float = 2.0,
+                wait: float = 60.0) -> Dict[str, int]:
+        """Stop, drain the queue through a fresh connection, and count.
+
+        Draining goes on until the server's stats show no job left (a
+        reservation of a node that died comes back only after the other
+        nodes give it up) or ``wait`` seconds pass."""
         self.finish()
-        deadline = time.monotonic() + 60
-        last = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - last < quiet:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
             try:
                 conn = Conn(address or self.addresses[0])
+                last = time.monotonic()
                 while time.monotonic() - last < quiet:
                     line, body = conn.ask(b"reserve-with-timeout 1\r\n")
                     if line.startswith(b"RESERVED"):
-                        job_id = int(line.split()[1])
-                        if conn.ask(b"delete %d\r\n" % job_id)[0] == b"DELETED":
-                            self.delivered[body] += 1
+                        self.delivered[body] += 1
+                        conn.ask(b"delete %d\r\n" % int(line.split()[1]))
                         last = time.monotonic()
+                left = self.jobs_left(conn)
                 conn.close()
+                if not left:
+                    break
             except (OSError, ConnectionError):
                 time.sleep(0.2)
-        lost = self.acknowledged - set(self.delivered)
+        self.lost = self.acknowledged - set(self.delivered)
         return {
             "acknowledged": len(self.acknowledged),
             "delivered": sum(1 for b in self.acknowledged if b in self.delivered),
-            "lost": len(lost),
+            "lost": len(self.lost),
             "duplicates": sum(n - 1 for n in self.delivered.values() if n > 1),
             "stolen": len(self.stolen),
             "reconnects": self.reconnects,
             "errors": sum(self.errors.values()),
         }
+
+    @staticmethod
+    def jobs_left(conn: Conn) -> int:
+        """Jobs the server still holds in any state."""
+        _, body = conn.ask(b"stats\r\n")
+        total = 0
+        for line in (body or b"").decode().splitlines():
+            key, _, value = line.partition(": ")
+            if key in ("current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed",
+                       "current-jobs-buried"):
+                total += int(value)
+        return total
 
 
 __all__ = ["Conn", "Load"]

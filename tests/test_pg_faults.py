@@ -60,6 +60,21 @@ def node(servers: List[RunningServer], engine: str) -> RunningServer:
     return server
 
 
+def where_are(load: Load, engine: str) -> list:
+    """The rows of the lost jobs, if the database has them (for the failure message)."""
+    import psycopg
+
+    from twisted_stalk.pg.config import parse
+    config = parse(engine)
+    lost = sorted(load.lost)[:20]
+    if not lost:
+        return []
+    with psycopg.connect(config.conninfo) as conn:
+        return conn.execute(
+            f"SELECT id, state, owner_node, owner_conn, body FROM {config.schema}.jobs "
+            f"WHERE body = ANY(%s)", (lost,)).fetchall() + [("lost", lost)]
+
+
 def report(name: str, figures: dict, **extra: object) -> None:
     shown = ", ".join(f"{k} {v}" for k, v in {**figures, **extra}.items())
     print(f"\n{name}: {shown}")
@@ -82,12 +97,16 @@ def kill_nodes(pg_engine: str, started: List[RunningServer], kills: int) -> dict
         nodes[i % len(nodes)] = node(started, pg_engine)
         load.addresses[:] = [n.address for n in nodes]
     time.sleep(1.0)
-    return load.verdict(nodes[-1].address)
+    figures = load.verdict(nodes[-1].address)
+    figures["where"] = where_are(load, pg_engine)
+    return figures
 
 
 def test_kill_9_a_node_under_load(pg_engine, started):
     figures = kill_nodes(pg_engine, started, 1)
+    where = figures.pop("where")
     report("kill -9 of one node of three under load", figures)
+    assert not where, where
     assert figures["lost"] == 0 and figures["stolen"] == 0
     assert figures["acknowledged"] > 50
 
@@ -95,7 +114,9 @@ def test_kill_9_a_node_under_load(pg_engine, started):
 @pytest.mark.slow
 def test_kill_9_nodes_again_and_again(slow_only, pg_engine, started):
     figures = kill_nodes(pg_engine, started, 10)
+    where = figures.pop("where")
     report("10 kills -9 (a node of three each time) under load", figures)
+    assert not where, where
     assert figures["lost"] == 0 and figures["stolen"] == 0
 
 

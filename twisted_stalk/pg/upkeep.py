@@ -14,8 +14,9 @@ timer fires first.
 
 **Heartbeat.**  Every ``stalk_heartbeat`` seconds the node updates its row
 in ``nodes`` (with the figures other nodes add to their ``stats``), gives
-back the reservations of nodes silent for ``stalk_dead_after`` seconds,
-runs both sweeps (so deadlines are kept even if the node that would have
+back the reservations of nodes whose last heartbeat is ``stalk_dead_after``
+seconds older than its own (once its own heartbeats have gone through for
+that long: after an outage every node gets that long to come back), runs both sweeps (so deadlines are kept even if the node that would have
 timed them is gone), and re-reads the next delayed deadline, the pauses, the
 other nodes' figures and which tubes hold jobs.  A node that finds its own
 row gone was given up on while it could not reach the database: its
@@ -61,6 +62,8 @@ class Upkeep:
         self._promoting = False
         self._beats = 0
         self._reclaimed_at = -100
+        #: Since when (local clock) this node's heartbeats have all succeeded.
+        self._healthy_since: Optional[float] = None
         self._heartbeat: Optional[task.LoopingCall] = None
         #: Other live nodes: id -> (figures, tube figures), as of the last read.
         self.others: Dict[int, Tuple[Dict[str, int], Dict[str, List[int]]]] = {}
@@ -333,6 +336,7 @@ class Upkeep:
             self._deliver()
 
         def failed(failure: Any) -> None:
+            self._healthy_since = None
             self._failed(failure)
             done([(False, failure)])
         d.addCallbacks(done, failed)
@@ -340,9 +344,15 @@ class Upkeep:
     def _sweeps(self, since: int) -> defer.Deferred:
         """The heartbeat's reads and sweeps, pipelined."""
         pool = self.pool
-        steps = [
-            pool.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id]
-                         ).addCallback(self._reclaimed),
+        steps = []
+        healthy = self._healthy_since
+        if healthy is not None and self._now() - healthy >= self.config.dead_after:
+            # Only a node that has reached the database for a while judges
+            # others: after an outage every node gets stalk_dead_after to
+            # come back before its reservations are given up.
+            steps.append(pool.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id]
+                                      ).addCallback(self._reclaimed))
+        steps += [
             pool.execute("promote").addCallback(self._tubes_ready),
             pool.execute("next_delayed").addCallback(self._next_delayed),
             pool.execute("paused").addCallback(self._paused),
@@ -368,6 +378,8 @@ class Upkeep:
 
     def _alive(self, rows: Any) -> None:
         if rows:
+            if self._healthy_since is None:
+                self._healthy_since = self._now()
             return
         # Given up on by the other nodes: they gave our reservations back.
         log.warn("node {node} was given up on by the other nodes (no heartbeat for "
