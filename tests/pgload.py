@@ -79,6 +79,7 @@ class Load:
         self.acknowledged: Set[bytes] = set()
         self.delivered: Counter = Counter()
         self.stolen: List[bytes] = []
+        self.stolen_at: List[Tuple[float, int, bytes]] = []
         self.errors: Counter = Counter()
         self.reconnects = 0
         self.lost: Set[bytes] = set()
@@ -160,6 +161,7 @@ class Load:
                         if job_id not in unsure:  # else the unanswered delete took it
                             with self.lock:
                                 self.stolen.append(body)
+                                self.stolen_at.append((time.time(), job_id, body))
                         break
                     self.errors[line] += 1
                     unsure.add(job_id)

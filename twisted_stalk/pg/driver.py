@@ -310,30 +310,22 @@ class PgConnection:
         """Run prepared statement ``name``; fires with its :data:`Rows`, or
         fails with :class:`PgError` / :class:`ConnectionLost`.  ``params``
         are bytes (text, or binary where ``formats`` says 1), ints or None."""
-        if not self.ready:
-            return defer.fail(ConnectionLost("not connected"))
-        values = [p if p is None or p.__class__ is bytes else b"%d" % p for p in params]
-        d: defer.Deferred = defer.Deferred()
-        pgconn = self.pgconn
-        try:
-            pgconn.send_query_prepared(name.encode(), values, formats, 1)
-            pgconn.pipeline_sync()
-        except Exception:
-            self._shut(ConnectionLost(self._message()))
-            return defer.fail(ConnectionLost("connection lost while sending"))
-        self._pending.append(_Pending(d))
-        if not self._writing:
-            self._flush()
-        return d
+        return self._send(lambda pgconn, values: pgconn.send_query_prepared(
+            name.encode(), values, formats, 1), params)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> defer.Deferred:
         """Run a one-off statement (not prepared)."""
+        return self._send(lambda pgconn, values: pgconn.send_query_params(
+            sql.encode(), values, None, None, 1), params)
+
+    def _send(self, send: Callable[[Any, List[Any]], None], params: Sequence[Any]
+              ) -> defer.Deferred:
         if not self.ready:
             return defer.fail(ConnectionLost("not connected"))
         values = [p if p is None or p.__class__ is bytes else b"%d" % p for p in params]
         d: defer.Deferred = defer.Deferred()
         try:
-            self.pgconn.send_query_params(sql.encode(), values, None, None, 1)
+            send(self.pgconn, values)
             self.pgconn.pipeline_sync()
         except Exception:
             self._shut(ConnectionLost(self._message()))
@@ -375,7 +367,9 @@ class PgConnection:
                 continue
             if res is None:
                 continue  # pragma: no cover - defensive: libpq gives the sync next
-            if res.status != _PIPELINE_SYNC:  # pragma: no cover - protocol surprise
+            if res.status != _PIPELINE_SYNC:
+                # An error at the Sync: the implicit transaction did not commit.
+                entry.result = res
                 continue
             pending.popleft()
             self._deliver(entry)

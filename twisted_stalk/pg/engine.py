@@ -34,16 +34,15 @@ from twisted.logger import Logger
 from ..core.facts import Facts
 from ..core.job import STATE_BY_NAME
 from ..core.journal import NullJournal
+from ..core.memory import MemoryEngine
 from ..core.outcomes import (
     BAD_FORMAT,
     BURIED,
     DELETED,
     DRAINING,
     EXPECTED_CRLF,
-    INTERNAL_ERROR,
     KICKED,
     NOT_FOUND,
-    NOT_IGNORED,
     PAUSED,
     RELEASED,
     TOUCHED,
@@ -191,36 +190,12 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         if s.is_worker:
             self.workers -= 1
 
-    def cancel_wait(self, s: PgSession) -> bool:
-        if not s.waiting:
-            return False
-        self._stop_waiting(s)
-        return True
-
-    def take_wakeups(self) -> List[Any]:
-        wakeups, self.wakeups = self.wakeups, []
-        return wakeups
-
     def next_deadline(self) -> None:
         """None: this engine keeps its own timers."""
         return None
 
     def tick(self) -> None:
         """Nothing: this engine keeps its own timers."""
-
-    def drain(self) -> None:
-        self.draining = True
-
-    def hold(self) -> None:
-        self.held = True
-
-    def _set_producer(self, s: PgSession) -> None:
-        s.is_producer = True
-        self.producers += 1
-
-    def _set_worker(self, s: PgSession) -> None:
-        s.is_worker = True
-        self.workers += 1
 
     def _tube_dropped(self, t: NodeTube) -> None:
         if self.node_id is not None and self.pool.up:
@@ -256,53 +231,23 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         return self.pool.execute("take_id").addCallbacks(lambda _: outcome,
                                                          self._internal_error)
 
-    def reject_put(self, s: PgSession, reason: Outcome) -> Outcome:
-        self.cmd_counts["put"] += 1
-        return reason
+    # ------------------------------------------------------------ a session's own state
+    #
+    # These rules touch only the session, the node's tube records and its
+    # counters: they are the in-memory engine's, shared as they are.
 
-    # ------------------------------------------------------------ tubes of a session
-
-    def use(self, s: PgSession, name: bytes) -> bytes:
-        self.cmd_counts["use"] += 1
-        t = self.tube(name)
-        old = s.use
-        if old is not t:
-            t.using_count += 1
-            old.using_count -= 1
-            s.use = t
-            self._maybe_drop_tube(old)
-        return name
-
-    def watch(self, s: PgSession, name: bytes) -> int:
-        self.cmd_counts["watch"] += 1
-        t = self.tube(name)
-        if t not in s.watch:
-            s.watch.append(t)
-            t.watching_count += 1
-        return len(s.watch)
-
-    def ignore(self, s: PgSession, name: bytes) -> Any:
-        self.cmd_counts["ignore"] += 1
-        t = self.tubes.get(name)
-        watch = s.watch
-        if t is not None and t in watch:
-            if len(watch) < 2:
-                return NOT_IGNORED
-            i = watch.index(t)
-            last = watch.pop()
-            if i < len(watch):
-                watch[i] = last
-            t.watching_count -= 1
-            self._maybe_drop_tube(t)
-        return len(watch)
-
-    def list_tube_used(self, s: PgSession) -> bytes:
-        self.cmd_counts["list-tube-used"] += 1
-        return s.use.name
-
-    def list_tubes_watched(self, s: PgSession) -> List[bytes]:
-        self.cmd_counts["list-tubes-watched"] += 1
-        return [t.name for t in s.watch]
+    reject_put = MemoryEngine.reject_put
+    use = MemoryEngine.use
+    watch = MemoryEngine.watch
+    ignore = MemoryEngine.ignore
+    list_tube_used = MemoryEngine.list_tube_used
+    list_tubes_watched = MemoryEngine.list_tubes_watched
+    cancel_wait = MemoryEngine.cancel_wait
+    take_wakeups = MemoryEngine.take_wakeups
+    drain = MemoryEngine.drain
+    hold = MemoryEngine.hold
+    _set_producer = MemoryEngine._set_producer
+    _set_worker = MemoryEngine._set_worker
 
     # ------------------------------------------------------------ reserves
 
@@ -532,6 +477,42 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         return count
 
     # ------------------------------------------------------------ console
+
+    def jobs_page(self, name: bytes, state: str, sort: str = "queue", offset: int = 0,
+                  limit: int = 50, descending: bool = False) -> Any:
+        """``(total, jobs)`` of tube ``name`` in ``state`` (a Deferred), or NOT_FOUND."""
+        if name not in self.tubes:
+            return NOT_FOUND
+        code = STATE_BY_NAME[state]
+        statement = "page_%s_%s" % (sort, "desc" if descending else "asc")
+        if statement not in self.pool.statements:
+            raise ValueError(f"unknown sort {sort!r}")
+        d = gather([self.pool.execute("page_total", [name, code]),
+                    self.pool.execute(statement, [name, code, max(0, offset), limit])])
+        return d.addCallbacks(lambda r: (r[0][0][0], [self._listed(row) for row in r[1]]),
+                              self._internal_error)
+
+    def search_bodies(self, name: bytes, needle: bytes, after_id: int, span: int) -> Any:
+        """One bounded step of a body search (a Deferred): ``(jobs, next_after)``."""
+        if name not in self.tubes:
+            return NOT_FOUND
+        d = gather([self.pool.execute("search", [name, after_id, span, needle], (0, 0, 0, 1)),
+                    self.pool.execute("last_id")])
+
+        def found(results: Any) -> Any:
+            rows, last = results
+            end = after_id + span
+            return [self._listed(row) for row in rows], (None if end >= last[0][0] else end)
+        return d.addCallbacks(found, self._internal_error)
+
+    def _listed(self, row: Any) -> Any:
+        """A Job for a console listing: (JOB columns..., state, delay, age)."""
+        job = self._job(row)
+        now = self._now()
+        job.state, job.delay = row[6], row[7]
+        job.created_at = now - row[8]
+        job.deadline_at = now + row[5]
+        return job
 
     def job_holder(self, job_id: int) -> Optional[PgSession]:
         """The session of this node holding ``job_id`` (None: none here)."""

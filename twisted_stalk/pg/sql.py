@@ -23,6 +23,22 @@ from .schema import quoted
 
 _NOW = "c AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)"
 
+#: After a ``dead`` CTE (id, figures of the nodes that go): keep their totals in
+#: ``retired``, give their reservations back, return the tubes that got ready jobs.
+_GIVE_UP = """
+        folded AS (  -- runs though nothing reads it, as every data-modifying CTE
+            INSERT INTO {s}.retired AS r (key, value)
+            SELECT f.key, sum(f.value::bigint) FROM dead, jsonb_each_text(dead.figures) f
+            WHERE f.key LIKE 'cmd-%' OR f.key LIKE 'total-%' OR f.key = 'job-timeouts'
+            GROUP BY f.key
+            ON CONFLICT (key) DO UPDATE SET value = r.value + EXCLUDED.value
+            RETURNING 1),
+        back AS (
+            UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
+            WHERE j.state = 1 AND j.owner_node IN (SELECT id FROM dead)
+            RETURNING j.tube)
+        SELECT tube FROM back"""
+
 #: Columns that make a Job, in order (see engine._job).
 JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
 
@@ -241,35 +257,13 @@ STATEMENTS: Dict[str, str] = {
         dead AS (DELETE FROM {s}.nodes n USING me
                  WHERE n.heartbeat_at < me.heartbeat_at - $1::float8 AND n.id <> $2::bigint
                  RETURNING n.id, n.figures),
-        folded AS (  -- runs though nothing reads it, as every data-modifying CTE
-            INSERT INTO {s}.retired AS r (key, value)
-            SELECT f.key, sum(f.value::bigint) FROM dead, jsonb_each_text(dead.figures) f
-            WHERE f.key LIKE 'cmd-%' OR f.key LIKE 'total-%' OR f.key = 'job-timeouts'
-            GROUP BY f.key
-            ON CONFLICT (key) DO UPDATE SET value = r.value + EXCLUDED.value
-            RETURNING 1),
-        back AS (
-            UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
-            WHERE j.state = 1 AND j.owner_node IN (SELECT id FROM dead)
-            RETURNING j.tube)
-        SELECT tube FROM back
+""" + _GIVE_UP + """
         UNION ALL SELECT NULL FROM dead""",
     # A node leaving: its row goes, its counters to ``retired``, its
     # reservations back to ready.
     "leave": """
         WITH dead AS (DELETE FROM {s}.nodes n WHERE n.id = $1::bigint RETURNING n.id, n.figures),
-        folded AS (
-            INSERT INTO {s}.retired AS r (key, value)
-            SELECT f.key, sum(f.value::bigint) FROM dead, jsonb_each_text(dead.figures) f
-            WHERE f.key LIKE 'cmd-%' OR f.key LIKE 'total-%' OR f.key = 'job-timeouts'
-            GROUP BY f.key
-            ON CONFLICT (key) DO UPDATE SET value = r.value + EXCLUDED.value
-            RETURNING 1),
-        back AS (
-            UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
-            WHERE j.state = 1 AND j.owner_node IN (SELECT id FROM dead)
-            RETURNING j.tube)
-        SELECT tube FROM back""",
+""" + _GIVE_UP + """""",
     # Reservations whose node is not registered at all (a reserve that
     # committed after its node was given up on).
     "orphans": """
@@ -289,6 +283,38 @@ STATEMENTS: Dict[str, str] = {
         DELETE FROM {s}.jobs j WHERE j.tube = $1::text AND j.state = ANY($2::smallint[])
         RETURNING j.id, j.owner_node, j.owner_conn""",
 }
+
+
+#: ORDER BY of each console sort (``Engine.jobs_page``), ascending.
+SORTS: Dict[str, str] = {
+    "queue": ("CASE WHEN j.state = 0 THEN j.pri END {d}, CASE WHEN j.state = 3 THEN "
+              "j.buried_seq END {d}, CASE WHEN j.state IN (1, 2) THEN j.deadline_at END {d}, "
+              "j.id {d}"),
+    "id": "j.id {d}",
+    "pri": "j.pri {d}, j.id {d}",
+    "age": "j.created_at {r}, j.id {r}",
+    "time-left": "j.deadline_at {d}, j.id {d}",
+}
+
+for _sort, _order in SORTS.items():
+    for _name, _d, _r in (("asc", "ASC", "DESC"), ("desc", "DESC", "ASC")):
+        # $1 tube, $2 state, $3 offset, $4 limit.
+        STATEMENTS[f"page_{_sort}_{_name}"] = f"""
+            WITH {_NOW}
+            SELECT {JOB}, j.state, j.delay, c.now - j.created_at
+            FROM {{s}}.jobs j, c WHERE j.tube = $1::text AND j.state = $2::smallint
+            ORDER BY {_order.format(d=_d, r=_r)} OFFSET $3::bigint LIMIT $4::bigint"""
+STATEMENTS["page_total"] = """
+    SELECT count(*) FROM {s}.jobs WHERE tube = $1::text AND state = $2::smallint"""
+# $1 tube, $2 after id, $3 span, $4 needle: a bounded step of a body search.
+STATEMENTS["search"] = f"""
+    WITH {_NOW}
+    SELECT {JOB}, j.state, j.delay, c.now - j.created_at
+    FROM {{s}}.jobs j, c
+    WHERE j.tube = $1::text AND j.id > $2::bigint AND j.id <= $2::bigint + $3::bigint
+      AND position($4::bytea IN j.body) > 0
+    ORDER BY j.id"""
+STATEMENTS["last_id"] = "SELECT last_value FROM {s}.job_ids"
 
 
 def statements(schema: str) -> Dict[str, str]:

@@ -374,6 +374,9 @@ class Upkeep:
     def _reclaimed(self, rows: Any) -> None:
         if rows:
             self._reclaimed_at = self._beats
+            nodes = sum(1 for r in rows if r[0] is None)
+            log.warn("gave up on {nodes} silent node(s): {jobs} reservation(s) back to ready",
+                     nodes=nodes, jobs=len(rows) - nodes)
         self._tubes_ready([r for r in rows if r[0] is not None])
 
     def _alive(self, rows: Any) -> None:
