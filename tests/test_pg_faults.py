@@ -157,7 +157,8 @@ def test_restart_postgresql_again_and_again(slow_only, own_cluster, started, mod
 
 # ---------------------------------------------------------------- failover to a standby
 
-SYNC = ["synchronous_standby_names=*", "synchronous_commit=on", "wal_sender_timeout=5s"]
+SYNC = ["synchronous_standby_names=*", "synchronous_commit=on", "wal_sender_timeout=5s",
+        "wal_retrieve_retry_interval=200ms"]
 
 
 class Pair:

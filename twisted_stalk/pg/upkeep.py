@@ -15,8 +15,9 @@ timer fires first.
 **Heartbeat.**  Every ``stalk_heartbeat`` seconds the node updates its row
 in ``nodes`` (with the figures other nodes add to their ``stats``), gives
 back the reservations of nodes whose last heartbeat is ``stalk_dead_after``
-seconds older than its own (once its own heartbeats have gone through for
-that long: after an outage every node gets that long to come back), runs both sweeps (so deadlines are kept even if the node that would have
+seconds older than its own (once its own heartbeats have gone through, each
+promptly, for that long: after an outage or a stall every node gets that
+long to come back), runs both sweeps (so deadlines are kept even if the node that would have
 timed them is gone), and re-reads the next delayed deadline, the pauses, the
 other nodes' figures and which tubes hold jobs.  A node that finds its own
 row gone was given up on while it could not reach the database: its
@@ -324,7 +325,7 @@ class Upkeep:
         # row before it looks for silent nodes, or it would find itself.
         d = pool.execute("heartbeat", [self.node_id, json.dumps(self.figures()).encode(),
                                        json.dumps(self.referenced_tubes()).encode()])
-        d.addCallback(self._alive)
+        d.addCallback(self._alive, self._now())
         d.addCallback(lambda _: self._sweeps(since))
 
         def done(results: Any) -> None:
@@ -379,10 +380,15 @@ class Upkeep:
                      nodes=nodes, jobs=len(rows) - nodes)
         self._tubes_ready([r for r in rows if r[0] is not None])
 
-    def _alive(self, rows: Any) -> None:
+    def _alive(self, rows: Any, sent_at: float) -> None:
         if rows:
-            if self._healthy_since is None:
-                self._healthy_since = self._now()
+            now = self._now()
+            if now - sent_at > self.config.dead_after / 2:
+                # A heartbeat that took this long crossed an outage or a
+                # stall: the other nodes may not have caught up yet.
+                self._healthy_since = None
+            elif self._healthy_since is None:
+                self._healthy_since = now
             return
         # Given up on by the other nodes: they gave our reservations back.
         log.warn("node {node} was given up on by the other nodes (no heartbeat for "
