@@ -50,6 +50,7 @@ from ..core.outcomes import (
 )
 from ..protocol.commands import COUNTED_COMMANDS, valid_tube_name
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, UNRESERVED_STATES
+from .batch import Batcher, bytea_array, int_array, text_array
 from .config import EngineConfig
 from .listener import Listener
 from .pool import Pool
@@ -105,6 +106,9 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         self.waiting_count = 0
         self._init_tubes()
         self._init_upkeep()
+        self._puts = Batcher(reactor, self._put_many)
+        self._deletes = Batcher(reactor, self._delete_many)
+        self._reserves = Batcher(reactor, self._reserve_many)
 
     # ------------------------------------------------------------ life cycle
 
@@ -212,10 +216,9 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         if self.draining:
             return self._refused(DRAINING)
         t = s.use
-        d = self.pool.execute("put", [t.name, pri, delay, ttr or 1, body[:-2]],
-                              (0, 0, 0, 0, 1))
+        d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2]))
 
-        def inserted(rows: Any) -> int:
+        def inserted(job_id: int) -> int:
             self.total_jobs += 1
             t.total_jobs += 1
             self._has_jobs(t)
@@ -223,8 +226,28 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
                 self._delayed_due_in(delay)
             else:
                 self._ready_by_name(t.name)
-            return rows[0][0]
+            return job_id
         return d.addCallbacks(inserted, self._internal_error)
+
+    def _put_many(self, items: List[Any]) -> defer.Deferred:
+        """Run a batch of puts (batch.py): one job id per item."""
+        tubes, pris, delays, ttrs, bodies = zip(*items)
+        d = self.pool.execute("put_many", [text_array(list(tubes)), int_array(list(pris)),
+                                           int_array(list(delays)), int_array(list(ttrs)),
+                                           bytea_array(list(bodies))])
+        return d.addCallback(lambda rows: [job_id for job_id, _ in rows])
+
+    def _delete_many(self, items: List[Any]) -> defer.Deferred:
+        """Run a batch of deletes: (tube, state, tube keeps jobs) or None per item."""
+        d = self.pool.execute("delete_many", [int_array([i for i, _ in items]),
+                                              int_array([c for _, c in items]), self.node_id])
+
+        def answers(rows: Any) -> List[Any]:
+            out: List[Any] = [None] * len(items)
+            for n, tube, state, remaining in rows:
+                out[n - 1] = (tube, state, remaining)
+            return out
+        return d.addCallback(answers)
 
     def _refused(self, outcome: Outcome) -> defer.Deferred:
         """A refused put still takes a job id, as in beanstalkd."""
@@ -279,13 +302,13 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         if job_id > _MAX_ID:
             return NOT_FOUND
         since = self._epoch
-        d = self.pool.execute("delete", [job_id, self.node_id, s.conn_id])
+        d = self._deletes.add((job_id, s.conn_id))
 
-        def deleted(rows: Any) -> Outcome:
-            if not rows:
+        def deleted(row: Any) -> Outcome:
+            if row is None:
                 s.reserved.pop(job_id, None)
                 return NOT_FOUND
-            name, state, remaining = rows[0]
+            name, state, remaining = row
             if state == 1:
                 s.reserved.pop(job_id, None)
             t = self.tubes.get(name)

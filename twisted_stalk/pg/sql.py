@@ -51,6 +51,33 @@ STATEMENTS: Dict[str, str] = {
                $2::bigint, $3::bigint, $4::bigint, c.now, c.now + $3::bigint, $5::bytea
         FROM c
         RETURNING j.id""",
+    # Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4 TTRs,
+    # $5 bodies; one (id, ordinal) per put.
+    "put_many": f"""
+        WITH {_NOW},
+        x AS MATERIALIZED (
+            SELECT nextval('{{s}}.job_ids') AS id, u.*
+            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[])
+                 WITH ORDINALITY AS u(tube, pri, delay, ttr, body, n)),
+        ins AS (
+            INSERT INTO {{s}}.jobs (id, tube, state, pri, delay, ttr, created_at, deadline_at, body)
+            SELECT x.id, x.tube, CASE WHEN x.delay > 0 THEN 2 ELSE 0 END, x.pri, x.delay,
+                   x.ttr, c.now, c.now + x.delay, x.body
+            FROM x, c)
+        SELECT x.id, x.n FROM x ORDER BY x.n""",
+    # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node.
+    # One row per deleted job: ordinal, tube, state, whether its tube keeps jobs.
+    "delete_many": """
+        WITH d AS (
+            DELETE FROM {s}.jobs j
+            USING unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS u(id, conn, n)
+            WHERE j.id = u.id AND (j.state <> 1 OR (j.owner_node = $3::bigint
+                                                   AND j.owner_conn = u.conn))
+            RETURNING u.n, j.id, j.tube, j.state)
+        SELECT d.n, d.tube, d.state,
+               EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = d.tube
+                       AND o.id NOT IN (SELECT id FROM d))
+        FROM d""",
     # An id for a put that is refused (beanstalkd takes one for those too).
     "take_id": "SELECT nextval('{s}.job_ids')",
     # ------------------------------------------------------------ reserve
@@ -71,6 +98,32 @@ STATEMENTS: Dict[str, str] = {
             deadline_at = c.now + j.ttr, reserves = j.reserves + 1
         FROM cand, c WHERE j.id = cand.id
         RETURNING {JOB}""",
+    # Reserves of sessions that each watch one tube, at once (batch.py): $1
+    # their tubes, $2 their connections, $3 node.  Each tube's best jobs go to
+    # its sessions in the order they asked; one row per session served:
+    # ordinal, then the job's columns.
+    "reserve_many": f"""
+        WITH {_NOW},
+        req AS (SELECT r.tube, r.conn, r.n,
+                       row_number() OVER (PARTITION BY r.tube ORDER BY r.n) AS rk
+                FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS r(tube, conn, n)),
+        want AS (SELECT req.tube, count(*) AS k FROM req GROUP BY req.tube),
+        picked AS (
+            SELECT w.tube, p.id,
+                   row_number() OVER (PARTITION BY w.tube ORDER BY p.pri, p.id) AS rk
+            FROM want w CROSS JOIN LATERAL (
+                SELECT x.id, x.pri FROM {{s}}.jobs x
+                WHERE x.state = 0 AND x.tube = w.tube
+                  AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
+                                  WHERE p.name = w.tube AND p.unpause_at > c.now)
+                ORDER BY x.pri, x.id LIMIT w.k FOR UPDATE SKIP LOCKED) p),
+        pairs AS (SELECT picked.id, req.conn, req.n FROM picked
+                  JOIN req ON req.tube = picked.tube AND req.rk = picked.rk)
+        UPDATE {{s}}.jobs j
+        SET state = 1, owner_node = $3::bigint, owner_conn = pairs.conn,
+            deadline_at = c.now + j.ttr, reserves = j.reserves + 1
+        FROM pairs, c WHERE j.id = pairs.id
+        RETURNING pairs.n, {JOB}""",
     "reserve_job": f"""
         WITH {_NOW}
         UPDATE {{s}}.jobs j

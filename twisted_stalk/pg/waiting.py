@@ -97,20 +97,38 @@ class Reserving:
         """Run the reserve statement for ``s``: a Job (now held by ``s``),
         None, or INTERNAL_ERROR."""
         s.attempting = True
-        d = self.pool.execute("reserve", [_array([t.name for t in s.watch]), self.node_id,
-                                          s.conn_id])
+        watch = s.watch
+        if len(watch) == 1:  # the common case: batched with others (batch.py)
+            d = self._reserves.add((watch[0].name, s.conn_id))
+        else:
+            d = self.pool.execute("reserve", [_array([t.name for t in watch]), self.node_id,
+                                              s.conn_id]).addCallback(
+                lambda rows: rows[0] if rows else None)
 
-        def done(rows: Any) -> Any:
+        def done(row: Any) -> Any:
             s.attempting = False
-            if not rows:
+            if row is None:
                 return None
-            return self._reserved(s, rows[0])
+            return self._reserved(s, row)
 
         def failed(failure: Any) -> Any:
             s.attempting = False
             self._failed(failure)
             return INTERNAL_ERROR
         return d.addCallbacks(done, failed)
+
+    def _reserve_many(self, items: List[Tuple[bytes, int]]) -> defer.Deferred:
+        """Run a batch of one-tube reserves: a job row or None per item."""
+        d = self.pool.execute("reserve_many", [_array([t for t, _ in items]),
+                                               b"{" + b",".join(b"%d" % c for _, c in items)
+                                               + b"}", self.node_id])
+
+        def answers(rows: Any) -> List[Any]:
+            out: List[Any] = [None] * len(items)
+            for row in rows:
+                out[row[0] - 1] = row[1:]
+            return out
+        return d.addCallback(answers)
 
     def _reserved(self, s: PgSession, row: Tuple[Any, ...]) -> Any:
         """A reserve statement gave ``s`` a job (row: id, body, ttr, pri, tube, left)."""
