@@ -109,7 +109,8 @@ class Target:
 
 
 def run(gen: str, target: Target, scenario: str, conns: Optional[int], cap: float
-        ) -> Dict[str, float]:
+        ) -> Dict[str, Dict[str, float]]:
+    """One figure row per measured phase of the generator(s)."""
     mode, default_conns, pipeline, jobs = SCENARIOS[scenario]
     conns = conns or default_conns
     ports = target.ports if conns > 1 else target.ports[:1]
@@ -126,16 +127,22 @@ def run(gen: str, target: Target, scenario: str, conns: Optional[int], cap: floa
         out, err = proc.communicate(timeout=cap + 90)
         line = out.decode().strip().splitlines()[-1] if out.strip() else "{}"
         results.append(json.loads(line))
-    phases = [r["phases"][-1] for r in results if r.get("phases")]
-    if len(phases) != len(procs):
-        return {"ops": 0.0, "p50": 0.0, "p99": 0.0, "errors": -1}
-    return {
-        "ops": sum(p["ops_per_sec"] for p in phases),
-        "p50": max(p["lat_us"]["p50"] for p in phases) / 1000,
-        "p99": max(p["lat_us"]["p99"] for p in phases) / 1000,
-        "errors": sum(p["errors"] for p in phases),
-        "conns": share * len(ports),
-    }
+    out: Dict[str, Dict[str, float]] = {}
+    for r in results:
+        for p in r.get("phases", []):
+            if not p.get("measured") or p["name"] == "cleanup":
+                continue
+            row = out.setdefault(p["name"], {"ops": 0.0, "p50": 0.0, "p99": 0.0, "errors": 0,
+                                              "conns": share * len(ports), "runs": 0})
+            row["ops"] += p["ops_per_sec"]
+            row["p50"] = max(row["p50"], p["lat_us"]["p50"] / 1000)
+            row["p99"] = max(row["p99"], p["lat_us"]["p99"] / 1000)
+            row["errors"] += p["errors"]
+            row["runs"] += 1
+    for row in out.values():
+        if row["runs"] != len(procs):
+            row["ops"] = 0.0  # a generator failed: no figure
+    return out
 
 
 def main() -> None:
@@ -164,18 +171,20 @@ def main() -> None:
             for scenario in args.scenarios.split(","):
                 target = make_target(name, ours, cluster, binlog, args.pool)
                 try:
-                    r = run(gen, target, scenario, None, args.cap)
+                    rows = run(gen, target, scenario, None, args.cap)
                 finally:
                     target.stop()
-                print(f"| {name} | {scenario} | {r.get('conns', '')} | {r['ops']:,.0f} | "
-                      f"{r['p50']:.2f} | {r['p99']:.2f} |", flush=True)
+                for phase, r in rows.items():
+                    label = scenario if len(rows) == 1 else f"{scenario}/{phase}"
+                    print(f"| {name} | {label} | {r['conns']} | {r['ops']:,.0f} | "
+                          f"{r['p50']:.2f} | {r['p99']:.2f} |", flush=True)
         if args.sweep:
             print("\n| pg-2 mixed, clients | jobs/s | p50 ms | p99 ms |")
             print("| ---: | ---: | ---: | ---: |")
             for conns in [int(c) for c in args.sweep.split(",")]:
                 target = make_target("pg-2", ours, cluster, binlog, args.pool)
                 try:
-                    r = run(gen, target, "mixed-50c", conns, args.cap)
+                    r = run(gen, target, "mixed-50c", conns, args.cap)["mixed"]
                 finally:
                     target.stop()
                 print(f"| {conns} | {r['ops']:,.0f} | {r['p50']:.2f} | {r['p99']:.2f} |",
