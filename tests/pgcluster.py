@@ -243,10 +243,16 @@ def _fixtures():
         """An ``--engine`` value naming a fresh, empty schema on the session's cluster."""
         return pg_cluster.dsn() + f" stalk_schema=t{next(counter)}_{os.getpid()}"
 
-    return pg_cluster, pg_engine
+    @pytest.fixture
+    def slow_only(request):
+        """Skip a long test unless the run selects ``-m slow``."""
+        if "slow" not in (request.config.getoption("markexpr") or ""):
+            pytest.skip("a long test: run with -m slow")
+
+    return pg_cluster, pg_engine, slow_only
 
 
 try:
-    pg_cluster, pg_engine = _fixtures()
+    pg_cluster, pg_engine, slow_only = _fixtures()
 except ImportError:  # pragma: no cover - no pytest (a benchmark)
     pass

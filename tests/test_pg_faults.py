@@ -30,12 +30,6 @@ NODE = " stalk_heartbeat=0.2 stalk_dead_after=1.5 stalk_wait=30"
 
 
 @pytest.fixture
-def slow_only(request):
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("a long fault test: run with -m slow")
-
-
-@pytest.fixture
 def own_cluster():
     """A cluster of the test's own (it is restarted or killed)."""
     why = unavailable()
