@@ -58,6 +58,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _children(parent: int) -> List[int]:
+    """The pids whose parent is ``parent`` (Linux ``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting to be reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: List[int], wait: float = 10.0) -> None:
+    """Return once none of ``pids`` runs any more (or ``wait`` seconds passed)."""
+    deadline = time.monotonic() + wait
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _running(pid)]
+        if pids:
+            time.sleep(0.01)
+
+
 class Cluster:
     """One PostgreSQL server in a temporary directory (see the module docstring)."""
 
@@ -152,8 +186,18 @@ class Cluster:
                "kill": signal.SIGKILL}[mode]
         if proc.poll() is None:
             if mode == "kill":
-                # The whole process group: children die with the postmaster.
-                os.killpg(proc.pid, signal.SIGKILL)
+                # Everything at once, as a machine crash would.  PostgreSQL's
+                # children are process-group leaders of their own, so they are
+                # found by parent and killed one by one; a restart must wait
+                # for them, or it finds their shared memory still in use.
+                children = _children(proc.pid)
+                os.kill(proc.pid, signal.SIGKILL)
+                for pid in children:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                _wait_gone(children)
             else:
                 proc.send_signal(sig)
             try:

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine -*-
+# -*- test-case-name: tests.test_pg_wire -*-
 """An engine backed by PostgreSQL: several twisted-stalk nodes serve one replicated queue.
 
 Imported only when the server is given ``--engine`` (the in-memory server

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine -*-
+# -*- test-case-name: tests.test_pg_wire -*-
 """Puts and deletes of one reactor turn share one statement, and so one commit.
 
 Each command that changes jobs is a transaction, and a transaction costs a

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_driver -*-
+# -*- test-case-name: tests.test_pg_faults -*-
 """One PostgreSQL connection driven by the Twisted reactor: libpq, non-blocking, pipelined.
 
 :class:`PgConnection` wraps psycopg's libpq binding (:mod:`psycopg.pq`, its

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine,tests.test_pg_nodes -*-
+# -*- test-case-name: tests.test_pg_wire,tests.test_pg_nodes -*-
 """The PostgreSQL engine: the beanstalk commands on a queue that several nodes share.
 
 :class:`PgEngine` implements :class:`~twisted_stalk.core.engine.Engine`.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine -*-
+# -*- test-case-name: tests.test_pg_wire -*-
 """A few pipelined connections per node, reconnected when lost.
 
 :class:`Pool` sends each statement on the least busy connection that is up.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine -*-
+# -*- test-case-name: tests.test_pg_wire -*-
 """The database schema of the PostgreSQL engine, versioned, created and migrated by the server.
 
 Everything lives in one PostgreSQL schema (``twisted_stalk`` unless the

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine -*-
+# -*- test-case-name: tests.test_pg_wire -*-
 """The engine's SQL: one prepared statement per operation, each its own transaction.
 
 Every statement that changes jobs is a single statement (CTEs included), so

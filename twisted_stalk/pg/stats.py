@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine,tests.test_pg_nodes -*-
+# -*- test-case-name: tests.test_pg_wire,tests.test_pg_nodes -*-
 """``stats``, ``stats-tube``, ``stats-job``, ``list-tubes`` across nodes.
 
 The rule (docs/compat.md): what is about jobs is read from the database when

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine -*-
+# -*- test-case-name: tests.test_pg_wire -*-
 """What a node knows about tubes: its clients' uses, watches and waits, its counters.
 
 Jobs live in the database; who uses, watches and waits on a tube lives in

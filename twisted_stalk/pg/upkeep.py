@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine,tests.test_pg_nodes -*-
+# -*- test-case-name: tests.test_pg_wire,tests.test_pg_nodes -*-
 """A node's timers, heartbeat and notifications: what happens between commands.
 
 **Timers.**  The node keeps one ``callLater`` at the earliest of: a waiting

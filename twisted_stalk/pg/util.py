@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine -*-
+# -*- test-case-name: tests.test_pg_wire -*-
 """Small helpers shared by the PostgreSQL engine's modules."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pg_engine,tests.test_pg_nodes -*-
+# -*- test-case-name: tests.test_pg_wire,tests.test_pg_nodes -*-
 """Reserves on the PostgreSQL engine: taking a job, waiting for one, waking up.
 
 A reserve runs the ``reserve`` statement for the session's watched tubes.
