@@ -59,16 +59,19 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
  --tls-handshake-timeout SECS
                         a TLS client that has not completed its handshake by
                         then is disconnected (default 5; 0: no limit)
+ --engine CONNINFO      keep the queue in PostgreSQL (a libpq connection string,
+                        docs/ha.md): several servers then serve one queue
+ --engine-init          create or migrate --engine's schema, then exit
 """
 
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
 _LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
                     "max-memory", "shutdown-grace", "tls-handshake-timeout", "metrics-tubes",
-                    "metrics-tube-pattern", "stats-yaml", "web", "web-auth"}
+                    "metrics-tube-pattern", "stats-yaml", "web", "web-auth", "engine"}
 #: beanstalkd's JOB_DATA_SIZE_LIMIT_MAX: a larger -z is capped with a warning.
 MAX_JOB_SIZE = 1073741824
-_LONG_FLAGS = {"extensions"}
+_LONG_FLAGS = {"extensions", "engine-init"}
 
 
 class UsageError(Exception):
@@ -215,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if opts.get("h"):
         sys.stdout.write(USAGE)
         return 0
+    if opts.get("engine-init"):
+        return _engine_init(opts)
     if opts.get("v"):
         from twisted_stalk import PROTOCOL_VERSION, __version__
         sys.stdout.write(f"stalkd {__version__} (beanstalkd {PROTOCOL_VERSION} compatible)\n")
@@ -228,6 +233,20 @@ def main(argv: list[str] | None = None) -> int:
     except UnicodeError:
         raise fail(f"bad listen address: {address}", 111)
     return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size, early)
+
+
+def _engine_init(opts: dict[str, object]) -> int:
+    """``--engine-init``: create or migrate the schema; 0, or 10 if it cannot."""
+    if not opts.get("engine"):
+        sys.stderr.write("stalkd: --engine-init goes with --engine (stalkd -h lists the flags)\n")
+        return 5
+    from twisted_stalk.pg import EngineError, init_schema
+    try:
+        sys.stdout.write(init_schema(str(opts["engine"])) + "\n")
+    except EngineError as e:
+        sys.stderr.write(f"stalkd: {e}\n")
+        return 10
+    return 0
 
 
 def _seconds(opts: dict[str, object], name: str, default: float) -> float:
@@ -257,7 +276,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
     }
     for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
                  "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
-                 "metrics-tubes", "metrics-tube-pattern", "stats-yaml"):
+                 "metrics-tubes", "metrics-tube-pattern", "stats-yaml", "engine"):
         config[name] = opts.get(name)
     tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
 

@@ -7,6 +7,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from servers import REFERENCE, start_server  # noqa: E402
+from pgcluster import pg_cluster, pg_engine, slow_only  # noqa: E402,F401  (PostgreSQL engine tests)
 
 KINDS = ["ours"] + (["reference"] if REFERENCE else [])
 

@@ -40,7 +40,7 @@ def make_factory(config, reactor):
             raise RuntimeError("-b/--binlog-dir: binlog persistence is not available in this build")
         journal = open_journal(config, reactor)
     factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
-                                     journal=journal)
+                                     journal=journal, engine=_engine(config, reactor))
     configure(factory, config, reactor)  # limits, --max-memory, --extensions
     if journal is not None:
         # Replay the binlog into the engine, then arm the timer for the
@@ -48,6 +48,20 @@ def make_factory(config, reactor):
         journal.attach(factory.engine)
         factory.rearm()
     return factory
+
+
+def _engine(config, reactor):
+    """The PostgreSQL engine for ``--engine`` (imported only then), or None."""
+    if not config.get("engine"):
+        return None
+    if config.get("binlog-dir"):
+        raise RuntimeError("--engine and -b/--binlog-dir do not go together: "
+                           "the database is the persistence")
+    from .. import PROTOCOL_VERSION
+    from ..pg import open_engine
+    from .facts import ProcessFacts
+    return open_engine(str(config["engine"]), reactor, config["max-job-size"],
+                       ProcessFacts(PROTOCOL_VERSION, reactor.seconds()))
 
 
 def enter_drain(factory) -> None:

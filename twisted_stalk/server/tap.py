@@ -60,6 +60,8 @@ class Options(usage.Options):
          "expression get their own /metrics series."],
         ["stats-yaml", None, "1.13", "Stats YAML shape: 1.13 quotes string values, 1.12 "
          "(for clients that split lines on ': ') leaves them bare."],
+        ["engine", None, None, "Keep the queue in PostgreSQL (a libpq connection string; "
+         "docs/ha.md): several servers then serve one queue."],
         ["tls-handshake-timeout", None, DEFAULT_HANDSHAKE_TIMEOUT,
          "Seconds a --tls-listen client has to finish its TLS handshake (0: no limit).",
          float],
@@ -67,6 +69,7 @@ class Options(usage.Options):
     optFlags = [
         ["no-fsync", "F", "Never fsync the binlog."],
         ["extensions", None, "Serve the extension verbs list-jobs, flush-tube, capabilities."],
+        ["engine-init", None, "Create or migrate --engine's schema, then exit."],
     ]
 
     def __init__(self) -> None:
@@ -118,6 +121,15 @@ class Options(usage.Options):
             except AuthFileError as e:
                 raise usage.UsageError(str(e))
         self["endpoints"] = endpoints or ([] if self["tls-listen"] else ["tcp:11300"])
+        if self["engine-init"]:
+            if not self["engine"]:
+                raise usage.UsageError("--engine-init goes with --engine")
+            from ..pg import EngineError, init_schema
+            try:
+                print(init_schema(self["engine"]))
+            except EngineError as e:
+                raise usage.UsageError(str(e))
+            raise SystemExit(0)
 
 
 class BeanstalkService(MultiService):

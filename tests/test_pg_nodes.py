@@ -1,0 +1,180 @@
+"""Two and three nodes on one PostgreSQL queue: what one does, the others see.
+
+Real ``stalkd --engine`` processes on one schema of the session's cluster,
+real sockets.  The wake-up latency test prints its p50/p99 (``-s`` shows
+them; docs/ha.md records them).
+"""
+from __future__ import annotations
+
+import signal
+import statistics
+import time
+from typing import List
+
+import pytest
+
+from servers import RunningServer, start_server
+from wire import Wire
+
+FAST = " stalk_heartbeat=0.2 stalk_dead_after=1"
+
+
+@pytest.fixture
+def nodes(pg_engine):
+    """A function starting nodes on one fresh schema; all stopped after the test."""
+    started: List[RunningServer] = []
+
+    def start(n: int = 2, extra: str = FAST) -> List[RunningServer]:
+        for _ in range(n):
+            started.append(start_server("ours", "--engine", pg_engine + extra))
+        return started[-n:]
+    yield start
+    for server in started:
+        server.stop(signal.SIGKILL if server.proc.poll() is None else signal.SIGTERM)
+
+
+def wires(*servers: RunningServer) -> List[Wire]:
+    return [Wire(s.connect()) for s in servers]
+
+
+def stats_of(w: Wire, command: bytes = b"stats\r\n") -> dict:
+    reply = w.ask(command)
+    out = {}
+    for line in reply.split(b"\r\n", 1)[1].decode().splitlines():
+        key, sep, value = line.partition(": ")
+        if sep:
+            out[key] = value.strip('"')
+    return out
+
+
+def test_a_job_put_through_one_node_is_reserved_through_another(nodes):
+    a, b = wires(*nodes(2))
+    assert a.ask(b"use work\r\n") == b"USING work\r\n"
+    assert a.ask(b"put 5 0 60 5\r\nhello\r\n") == b"INSERTED 1\r\n"
+    assert b.ask(b"put 0 0 60 3\r\nbye\r\n") == b"INSERTED 2\r\n"  # ids are global
+    assert b.ask(b"watch work\r\n") == b"WATCHING 2\r\n"
+    assert b.ask(b"reserve-with-timeout 0\r\n") == b"RESERVED 2 3\r\nbye\r\n"
+    assert b.ask(b"reserve-with-timeout 0\r\n") == b"RESERVED 1 5\r\nhello\r\n"
+    # Only the holder, through its own node, may act on a reservation.
+    assert a.ask(b"delete 1\r\n") == b"NOT_FOUND\r\n"
+    assert a.ask(b"peek 1\r\n") == b"FOUND 1 5\r\nhello\r\n"
+    assert b.ask(b"delete 1\r\n") == b"DELETED\r\n"
+    assert a.ask(b"peek 1\r\n") == b"NOT_FOUND\r\n"
+
+
+def test_priorities_are_global(nodes):
+    a, b, c = wires(*nodes(3))
+    pris = [(a, 7), (b, 3), (c, 9), (a, 3), (b, 0), (c, 2**32 - 1), (a, 1024), (b, 3)]
+    for i, (w, pri) in enumerate(pris, 1):
+        assert w.ask(b"put %d 0 60 1\r\nx\r\n" % pri) == b"INSERTED %d\r\n" % i
+    order = sorted(range(1, len(pris) + 1), key=lambda i: (pris[i - 1][1], i))
+    got = []
+    for i in range(len(pris)):
+        reply = (a, b, c)[i % 3].ask(b"reserve-with-timeout 0\r\n")
+        got.append(int(reply.split()[1]))
+    assert got == order
+
+
+def test_a_reserve_on_one_node_wakes_when_another_node_makes_a_job_ready(nodes):
+    """Put on A, a waiting reserve on B: the wake-up's latency (LISTEN/NOTIFY)."""
+    a, b = wires(*nodes(2))
+    latencies = []
+    for i in range(1, 201):
+        b.send(b"reserve\r\n")
+        assert b.nothing_within(0.002)
+        t0 = time.perf_counter()
+        assert a.ask(b"put 0 0 60 1\r\nx\r\n") == b"INSERTED %d\r\n" % i
+        assert b.reply() == b"RESERVED %d 1\r\nx\r\n" % i
+        latencies.append((time.perf_counter() - t0) * 1000)
+        assert b.ask(b"delete %d\r\n" % i) == b"DELETED\r\n"
+    latencies.sort()
+    p50 = statistics.median(latencies)
+    p99 = latencies[int(len(latencies) * 0.99) - 1]
+    print(f"\nwake-up across nodes (put on A -> RESERVED on B): p50 {p50:.2f} ms, "
+          f"p99 {p99:.2f} ms, max {latencies[-1]:.2f} ms over {len(latencies)}")
+    assert p50 < 50 and p99 < 250, latencies
+
+
+def test_other_ways_jobs_become_ready_wake_other_nodes(nodes):
+    a, b = wires(*nodes(2))
+    a.ask(b"put 0 0 60 1\r\nx\r\n")
+    assert a.ask(b"reserve\r\n").startswith(b"RESERVED 1")
+    b.send(b"reserve\r\n")
+    assert b.nothing_within(0.1)
+    assert a.ask(b"release 1 0 0\r\n") == b"RELEASED\r\n"          # release
+    assert b.reply().startswith(b"RESERVED 1 1")
+    assert b.ask(b"bury 1 0\r\n") == b"BURIED\r\n"
+    a.send(b"reserve\r\n")
+    assert a.nothing_within(0.1)
+    assert b.ask(b"kick 1\r\n") == b"KICKED 1\r\n"                  # kick
+    assert a.reply().startswith(b"RESERVED 1 1")
+    b.send(b"reserve\r\n")
+    assert b.nothing_within(0.1)
+    a.close()                                                      # disconnect
+    assert b.reply().startswith(b"RESERVED 1 1")
+    t0 = time.monotonic()
+    c = wires(nodes(1)[0])[0]
+    c.send(b"reserve\r\n")
+    assert b.ask(b"release 1 0 1\r\n") == b"RELEASED\r\n"          # a delay ends
+    assert c.reply().startswith(b"RESERVED 1 1")
+    assert 0.9 < time.monotonic() - t0 < 2.5
+
+
+def test_a_pause_on_one_node_holds_reserves_on_another(nodes):
+    a, b = wires(*nodes(2))
+    a.ask(b"put 0 0 60 1\r\nx\r\n")
+    assert a.ask(b"pause-tube default 2\r\n") == b"PAUSED\r\n"
+    assert b.ask(b"reserve-with-timeout 0\r\n") == b"TIMED_OUT\r\n"
+    tube = stats_of(b, b"stats-tube default\r\n")
+    assert tube["pause"] == "2" and tube["current-jobs-ready"] == "1"
+    t0 = time.monotonic()
+    b.send(b"reserve\r\n")
+    assert b.reply().startswith(b"RESERVED 1 1")
+    assert 1.0 < time.monotonic() - t0 < 3.0
+
+
+def test_a_ttr_runs_out_once_whichever_node_sees_it(nodes):
+    a, b, c = wires(*nodes(3))
+    a.ask(b"put 0 0 1 1\r\nx\r\n")
+    assert a.ask(b"reserve\r\n").startswith(b"RESERVED 1")
+    b.send(b"reserve\r\n")
+    assert b.reply(), "the job came back after its TTR"
+    job = stats_of(c, b"stats-job 1\r\n")
+    assert job["timeouts"] == "1" and job["reserves"] == "2" and job["state"] == "reserved"
+    assert a.ask(b"delete 1\r\n") == b"NOT_FOUND\r\n"  # a's reservation ended with its TTR
+    time.sleep(0.5)  # a heartbeat: the nodes' figures meet
+    assert stats_of(c)["job-timeouts"] == "1"
+
+
+def test_stats_sum_over_nodes(nodes):
+    a, b = wires(*nodes(2))
+    a.ask(b"put 0 0 60 1\r\nx\r\n")
+    b.ask(b"put 0 0 60 1\r\nx\r\n")
+    b.ask(b"use other\r\n")
+    time.sleep(0.5)  # a heartbeat
+    for w in (a, b):
+        s = stats_of(w)
+        assert s["cmd-put"] == "2" and s["total-jobs"] == "2"
+        assert s["current-connections"] == "2" and s["current-producers"] == "2"
+        assert s["current-jobs-ready"] == "2" and s["current-tubes"] == "2"
+    assert a.ask(b"list-tubes\r\n") == b"OK 22\r\n---\n- default\n- other\n\r\n"
+
+
+def test_a_killed_nodes_reservations_come_back_through_another_node(nodes):
+    a_node, b_node = nodes(2)
+    a, b = wires(a_node, b_node)
+    for i in range(1, 6):
+        a.ask(b"put 0 0 300 1\r\nx\r\n")
+    held = [int(a.ask(b"reserve\r\n").split()[1]) for _ in range(5)]
+    t0 = time.monotonic()
+    a_node.proc.send_signal(signal.SIGKILL)
+    got = []
+    for _ in range(5):
+        b.send(b"reserve-with-timeout 10\r\n")
+        reply = b.reply()
+        assert reply.startswith(b"RESERVED"), reply
+        got.append(int(reply.split()[1]))
+    took = time.monotonic() - t0
+    assert sorted(got) == sorted(held)
+    assert took < 1 + 0.2 * 2 + 1.0, took  # dead_after + a heartbeat or two + slack
+    assert b.ask(b"reserve-with-timeout 0\r\n") == b"TIMED_OUT\r\n"  # none twice

@@ -1,0 +1,104 @@
+"""The PostgreSQL engine's parts: --engine strings, schema versions, the driver, startup."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from twisted_stalk.pg.config import parse, split_settings
+
+
+def test_engine_settings_are_taken_out_of_a_url():
+    conninfo, ours = split_settings(
+        "postgresql://a:5432,b:5432/q?target_session_attrs=read-write&stalk_pool=2"
+        "&stalk_schema=jobs")
+    assert conninfo == "postgresql://a:5432,b:5432/q?target_session_attrs=read-write"
+    assert ours == {"stalk_pool": "2", "stalk_schema": "jobs"}
+
+
+def test_engine_settings_are_taken_out_of_key_value_strings():
+    config = parse("host=/tmp port=5 password='a b' stalk_heartbeat=0.5 stalk_dead_after=3")
+    assert config.conninfo == "host=/tmp port=5 password='a b'"
+    assert (config.heartbeat, config.dead_after, config.pool) == (0.5, 3.0, 4)
+
+
+@pytest.mark.parametrize("text", [
+    "stalk.example:11300",                       # not a connection string
+    "host=x stalk_nosuch=1",                     # unknown setting
+    "host=x stalk_pool=0",
+    "host=x stalk_heartbeat=2 stalk_dead_after=1",
+    "host=x stalk_schema=Bad-Name",
+])
+def test_bad_engine_strings_are_refused(text):
+    from twisted_stalk.pg.schema import SchemaError
+    with pytest.raises((ValueError, SchemaError)):
+        config = parse(text)
+        from twisted_stalk.pg.schema import quoted
+        quoted(config.schema)
+
+
+def test_the_schema_is_created_once_and_a_newer_one_refused(pg_cluster):
+    from twisted_stalk.pg.schema import VERSION, SchemaError, migrate
+    dsn = pg_cluster.dsn()
+    assert migrate(dsn, "units_a") == (0, VERSION)
+    assert migrate(dsn, "units_a") == (VERSION, VERSION)
+    pg_cluster.sql(f"INSERT INTO units_a.schema_version VALUES ({VERSION + 1})")
+    with pytest.raises(SchemaError, match="upgrade twisted-stalk"):
+        migrate(dsn, "units_a")
+
+
+def _stalkd(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twisted_stalk_cli.stalkd", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_stalkd_engine_init_creates_the_schema_and_exits(pg_cluster):
+    engine = pg_cluster.dsn() + " stalk_schema=units_b"
+    done = _stalkd("--engine", engine, "--engine-init")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("version 0 -> 1")
+    again = _stalkd("--engine", engine, "--engine-init")
+    assert again.stdout.strip() == "schema units_b is at version 1"
+
+
+def test_stalkd_refuses_a_database_it_cannot_use(pg_cluster):
+    done = _stalkd("-l", "127.0.0.1", "-p", "0", "--engine",
+                   pg_cluster.dsn("no_such_database"))
+    assert done.returncode == 10
+    assert "cannot use the database" in done.stderr and "no_such_database" in done.stderr
+    bad = _stalkd("-l", "127.0.0.1", "-p", "0", "--engine", "host=x stalk_bogus=1")
+    assert bad.returncode == 10 and "unknown engine setting stalk_bogus" in bad.stderr
+
+
+def test_the_driver_pipelines_reports_errors_and_fails_when_unreachable(pg_cluster):
+    """PgConnection on a real reactor (in a subprocess: pytest owns no reactor)."""
+    script = f"""
+from twisted.internet import defer, reactor
+from twisted_stalk.pg.driver import ConnectionLost, PgConnection, PgError
+out = []
+@defer.inlineCallbacks
+def main():
+    conn = PgConnection(reactor, {pg_cluster.dsn()!r}, {{"add": "SELECT $1::bigint + 1, $2::bytea"}})
+    yield conn.connect()
+    rows = yield defer.gatherResults([conn.execute("add", [i, b"\\x00\\r\\n"], [0, 1])
+                                      for i in range(1000)])
+    out.append(rows[-1] == [(1000, b"\\x00\\r\\n")])
+    try:
+        yield conn.query("SELECT 1/0")
+    except PgError as e:
+        out.append(e.sqlstate)
+    out.append((yield conn.execute("add", [1, b""], [0, 1])) == [(2, b"")])
+    bad = PgConnection(reactor, "host=/nonexistent port=1 connect_timeout=1")
+    try:
+        yield bad.connect()
+    except ConnectionLost:
+        out.append("lost")
+    print(out)
+    reactor.stop()
+reactor.callWhenRunning(main)
+reactor.run()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "[True, '22012', True, 'lost']", done.stderr

@@ -1,0 +1,51 @@
+"""The wire suites' server tests, on a node on the PostgreSQL engine.
+
+A named subset of tests/test_wire.py and tests/test_wire_abuse.py, imported
+here so that they run with this module's ``ours``/``server`` fixtures: a
+``stalkd --engine`` node on a fresh schema of the session's cluster.  The
+rest of those modules test the framing and the in-memory engine's timers
+with a fake clock, which do not depend on the engine.
+"""
+from __future__ import annotations
+
+import pytest
+
+from servers import start_server
+from test_wire import (  # noqa: F401  (collected here, with this module's fixtures)
+    test_blocked_client_disconnect_is_noticed,
+    test_blocked_reserve_buffers_input_and_serves_it_after,
+    test_body_carries_any_bytes,
+    test_disconnect_returns_reserved_jobs,
+    test_drain_mode_on_sigusr1,
+    test_expected_crlf,
+    test_half_closed_waiting_client_gets_timed_out,
+    test_job_too_big_body_is_discarded_not_parsed,
+    test_max_size_body,
+    test_pipelined_session_equals_byte_at_a_time,
+    test_quit_returns_reserved_jobs,
+    test_sigterm_exits_zero,
+)
+from test_wire_abuse import (  # noqa: F401
+    test_a_stats_flood_does_not_slow_other_clients,
+    test_unread_replies_do_not_grow_memory_or_stall_others,
+)
+from wire import Wire
+
+
+@pytest.fixture
+def ours(pg_engine):
+    server = start_server("ours", "--engine", pg_engine)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def server(ours):
+    return ours
+
+
+@pytest.fixture
+def wire(ours):
+    w = Wire(ours.connect())
+    yield w
+    w.close()

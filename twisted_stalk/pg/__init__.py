@@ -1,0 +1,65 @@
+# -*- test-case-name: tests.test_pg_wire -*-
+"""An engine backed by PostgreSQL: several twisted-stalk nodes serve one replicated queue.
+
+Imported only when the server is given ``--engine`` (the in-memory server
+never loads it or its driver).  :func:`open_engine` builds a node's engine
+from an ``--engine`` value: it creates or migrates the schema, registers the
+node (both blocking, at startup), then connects without blocking the reactor.
+docs/ha.md describes the architecture and its guarantees.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..core.facts import Facts
+
+
+class EngineError(Exception):
+    """The engine cannot start: a bad ``--engine`` value, no driver, an unusable database."""
+
+
+def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Facts] = None,
+                start: bool = True) -> Any:
+    """A registered :class:`~.engine.PgEngine` for the ``--engine`` value ``text``."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise EngineError("--engine needs the psycopg driver: pip install 'twisted-stalk[postgresql]'")
+    from .config import parse
+    from .engine import PgEngine
+    from .schema import SchemaError
+    try:
+        config = parse(text)
+    except ValueError as e:
+        raise EngineError(f"--engine: {e}")
+    engine = PgEngine(reactor, config, max_job_size=max_job_size, facts=facts)
+    try:
+        engine.register()
+    except SchemaError as e:
+        raise EngineError(f"--engine: {e}")
+    except psycopg.Error as e:
+        raise EngineError(f"--engine: cannot use the database: {str(e).strip()}")
+    if start:
+        engine.start().addErrback(lambda f: None)  # the pool keeps trying
+    return engine
+
+
+def init_schema(text: str) -> str:
+    """``--engine-init``: create or migrate the schema, and say what was done."""
+    import psycopg
+
+    from .config import parse
+    from .schema import SchemaError, migrate
+    try:
+        config = parse(text)
+        found, now = migrate(config.conninfo, config.schema)
+    except (ValueError, SchemaError) as e:
+        raise EngineError(f"--engine: {e}")
+    except psycopg.Error as e:
+        raise EngineError(f"--engine: cannot use the database: {str(e).strip()}")
+    if found == now:
+        return f"schema {config.schema} is at version {now}"
+    return f"schema {config.schema}: version {found} -> {now}"
+
+
+__all__ = ["EngineError", "init_schema", "open_engine"]

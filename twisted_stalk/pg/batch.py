@@ -1,0 +1,82 @@
+# -*- test-case-name: tests.test_pg_wire -*-
+"""Puts and deletes of one reactor turn share one statement, and so one commit.
+
+Each command that changes jobs is a transaction, and a transaction costs a
+commit (a WAL flush, on the standby too when it is synchronous): the commit
+rate, not the work, bounds a node.  Puts and deletes are the commands that
+come in crowds and never wait on each other's rows (a put makes new rows; a
+delete of a reserved job is its holder's alone), so the ones issued during
+one reactor turn go to the database as one statement over arrays
+(``put_many``, ``delete_many``): one commit for all of them.  Each client
+still gets its own answer, and only once the shared statement has
+committed.  A batch that fails fails each of its commands (INTERNAL_ERROR),
+as a single statement would.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List
+
+from twisted.internet import defer
+
+#: Commands in one statement at most.
+LIMIT = 256
+
+
+class Batcher:
+    """Collects items during a reactor turn and runs them together."""
+
+    def __init__(self, reactor: Any, run: Callable[[List[Any]], defer.Deferred],
+                 limit: int = LIMIT) -> None:
+        self.reactor = reactor
+        #: ``run(items)`` fires with one result per item, in order.
+        self.run = run
+        self.limit = limit
+        self._items: List[Any] = []
+        self._waiting: List[defer.Deferred] = []
+        self._call: Any = None
+
+    def add(self, item: Any) -> defer.Deferred:
+        """The result for ``item`` once its batch has run."""
+        d: defer.Deferred = defer.Deferred()
+        self._items.append(item)
+        self._waiting.append(d)
+        if len(self._items) >= self.limit:
+            self._flush()
+        elif self._call is None:
+            self._call = self.reactor.callLater(0, self._flush)
+        return d
+
+    def _flush(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+        items, self._items = self._items, []
+        waiting, self._waiting = self._waiting, []
+        if not items:
+            return
+
+        def done(results: List[Any]) -> None:
+            for d, result in zip(waiting, results):
+                d.callback(result)
+
+        def failed(failure: Any) -> None:
+            for d in waiting:
+                d.errback(failure)
+        self.run(items).addCallbacks(done, failed)
+
+
+def text_array(values: List[bytes]) -> bytes:
+    """A text[] literal of tube names (no quote, backslash, brace or comma in them)."""
+    return b"{" + b",".join(b'"' + v + b'"' for v in values) + b"}"
+
+
+def int_array(values: List[int]) -> bytes:
+    return b"{" + b",".join(b"%d" % v for v in values) + b"}"
+
+
+def bytea_array(values: List[bytes]) -> bytes:
+    """A bytea[] literal: each value in hex (``\\x...``), quoted."""
+    return b"{" + b",".join(b'"\\\\x' + v.hex().encode() + b'"' for v in values) + b"}"
+
+
+__all__ = ["Batcher", "LIMIT", "bytea_array", "int_array", "text_array"]

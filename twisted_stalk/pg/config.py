@@ -1,0 +1,98 @@
+# -*- test-case-name: tests.test_pg_units -*-
+"""``--engine``: a libpq connection string, plus the engine's own ``stalk_*`` settings.
+
+The string is handed to libpq as it is (URL or ``key=value`` form, multi-host
+strings with ``target_session_attrs=read-write`` included), except for the
+parameters whose names start with ``stalk_``, which configure the engine and
+which libpq would refuse:
+
+==================  =======  ==================================================
+``stalk_schema``    twisted_stalk  PostgreSQL schema holding the queue's tables
+``stalk_pool``      4        connections per node for commands (pipelined)
+``stalk_heartbeat`` 1        seconds between a node's heartbeats
+``stalk_dead_after`` 5       seconds without a heartbeat after which other nodes
+                             give a node's reservations back
+``stalk_wait``      10       seconds a command waits for the database to come
+                             back before it answers INTERNAL_ERROR
+==================  =======  ==================================================
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+_KV = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']*)")
+
+
+@dataclass
+class EngineConfig:
+    """What the PostgreSQL engine needs from ``--engine``."""
+
+    #: The libpq connection string, without the ``stalk_*`` parameters.
+    conninfo: str
+    schema: str = "twisted_stalk"
+    pool: int = 4
+    heartbeat: float = 1.0
+    dead_after: float = 5.0
+    wait: float = 10.0
+
+
+def split_settings(text: str) -> Tuple[str, Dict[str, str]]:
+    """Separate the ``stalk_*`` parameters from a libpq connection string."""
+    ours: Dict[str, str] = {}
+    if "://" in text:
+        base, sep, query = text.partition("?")
+        kept = []
+        for part in query.split("&") if sep else []:
+            key, _, value = part.partition("=")
+            if key.startswith("stalk_"):
+                ours[key] = value
+            elif part:
+                kept.append(part)
+        return base + ("?" + "&".join(kept) if kept else ""), ours
+    kept = []
+    pos = 0
+    while pos < len(text):
+        m = _KV.match(text, pos)
+        if m is None:
+            if text[pos:].strip():
+                raise ValueError(f"cannot read the connection string near {text[pos:]!r}")
+            break
+        key, value = m.group(1), m.group(2)
+        if key.startswith("stalk_"):
+            ours[key] = value.strip("'")
+        else:
+            kept.append(m.group(0).strip())
+        pos = m.end()
+    return " ".join(kept), ours
+
+
+def parse(text: str) -> EngineConfig:
+    """An :class:`EngineConfig` from an ``--engine`` value; ValueError if malformed."""
+    if not (text.startswith(("postgresql://", "postgres://")) or "=" in text):
+        raise ValueError("--engine takes a PostgreSQL connection string "
+                         "(postgresql://... or 'host=... dbname=...')")
+    conninfo, ours = split_settings(text)
+    config = EngineConfig(conninfo)
+    for key, value in ours.items():
+        name = key[len("stalk_"):]
+        if name == "schema":
+            config.schema = value
+        elif name == "pool":
+            config.pool = int(value)
+            if not 1 <= config.pool <= 64:
+                raise ValueError("stalk_pool must be 1..64")
+        elif name in ("heartbeat", "dead_after", "wait"):
+            number = float(value)
+            if not number > 0:
+                raise ValueError(f"{key} must be positive")
+            setattr(config, name, number)
+        else:
+            raise ValueError(f"unknown engine setting {key}")
+    if config.dead_after <= config.heartbeat:
+        raise ValueError("stalk_dead_after must be longer than stalk_heartbeat")
+    return config
+
+
+__all__ = ["EngineConfig", "parse", "split_settings"]

@@ -1,0 +1,548 @@
+# -*- test-case-name: tests.test_pg_wire,tests.test_pg_nodes -*-
+"""The PostgreSQL engine: the beanstalk commands on a queue that several nodes share.
+
+:class:`PgEngine` implements :class:`~twisted_stalk.core.engine.Engine`.
+Jobs live in PostgreSQL (:mod:`.schema`); each command that touches jobs is
+one statement (:mod:`.sql`) sent on a pipelined connection (:mod:`.pool`),
+and the command answers with a Deferred that fires once the statement has
+committed: nothing is acknowledged before it is durable (with
+``synchronous_commit`` on, and on the synchronous standby if one is
+configured).  ``journal`` is therefore a ``NullJournal``.
+
+What belongs to a connection lives in the node that holds it, as in
+beanstalkd it lives in the server: the tubes a session uses and watches, its
+waiting reserve, the reservations it holds (also recorded in the job rows as
+(node, connection), so a reservation is checked by the database on every
+release, bury, touch and delete).  Those commands (``use``, ``watch``,
+``ignore``, ``list-tube-used``, ``list-tubes-watched``) and the session
+methods answer at once.  Closing a session gives its reservations back in
+the background.
+
+The other parts: reserves and wake-ups (:mod:`.waiting`), timers, heartbeat
+and notifications between nodes (:mod:`.upkeep`), stats (:mod:`.stats`),
+tubes (:mod:`.tubes`).
+"""
+from __future__ import annotations
+
+import heapq
+import socket
+from typing import Any, Dict, Iterable, List, Optional, Set
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from ..core.facts import Facts
+from ..core.job import STATE_BY_NAME
+from ..core.journal import NullJournal
+from ..core.memory import MemoryEngine
+from ..core.outcomes import (
+    BAD_FORMAT,
+    BURIED,
+    DELETED,
+    DRAINING,
+    EXPECTED_CRLF,
+    KICKED,
+    NOT_FOUND,
+    PAUSED,
+    RELEASED,
+    TOUCHED,
+    Outcome,
+)
+from ..protocol.commands import COUNTED_COMMANDS, valid_tube_name
+from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, UNRESERVED_STATES
+from .batch import Batcher, bytea_array, int_array, text_array
+from .config import EngineConfig
+from .listener import Listener
+from .pool import Pool
+from .sql import channel, statements
+from .stats import Stats
+from .util import gather
+from .tubes import NodeTube, TubeRegistry
+from .upkeep import Upkeep
+from .waiting import PgSession, Reserving
+
+log = Logger(namespace="twisted_stalk.pg")
+
+_CRLF = b"\r\n"
+#: Job ids are bigints: a larger id (the protocol allows up to 2**64 - 1) names no job.
+_MAX_ID = 2**63 - 1
+
+
+class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
+    """One node's engine on a PostgreSQL queue (see the module docstring)."""
+
+    def __init__(self, reactor: Any, config: EngineConfig,
+                 max_job_size: int = DEFAULT_MAX_JOB_SIZE, facts: Optional[Facts] = None) -> None:
+        self.reactor = self.clock = reactor
+        self._now = reactor.seconds
+        self.config = config
+        self.max_job_size = max_job_size
+        #: Not applied: job bodies are stored by the database (docs/compat.md).
+        self.max_memory = 0
+        self.job_bytes = 0
+        self.facts = facts or Facts(reactor.seconds())
+        self.journal = NullJournal()
+        self.channel = channel(config.schema)
+        self.pool = Pool(reactor, config.conninfo, statements(config.schema),
+                         size=config.pool, wait=config.wait, on_up=self._resync)
+        self.listener = Listener(reactor, config.conninfo, self.channel,
+                                 on_event=self._event, on_up=self._resync)
+        self.node_id: Optional[int] = None
+        self.wakeups: List[Any] = []
+        self.wake_changed = False
+        self.notify: Any = None
+        self.draining = False
+        self.held = False
+        self.sessions: Set[PgSession] = set()
+        self._by_conn: Dict[int, PgSession] = {}
+        self._next_conn = 0
+        self.cmd_counts: Dict[str, int] = dict.fromkeys(COUNTED_COMMANDS, 0)
+        self.job_timeouts = 0
+        self.total_jobs = 0
+        self.current_connections = 0
+        self.total_connections = 0
+        self.producers = 0
+        self.workers = 0
+        self.waiting_count = 0
+        self._init_tubes()
+        self._init_upkeep()
+        self._puts = Batcher(reactor, self._put_many)
+        self._deletes = Batcher(reactor, self._delete_many)
+        self._reserves = Batcher(reactor, self._reserve_many)
+
+    # ------------------------------------------------------------ life cycle
+
+    def register(self) -> None:
+        """Create or migrate the schema and register this node (blocking: at startup)."""
+        import psycopg
+
+        from .schema import migrate, quoted
+        migrate(self.config.conninfo, self.config.schema)
+        s = quoted(self.config.schema)
+        with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
+            row = conn.execute(
+                f"INSERT INTO {s}.nodes (id, started_at, heartbeat_at, hostname, pid) "
+                f"SELECT nextval('{s}.node_ids'), c.e, c.e, %s, %s "
+                f"FROM (SELECT extract(epoch FROM clock_timestamp())::float8 AS e) c "
+                f"RETURNING id",
+                (socket.gethostname(), self.facts.pid())).fetchone()
+        self.node_id = row[0]
+
+    def start(self) -> defer.Deferred:
+        """Connect the pool and the listener and start the heartbeat (after :meth:`register`)."""
+        self._start_heartbeat()
+        self.reactor.addSystemEventTrigger("before", "shutdown", self.stop)
+        return gather([self.pool.start(), self.listener.start()])
+
+    def stop(self) -> defer.Deferred:
+        """Leave: give back this node's reservations and unregister, then close."""
+        if self._heartbeat is not None and self._heartbeat.running:
+            self._heartbeat.stop()
+        self.listener.stop()
+        if self.node_id is None or not self.pool.up:
+            self.pool.stop()
+            return defer.succeed(None)
+        d = self.pool.execute("leave", [self.node_id])
+        d.addCallback(self._tubes_ready)
+        d.addCallback(lambda _: self._send_notes())
+        d.addErrback(self._failed)
+        d.addBoth(lambda _: self.pool.stop())
+        return d
+
+    def _deliver(self) -> None:
+        """Hand queued wake-ups to the front end (outside any command)."""
+        if self.wakeups and self.notify is not None:
+            self.notify()
+
+    # ------------------------------------------------------------ sessions
+
+    def open_session(self, listener: Any) -> PgSession:
+        self._next_conn += 1
+        s = PgSession(listener, self.default_tube, self._next_conn)
+        self.default_tube.using_count += 1
+        self.default_tube.watching_count += 1
+        self.current_connections += 1
+        self.total_connections += 1
+        self.sessions.add(s)
+        self._by_conn[s.conn_id] = s
+        return s
+
+    def close_session(self, s: PgSession) -> None:
+        if s.closed:
+            return
+        s.closed = True
+        self.sessions.discard(s)
+        self._by_conn.pop(s.conn_id, None)
+        self._stop_waiting(s)
+        if s.is_worker:
+            self._give_back(s)
+        s.ttr_heap.clear()
+        watch = s.watch
+        s.watch = []
+        while watch:
+            t = watch[0]
+            last = watch.pop()
+            if watch:
+                watch[0] = last
+            t.watching_count -= 1
+            self._maybe_drop_tube(t)
+        s.use.using_count -= 1
+        self._maybe_drop_tube(s.use)
+        self.current_connections -= 1
+        if s.is_producer:
+            self.producers -= 1
+        if s.is_worker:
+            self.workers -= 1
+
+    def next_deadline(self) -> None:
+        """None: this engine keeps its own timers."""
+        return None
+
+    def tick(self) -> None:
+        """Nothing: this engine keeps its own timers."""
+
+    def _tube_dropped(self, t: NodeTube) -> None:
+        if self.node_id is not None and self.pool.up:
+            self.pool.execute("forget_tube", [t.name, self.node_id]).addErrback(self._failed)
+
+    # ------------------------------------------------------------ put
+
+    def put(self, s: PgSession, pri: int, delay: int, ttr: int, body: bytes) -> Any:
+        self.cmd_counts["put"] += 1
+        if not s.is_producer:
+            self._set_producer(s)
+        if body[-2:] != _CRLF:
+            return self._refused(EXPECTED_CRLF)
+        if self.draining:
+            return self._refused(DRAINING)
+        t = s.use
+        d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2]))
+
+        def inserted(job_id: int) -> int:
+            self.total_jobs += 1
+            t.total_jobs += 1
+            self._has_jobs(t)
+            if delay:
+                self._delayed_due_in(delay)
+            else:
+                self._ready_by_name(t.name)
+            return job_id
+        return d.addCallbacks(inserted, self._internal_error)
+
+    def _put_many(self, items: List[Any]) -> defer.Deferred:
+        """Run a batch of puts (batch.py): one job id per item."""
+        tubes, pris, delays, ttrs, bodies = zip(*items)
+        d = self.pool.execute("put_many", [text_array(list(tubes)), int_array(list(pris)),
+                                           int_array(list(delays)), int_array(list(ttrs)),
+                                           bytea_array(list(bodies))])
+        return d.addCallback(lambda rows: [job_id for job_id, _ in rows])
+
+    def _delete_many(self, items: List[Any]) -> defer.Deferred:
+        """Run a batch of deletes: (tube, state, tube keeps jobs) or None per item."""
+        d = self.pool.execute("delete_many", [int_array([i for i, _ in items]),
+                                              int_array([c for _, c in items]), self.node_id])
+
+        def answers(rows: Any) -> List[Any]:
+            out: List[Any] = [None] * len(items)
+            for n, tube, state, remaining in rows:
+                out[n - 1] = (tube, state, remaining)
+            return out
+        return d.addCallback(answers)
+
+    def _refused(self, outcome: Outcome) -> defer.Deferred:
+        """A refused put still takes a job id, as in beanstalkd."""
+        return self.pool.execute("take_id").addCallbacks(lambda _: outcome,
+                                                         self._internal_error)
+
+    # ------------------------------------------------------------ a session's own state
+    #
+    # These rules touch only the session, the node's tube records and its
+    # counters: they are the in-memory engine's, shared as they are.
+
+    reject_put = MemoryEngine.reject_put
+    use = MemoryEngine.use
+    watch = MemoryEngine.watch
+    ignore = MemoryEngine.ignore
+    list_tube_used = MemoryEngine.list_tube_used
+    list_tubes_watched = MemoryEngine.list_tubes_watched
+    cancel_wait = MemoryEngine.cancel_wait
+    take_wakeups = MemoryEngine.take_wakeups
+    drain = MemoryEngine.drain
+    hold = MemoryEngine.hold
+    _set_producer = MemoryEngine._set_producer
+    _set_worker = MemoryEngine._set_worker
+
+    # ------------------------------------------------------------ reserves
+
+    def reserve(self, s: PgSession) -> Any:
+        self.cmd_counts["reserve"] += 1
+        return self._reserve(s, None)
+
+    def reserve_with_timeout(self, s: PgSession, timeout: int) -> Any:
+        self.cmd_counts["reserve-with-timeout"] += 1
+        return self._reserve(s, None if timeout < 0 else timeout)
+
+    def reserve_job(self, s: PgSession, job_id: int) -> Any:
+        if job_id > _MAX_ID:
+            return NOT_FOUND
+        d = self.pool.execute("reserve_job", [job_id, self.node_id, s.conn_id])
+
+        def done(rows: Any) -> Any:
+            if not rows:
+                return NOT_FOUND
+            if not s.is_worker:
+                self._set_worker(s)
+            return self._reserved(s, rows[0]) or NOT_FOUND
+        return d.addCallbacks(done, self._internal_error)
+
+    # ------------------------------------------------------------ the holder's commands
+
+    def delete(self, s: PgSession, job_id: int) -> Any:
+        self.cmd_counts["delete"] += 1
+        if job_id > _MAX_ID:
+            return NOT_FOUND
+        since = self._epoch
+        d = self._deletes.add((job_id, s.conn_id))
+
+        def deleted(row: Any) -> Outcome:
+            if row is None:
+                s.reserved.pop(job_id, None)
+                return NOT_FOUND
+            name, state, remaining = row
+            if state == 1:
+                s.reserved.pop(job_id, None)
+            t = self.tubes.get(name)
+            if t is None and remaining:
+                t = self.tube(name)
+                self._has_jobs(t)
+            if t is not None:
+                t.cmd_delete += 1
+                if not remaining and t.seen <= since:
+                    t.has_jobs = False
+                    self._maybe_drop_tube(t)
+            return DELETED
+        return d.addCallbacks(deleted, self._internal_error)
+
+    def _holder_statement(self, s: PgSession, job_id: int, name: str, args: List[Any],
+                          then: Any) -> Any:
+        """Run a statement only the holder may run; NOT_FOUND if ``s`` does not hold the job."""
+        if job_id not in s.reserved:
+            return NOT_FOUND
+        d = self.pool.execute(name, [job_id, self.node_id, s.conn_id] + args)
+
+        def done(rows: Any) -> Any:
+            if not rows:
+                s.reserved.pop(job_id, None)  # its TTR ran out, or its node was given up on
+                return NOT_FOUND
+            return then(rows[0])
+        return d.addCallbacks(done, self._internal_error)
+
+    def release(self, s: PgSession, job_id: int, pri: int, delay: int) -> Any:
+        self.cmd_counts["release"] += 1
+
+        def released(row: Any) -> Outcome:
+            s.reserved.pop(job_id, None)
+            if delay:
+                self._delayed_due_in(delay)
+            else:
+                self._ready_by_name(row[0])
+            return RELEASED
+        return self._holder_statement(s, job_id, "release", [pri, delay], released)
+
+    def bury(self, s: PgSession, job_id: int, pri: int) -> Any:
+        self.cmd_counts["bury"] += 1
+
+        def buried(row: Any) -> Outcome:
+            s.reserved.pop(job_id, None)
+            return BURIED
+        return self._holder_statement(s, job_id, "bury", [pri], buried)
+
+    def touch(self, s: PgSession, job_id: int) -> Any:
+        self.cmd_counts["touch"] += 1
+
+        def touched(row: Any) -> Outcome:
+            job = s.reserved.get(job_id)
+            if job is not None:
+                job.deadline_at = self._now() + row[0]
+                self._schedule_ttr(s, job)
+                if len(s.reserved) > 1:
+                    heapq.heappush(s.ttr_heap, (job.deadline_at, job_id))
+            return TOUCHED
+        return self._holder_statement(s, job_id, "touch", [], touched)
+
+    # ------------------------------------------------------------ kicks
+
+    def kick(self, s: PgSession, bound: int) -> Any:
+        self.cmd_counts["kick"] += 1
+        name = s.use.name
+
+        def kicked(rows: Any) -> int:
+            if rows:
+                self._ready_by_name(name, len(rows))
+            return len(rows)
+        return self.pool.execute("kick", [name, bound]).addCallbacks(kicked,
+                                                                    self._internal_error)
+
+    def kick_job(self, s: PgSession, job_id: int) -> Any:
+        if job_id > _MAX_ID:
+            return NOT_FOUND
+        def kicked(rows: Any) -> Outcome:
+            if not rows:
+                return NOT_FOUND
+            self._ready_by_name(rows[0][0])
+            return KICKED
+        return self.pool.execute("kick_job", [job_id]).addCallbacks(kicked,
+                                                                   self._internal_error)
+
+    # ------------------------------------------------------------ peeks
+
+    def _peek(self, name: str, params: List[Any]) -> Any:
+        def found(rows: Any) -> Any:
+            if not rows:
+                return NOT_FOUND
+            job_id, body = rows[0]
+            return self._job((job_id, body, 0, 0, b"", 0.0))
+        return self.pool.execute(name, params).addCallbacks(found, self._internal_error)
+
+    def peek(self, s: PgSession, job_id: int) -> Any:
+        self.cmd_counts["peek"] += 1
+        if job_id > _MAX_ID:
+            return NOT_FOUND
+        return self._peek("peek", [job_id])
+
+    def peek_ready(self, s: PgSession) -> Any:
+        self.cmd_counts["peek-ready"] += 1
+        return self._peek("peek_ready", [s.use.name])
+
+    def peek_delayed(self, s: PgSession) -> Any:
+        self.cmd_counts["peek-delayed"] += 1
+        return self._peek("peek_delayed", [s.use.name])
+
+    def peek_buried(self, s: PgSession) -> Any:
+        self.cmd_counts["peek-buried"] += 1
+        return self._peek("peek_buried", [s.use.name])
+
+    def job(self, job_id: int) -> Any:
+        """The job (a Deferred), or NOT_FOUND; counts nothing."""
+        if job_id > _MAX_ID:
+            return NOT_FOUND
+        def found(rows: Any) -> Any:
+            return self._job(rows[0]) if rows else NOT_FOUND
+        return self.pool.execute("job", [job_id]).addCallbacks(found, self._internal_error)
+
+    # ------------------------------------------------------------ pause
+
+    def pause_tube(self, s: PgSession, name: bytes, delay: int) -> Any:
+        self.cmd_counts["pause-tube"] += 1
+        if not valid_tube_name(name):
+            return BAD_FORMAT
+        d = self._tube_exists(name)
+
+        def exists(yes: bool) -> Any:
+            if not yes:
+                return NOT_FOUND
+            return self.pool.execute("pause", [name, delay]).addCallback(paused)
+
+        def paused(rows: Any) -> Outcome:
+            left = rows[0][0]
+            t = self.tube(name)
+            t.cmd_pause += 1
+            t.pause = delay
+            self._pause_ends_in(t, left if delay else 0)
+            self._note("p %d %s %.3f" % (self.node_id, name.decode("ascii"),
+                                         left if delay else 0))
+            return PAUSED
+        return d.addCallback(exists).addErrback(self._internal_error)
+
+    def _tube_exists(self, name: bytes) -> defer.Deferred:
+        """Whether tube ``name`` exists: known here, holding jobs, or used by another node."""
+        if name in self.tubes:
+            return defer.succeed(True)
+        d = gather([self.pool.execute("tube_has_jobs", [name]),
+                                 self._read_fresh()])
+        return d.addCallback(lambda results: bool(results[0][0][0])
+                             or name in self._elsewhere())
+
+    # ------------------------------------------------------------ extension verbs
+
+    def list_jobs(self, s: PgSession, name: bytes, state: str, limit: int) -> Any:
+        def listed(yes: bool) -> Any:
+            if not yes:
+                return NOT_FOUND
+            return self.pool.execute("list_jobs", [name, STATE_BY_NAME[state], limit]
+                                     ).addCallback(lambda rows: [r[0] for r in rows])
+        return self._tube_exists(name).addCallback(listed).addErrback(self._internal_error)
+
+    def flush_tube(self, s: PgSession, name: bytes,
+                   states: Iterable[str] = UNRESERVED_STATES) -> Any:
+        codes = b"{" + b",".join(b"%d" % STATE_BY_NAME[st] for st in states) + b"}"
+
+        def flush(yes: bool) -> Any:
+            if not yes:
+                return NOT_FOUND
+            return self.pool.execute("flush", [name, codes]).addCallback(flushed)
+
+        def flushed(rows: Any) -> int:
+            for job_id, node, conn in rows:
+                if node == self.node_id:
+                    holder = self._by_conn.get(conn)
+                    if holder is not None:
+                        holder.reserved.pop(job_id, None)
+            return self.pool.execute("tube_has_jobs", [name]).addCallback(
+                lambda r: self._after_flush(name, bool(r[0][0]), len(rows)))
+        return self._tube_exists(name).addCallback(flush).addErrback(self._internal_error)
+
+    def _after_flush(self, name: bytes, remaining: bool, count: int) -> int:
+        t = self.tubes.get(name)
+        if t is not None and not remaining:
+            t.has_jobs = False
+            self._maybe_drop_tube(t)
+        return count
+
+    # ------------------------------------------------------------ console
+
+    def jobs_page(self, name: bytes, state: str, sort: str = "queue", offset: int = 0,
+                  limit: int = 50, descending: bool = False) -> Any:
+        """``(total, jobs)`` of tube ``name`` in ``state`` (a Deferred), or NOT_FOUND."""
+        if name not in self.tubes:
+            return NOT_FOUND
+        code = STATE_BY_NAME[state]
+        statement = "page_%s_%s" % (sort, "desc" if descending else "asc")
+        if statement not in self.pool.statements:
+            raise ValueError(f"unknown sort {sort!r}")
+        d = gather([self.pool.execute("page_total", [name, code]),
+                    self.pool.execute(statement, [name, code, max(0, offset), limit])])
+        return d.addCallbacks(lambda r: (r[0][0][0], [self._listed(row) for row in r[1]]),
+                              self._internal_error)
+
+    def search_bodies(self, name: bytes, needle: bytes, after_id: int, span: int) -> Any:
+        """One bounded step of a body search (a Deferred): ``(jobs, next_after)``."""
+        if name not in self.tubes:
+            return NOT_FOUND
+        d = gather([self.pool.execute("search", [name, after_id, span, needle], (0, 0, 0, 1)),
+                    self.pool.execute("last_id")])
+
+        def found(results: Any) -> Any:
+            rows, last = results
+            end = after_id + span
+            return [self._listed(row) for row in rows], (None if end >= last[0][0] else end)
+        return d.addCallbacks(found, self._internal_error)
+
+    def _listed(self, row: Any) -> Any:
+        """A Job for a console listing: (JOB columns..., state, delay, age)."""
+        job = self._job(row)
+        now = self._now()
+        job.state, job.delay = row[6], row[7]
+        job.created_at = now - row[8]
+        job.deadline_at = now + row[5]
+        return job
+
+    def job_holder(self, job_id: int) -> Optional[PgSession]:
+        """The session of this node holding ``job_id`` (None: none here)."""
+        for s in self.sessions:
+            if job_id in s.reserved:
+                return s
+        return None
+
+
+__all__ = ["PgEngine"]

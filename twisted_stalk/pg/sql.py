@@ -1,0 +1,384 @@
+# -*- test-case-name: tests.test_pg_wire -*-
+"""The engine's SQL: one prepared statement per operation, each its own transaction.
+
+Every statement that changes jobs is a single statement (CTEs included), so
+it commits or fails as a whole and holds row locks only while it runs: two
+nodes never deadlock waiting on each other's clients.  Rows to take are
+chosen with ``FOR UPDATE SKIP LOCKED``: two nodes reserving at once never
+get the same job, and neither waits for the other.
+
+Time is the database's (``clock_timestamp()`` as seconds since the epoch,
+once per statement in the ``c`` CTE), so TTRs, delays and pauses mean the
+same on every node whatever their clocks say.  Statements return the
+remaining time (deadline minus now) where a node must arm a timer.
+
+``{s}`` is the quoted schema name; ``$n`` are the parameters (ints and
+text in text format, the body in binary).
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+from .schema import quoted
+
+_NOW = "c AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)"
+
+#: After a ``dead`` CTE (id, figures of the nodes that go): keep their totals in
+#: ``retired``, give their reservations back, return the tubes that got ready jobs.
+_GIVE_UP = """
+        folded AS (  -- runs though nothing reads it, as every data-modifying CTE
+            INSERT INTO {s}.retired AS r (key, value)
+            SELECT f.key, sum(f.value::bigint) FROM dead, jsonb_each_text(dead.figures) f
+            WHERE f.key LIKE 'cmd-%' OR f.key LIKE 'total-%' OR f.key = 'job-timeouts'
+            GROUP BY f.key
+            ON CONFLICT (key) DO UPDATE SET value = r.value + EXCLUDED.value
+            RETURNING 1),
+        back AS (
+            UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
+            WHERE j.state = 1 AND j.owner_node IN (SELECT id FROM dead)
+            RETURNING j.tube)
+        SELECT tube FROM back"""
+
+#: Columns that make a Job, in order (see engine._job).
+JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
+
+STATEMENTS: Dict[str, str] = {
+    # -------------------------------------------------------------- put
+    "put": f"""
+        WITH {_NOW}
+        INSERT INTO {{s}}.jobs AS j (id, tube, state, pri, delay, ttr, created_at, deadline_at, body)
+        SELECT nextval('{{s}}.job_ids'), $1::text, CASE WHEN $3::bigint > 0 THEN 2 ELSE 0 END,
+               $2::bigint, $3::bigint, $4::bigint, c.now, c.now + $3::bigint, $5::bytea
+        FROM c
+        RETURNING j.id""",
+    # Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4 TTRs,
+    # $5 bodies; one (id, ordinal) per put.
+    "put_many": f"""
+        WITH {_NOW},
+        x AS MATERIALIZED (
+            SELECT nextval('{{s}}.job_ids') AS id, u.*
+            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[])
+                 WITH ORDINALITY AS u(tube, pri, delay, ttr, body, n)),
+        ins AS (
+            INSERT INTO {{s}}.jobs (id, tube, state, pri, delay, ttr, created_at, deadline_at, body)
+            SELECT x.id, x.tube, CASE WHEN x.delay > 0 THEN 2 ELSE 0 END, x.pri, x.delay,
+                   x.ttr, c.now, c.now + x.delay, x.body
+            FROM x, c)
+        SELECT x.id, x.n FROM x ORDER BY x.n""",
+    # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node.
+    # One row per deleted job: ordinal, tube, state, whether its tube keeps jobs.
+    "delete_many": """
+        WITH d AS (
+            DELETE FROM {s}.jobs j
+            USING unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS u(id, conn, n)
+            WHERE j.id = u.id AND (j.state <> 1 OR (j.owner_node = $3::bigint
+                                                   AND j.owner_conn = u.conn))
+            RETURNING u.n, j.id, j.tube, j.state)
+        SELECT d.n, d.tube, d.state,
+               EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = d.tube
+                       AND o.id NOT IN (SELECT id FROM d))
+        FROM d""",
+    # An id for a put that is refused (beanstalkd takes one for those too).
+    "take_id": "SELECT nextval('{s}.job_ids')",
+    # ------------------------------------------------------------ reserve
+    # $1 watched tubes, $2 node, $3 connection.
+    "reserve": f"""
+        WITH {_NOW},
+        cand AS (
+            SELECT r.id FROM unnest($1::text[]) AS w(name)
+            CROSS JOIN LATERAL (
+                SELECT x.id, x.pri FROM {{s}}.jobs x
+                WHERE x.state = 0 AND x.tube = w.name
+                ORDER BY x.pri, x.id LIMIT 1 FOR UPDATE SKIP LOCKED) r
+            WHERE NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
+                              WHERE p.name = w.name AND p.unpause_at > c.now)
+            ORDER BY r.pri, r.id LIMIT 1)
+        UPDATE {{s}}.jobs j
+        SET state = 1, owner_node = $2::bigint, owner_conn = $3::bigint,
+            deadline_at = c.now + j.ttr, reserves = j.reserves + 1
+        FROM cand, c WHERE j.id = cand.id
+        RETURNING {JOB}""",
+    # Reserves of sessions that each watch one tube, at once (batch.py): $1
+    # their tubes, $2 their connections, $3 node.  Each tube's best jobs go to
+    # its sessions in the order they asked; one row per session served:
+    # ordinal, then the job's columns.
+    "reserve_many": f"""
+        WITH {_NOW},
+        req AS (SELECT r.tube, r.conn, r.n,
+                       row_number() OVER (PARTITION BY r.tube ORDER BY r.n) AS rk
+                FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS r(tube, conn, n)),
+        want AS (SELECT req.tube, count(*) AS k FROM req GROUP BY req.tube),
+        picked AS (
+            SELECT w.tube, p.id,
+                   row_number() OVER (PARTITION BY w.tube ORDER BY p.pri, p.id) AS rk
+            FROM want w CROSS JOIN LATERAL (
+                SELECT x.id, x.pri FROM {{s}}.jobs x
+                WHERE x.state = 0 AND x.tube = w.tube
+                  AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
+                                  WHERE p.name = w.tube AND p.unpause_at > c.now)
+                ORDER BY x.pri, x.id LIMIT w.k FOR UPDATE SKIP LOCKED) p),
+        pairs AS (SELECT picked.id, req.conn, req.n FROM picked
+                  JOIN req ON req.tube = picked.tube AND req.rk = picked.rk)
+        UPDATE {{s}}.jobs j
+        SET state = 1, owner_node = $3::bigint, owner_conn = pairs.conn,
+            deadline_at = c.now + j.ttr, reserves = j.reserves + 1
+        FROM pairs, c WHERE j.id = pairs.id
+        RETURNING pairs.n, {JOB}""",
+    "reserve_job": f"""
+        WITH {_NOW}
+        UPDATE {{s}}.jobs j
+        SET state = 1, owner_node = $2::bigint, owner_conn = $3::bigint,
+            deadline_at = c.now + j.ttr, reserves = j.reserves + 1
+        FROM c WHERE j.id = $1::bigint AND j.state <> 1
+        RETURNING {JOB}""",
+    # --------------------------------------------------- the holder's commands
+    # $1 id, $2 node, $3 connection: the holder must match.
+    "delete": """
+        WITH d AS (
+            DELETE FROM {s}.jobs
+            WHERE id = $1::bigint AND (state <> 1 OR (owner_node = $2::bigint
+                                                     AND owner_conn = $3::bigint))
+            RETURNING tube, state)
+        SELECT d.tube, d.state,
+               EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = d.tube AND o.id <> $1::bigint)
+        FROM d""",
+    "release": f"""
+        WITH {_NOW}
+        UPDATE {{s}}.jobs j
+        SET state = CASE WHEN $5::bigint > 0 THEN 2 ELSE 0 END, pri = $4::bigint,
+            delay = $5::bigint, deadline_at = c.now + $5::bigint,
+            owner_node = NULL, owner_conn = NULL, releases = j.releases + 1
+        FROM c
+        WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
+          AND j.owner_conn = $3::bigint
+        RETURNING j.tube, j.deadline_at""",
+    "bury": """
+        UPDATE {s}.jobs j
+        SET state = 3, pri = $4::bigint, buried_seq = nextval('{s}.bury_seq'),
+            owner_node = NULL, owner_conn = NULL, buries = j.buries + 1
+        WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
+          AND j.owner_conn = $3::bigint
+        RETURNING j.tube""",
+    "touch": f"""
+        WITH {_NOW}
+        UPDATE {{s}}.jobs j SET deadline_at = c.now + j.ttr
+        FROM c
+        WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
+          AND j.owner_conn = $3::bigint
+        RETURNING j.ttr""",
+    # A reservation that nobody will hear of (its wait ended) goes back as it was.
+    "unreserve": """
+        UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
+                              reserves = j.reserves - 1
+        WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
+          AND j.owner_conn = $3::bigint
+        RETURNING j.tube""",
+    # A closed connection's reservations go back to ready.
+    "give_back": """
+        UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
+        WHERE j.state = 1 AND j.owner_node = $1::bigint AND j.owner_conn = $2::bigint
+        RETURNING j.tube""",
+    # ------------------------------------------------------------- kicks
+    # $1 tube, $2 bound: buried jobs in burial order, or delayed ones by deadline.
+    "kick": """
+        WITH b AS (
+            SELECT id FROM {s}.jobs WHERE tube = $1::text AND state = 3
+            ORDER BY buried_seq LIMIT $2::bigint FOR UPDATE SKIP LOCKED),
+        d AS (
+            SELECT id FROM {s}.jobs WHERE tube = $1::text AND state = 2
+              AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE tube = $1::text AND state = 3)
+            ORDER BY deadline_at, id LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
+        UPDATE {s}.jobs j SET state = 0, kicks = j.kicks + 1
+        FROM (SELECT id FROM b UNION ALL SELECT id FROM d) k
+        WHERE j.id = k.id
+        RETURNING j.id""",
+    "kick_job": """
+        UPDATE {s}.jobs SET state = 0, kicks = kicks + 1
+        WHERE id = $1::bigint AND state IN (2, 3)
+        RETURNING tube""",
+    # ------------------------------------------------------------- peeks
+    "peek": "SELECT id, body FROM {s}.jobs WHERE id = $1::bigint",
+    "peek_ready": """SELECT id, body FROM {s}.jobs WHERE tube = $1::text AND state = 0
+                     ORDER BY pri, id LIMIT 1""",
+    "peek_delayed": """SELECT id, body FROM {s}.jobs WHERE tube = $1::text AND state = 2
+                       ORDER BY deadline_at, id LIMIT 1""",
+    "peek_buried": """SELECT id, body FROM {s}.jobs WHERE tube = $1::text AND state = 3
+                      ORDER BY buried_seq LIMIT 1""",
+    # ------------------------------------------------------------- stats
+    "stats_job": f"""
+        WITH {_NOW}
+        SELECT j.id, j.tube, j.state, j.pri, c.now - j.created_at, j.delay, j.ttr,
+               j.deadline_at - c.now, j.reserves, j.timeouts, j.releases, j.buries, j.kicks
+        FROM {{s}}.jobs j, c WHERE j.id = $1::bigint""",
+    "job": "SELECT id, body, ttr, pri, tube, 0::float8 FROM {s}.jobs j WHERE id = $1::bigint",
+    # Counts per state of one tube ($1), then its pause and the time left.
+    "counts_tube": f"""
+        WITH {_NOW}
+        SELECT count(*) FILTER (WHERE state = 0 AND pri < 1024),
+               count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1),
+               count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3),
+               (SELECT p.pause FROM {{s}}.tubes p WHERE p.name = $1::text AND p.unpause_at > c.now),
+               (SELECT p.unpause_at - c.now FROM {{s}}.tubes p WHERE p.name = $1::text)
+        FROM c LEFT JOIN {{s}}.jobs j ON j.tube = $1::text
+        GROUP BY c.now""",
+    "counts_all": """
+        SELECT count(*) FILTER (WHERE state = 0 AND pri < 1024),
+               count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1),
+               count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3)
+        FROM {s}.jobs""",
+    # Counts per tube and state (inspection: metrics, console).
+    "tube_counts": """
+        SELECT tube, state, count(*) FILTER (WHERE pri < 1024), count(*)
+        FROM {s}.jobs GROUP BY tube, state""",
+    # The tubes that hold jobs (a skip scan of the jobs_tube index).
+    "tubes_with_jobs": """
+        WITH RECURSIVE t(name) AS (
+            (SELECT tube FROM {s}.jobs ORDER BY tube LIMIT 1)
+            UNION ALL
+            SELECT (SELECT tube FROM {s}.jobs WHERE tube > t.name ORDER BY tube LIMIT 1)
+            FROM t WHERE t.name IS NOT NULL)
+        SELECT name FROM t WHERE name IS NOT NULL""",
+    "tube_has_jobs": "SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE tube = $1::text)",
+    # Other live nodes' figures and tube references; then the retired counters.
+    "others": "SELECT id, figures::text, tubes::text FROM {s}.nodes WHERE id <> $1::bigint",
+    "retired": "SELECT key, value FROM {s}.retired",
+    # ------------------------------------------------------------- pause
+    # $1 tube, $2 seconds: the tube's pause ends $2 s from now (0: now).
+    "pause": f"""
+        WITH {_NOW}
+        INSERT INTO {{s}}.tubes AS t (name, pause, unpause_at)
+        SELECT $1::text, $2::bigint, c.now + $2::bigint FROM c
+        ON CONFLICT (name) DO UPDATE SET pause = EXCLUDED.pause, unpause_at = EXCLUDED.unpause_at
+        RETURNING t.unpause_at - (SELECT now FROM c)""",
+    "paused": f"""
+        WITH {_NOW}
+        SELECT p.name, p.unpause_at - c.now FROM {{s}}.tubes p, c WHERE p.unpause_at > c.now""",
+    # A tube nobody uses any more loses its pause (as beanstalkd forgets the tube).
+    "forget_tube": """
+        DELETE FROM {s}.tubes t WHERE t.name = $1::text
+          AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE tube = $1::text)
+          AND NOT EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.id <> $2::bigint AND n.tubes ? $1::text)""",
+    # ------------------------------------------------------------- deadlines
+    # Delayed jobs whose time came: ready.  Returns their tubes.
+    "promote": f"""
+        WITH {_NOW},
+        x AS (SELECT id FROM {{s}}.jobs, c WHERE state = 2 AND deadline_at <= c.now
+              ORDER BY deadline_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
+        UPDATE {{s}}.jobs j SET state = 0 FROM x WHERE j.id = x.id
+        RETURNING j.tube""",
+    # Reservations whose TTR ran out: ready, counted once (whoever runs it first).
+    "expire": f"""
+        WITH {_NOW},
+        x AS (SELECT id, owner_node, owner_conn FROM {{s}}.jobs, c
+              WHERE state = 1 AND deadline_at <= c.now
+              ORDER BY deadline_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
+        UPDATE {{s}}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
+                                timeouts = j.timeouts + 1
+        FROM x WHERE j.id = x.id
+        RETURNING j.id, j.tube, x.owner_node, x.owner_conn""",
+    # Which of $1 (ids) $2 (node) still holds, with the time left.
+    "still_held": f"""
+        WITH {_NOW}
+        SELECT j.id, j.deadline_at - c.now FROM {{s}}.jobs j, c
+        WHERE j.id = ANY($1::bigint[]) AND j.state = 1 AND j.owner_node = $2::bigint""",
+    # When the next delayed job is due (seconds from now), or NULL.
+    "next_delayed": f"""
+        WITH {_NOW}
+        SELECT min(deadline_at) - (SELECT now FROM c) FROM {{s}}.jobs WHERE state = 2""",
+    # ------------------------------------------------------------- nodes
+    "register": f"""
+        WITH {_NOW}
+        INSERT INTO {{s}}.nodes (id, started_at, heartbeat_at, hostname, pid)
+        SELECT nextval('{{s}}.node_ids'), c.now, c.now, $1::text, $2::int FROM c
+        RETURNING id, started_at""",
+    # $1 node, $2 figures, $3 tube references: the row, or nothing if this
+    # node was given up on (its reservations are gone).
+    "heartbeat": f"""
+        WITH {_NOW}
+        UPDATE {{s}}.nodes n SET heartbeat_at = c.now, figures = $2::jsonb, tubes = $3::jsonb
+        FROM c WHERE n.id = $1::bigint
+        RETURNING c.now""",
+    # Nodes whose last heartbeat is $1 seconds older than that of node $2 (the
+    # node asking, which has just beaten): their reservations go back to
+    # ready, their counters to ``retired``.  Heartbeats are compared with
+    # each other, not with the clock, so a database that stalls every commit
+    # for a while (a failover waiting for its synchronous standby) makes no
+    # node look dead.  Returns the tubes that got ready jobs, and a NULL per
+    # node given up on.
+    "reclaim": """
+        WITH me AS (SELECT heartbeat_at FROM {s}.nodes WHERE id = $2::bigint),
+        dead AS (DELETE FROM {s}.nodes n USING me
+                 WHERE n.heartbeat_at < me.heartbeat_at - $1::float8 AND n.id <> $2::bigint
+                 RETURNING n.id, n.figures),
+""" + _GIVE_UP + """
+        UNION ALL SELECT NULL FROM dead""",
+    # A node leaving: its row goes, its counters to ``retired``, its
+    # reservations back to ready.
+    "leave": """
+        WITH dead AS (DELETE FROM {s}.nodes n WHERE n.id = $1::bigint RETURNING n.id, n.figures),
+""" + _GIVE_UP + """""",
+    # Reservations whose node is not registered at all (a reserve that
+    # committed after its node was given up on).
+    "orphans": """
+        UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
+        WHERE j.state = 1 AND NOT EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.id = j.owner_node)
+        RETURNING j.tube""",
+    # ------------------------------------------------------------- wake-ups
+    "notify": "SELECT pg_notify($1::text, x) FROM unnest($2::text[]) AS x",
+    # ------------------------------------------------------------- extensions
+    "list_jobs": """
+        SELECT id FROM {s}.jobs WHERE tube = $1::text AND state = $2::smallint
+        ORDER BY CASE WHEN $2::smallint = 0 THEN pri END,
+                 CASE WHEN $2::smallint = 3 THEN buried_seq END,
+                 CASE WHEN $2::smallint IN (1, 2) THEN deadline_at END, id
+        LIMIT $3::bigint""",
+    "flush": """
+        DELETE FROM {s}.jobs j WHERE j.tube = $1::text AND j.state = ANY($2::smallint[])
+        RETURNING j.id, j.owner_node, j.owner_conn""",
+}
+
+
+#: ORDER BY of each console sort (``Engine.jobs_page``), ascending.
+SORTS: Dict[str, str] = {
+    "queue": ("CASE WHEN j.state = 0 THEN j.pri END {d}, CASE WHEN j.state = 3 THEN "
+              "j.buried_seq END {d}, CASE WHEN j.state IN (1, 2) THEN j.deadline_at END {d}, "
+              "j.id {d}"),
+    "id": "j.id {d}",
+    "pri": "j.pri {d}, j.id {d}",
+    "age": "j.created_at {r}, j.id {r}",
+    "time-left": "j.deadline_at {d}, j.id {d}",
+}
+
+for _sort, _order in SORTS.items():
+    for _name, _d, _r in (("asc", "ASC", "DESC"), ("desc", "DESC", "ASC")):
+        # $1 tube, $2 state, $3 offset, $4 limit.
+        STATEMENTS[f"page_{_sort}_{_name}"] = f"""
+            WITH {_NOW}
+            SELECT {JOB}, j.state, j.delay, c.now - j.created_at
+            FROM {{s}}.jobs j, c WHERE j.tube = $1::text AND j.state = $2::smallint
+            ORDER BY {_order.format(d=_d, r=_r)} OFFSET $3::bigint LIMIT $4::bigint"""
+STATEMENTS["page_total"] = """
+    SELECT count(*) FROM {s}.jobs WHERE tube = $1::text AND state = $2::smallint"""
+# $1 tube, $2 after id, $3 span, $4 needle: a bounded step of a body search.
+STATEMENTS["search"] = f"""
+    WITH {_NOW}
+    SELECT {JOB}, j.state, j.delay, c.now - j.created_at
+    FROM {{s}}.jobs j, c
+    WHERE j.tube = $1::text AND j.id > $2::bigint AND j.id <= $2::bigint + $3::bigint
+      AND position($4::bytea IN j.body) > 0
+    ORDER BY j.id"""
+STATEMENTS["last_id"] = "SELECT last_value FROM {s}.job_ids"
+
+
+def statements(schema: str) -> Dict[str, str]:
+    """The statements for ``schema``, ready to prepare."""
+    s = quoted(schema)
+    return {name: sql.replace("{s}", s) for name, sql in STATEMENTS.items()}
+
+
+def channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of ``schema``'s queue."""
+    return schema + "_events"
+
+
+__all__ = ["JOB", "STATEMENTS", "channel", "statements"]

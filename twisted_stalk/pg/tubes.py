@@ -1,0 +1,149 @@
+# -*- test-case-name: tests.test_pg_wire -*-
+"""What a node knows about tubes: its clients' uses, watches and waits, its counters.
+
+Jobs live in the database; who uses, watches and waits on a tube lives in
+the node that holds those connections.  :class:`NodeTube` is a node's record
+of one tube: the counts of its own sessions, the counters of the commands it
+served (``total-jobs``, ``cmd-delete``, ``cmd-pause-tube``), whether the
+tube holds jobs as far as the node knows (``has_jobs``), and the job counts
+last read for inspection.
+
+:class:`TubeRegistry` (a part of the engine) keeps the node's tube list in
+beanstalkd's order (appended when created, the last one moved into a removed
+tube's place) and drops a tube when nothing keeps it: no job in the database
+and no session of any node using or watching it.  With one node this is
+exactly beanstalkd's rule, because every job went through that node; with
+several, a tube emptied through another node is dropped here at the next
+look at the database (``list-tubes``, ``stats``, or the heartbeat): see
+docs/compat.md.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Dict, Iterable, List, Optional, Set
+
+from ..protocol.constants import DEFAULT_TUBE
+
+
+class NodeTube:
+    """One tube as a node sees it (see the module docstring)."""
+
+    __slots__ = (
+        "name", "index", "using_count", "watching_count", "waiting", "has_jobs", "seen",
+        "total_jobs", "cmd_delete", "cmd_pause", "events", "urgent_count", "ready_count",
+        "reserved_count", "delayed_count", "buried_count", "pause", "unpause_at",
+    )
+
+    def __init__(self, name: bytes) -> None:
+        self.name = name
+        #: Position in the node's tube list (-1: dropped).
+        self.index = -1
+        self.using_count = 0
+        self.watching_count = 0
+        #: This node's sessions waiting in reserve on the tube, in arrival order.
+        self.waiting: "OrderedDict[Any, None]" = OrderedDict()
+        #: The database holds jobs of this tube, as far as this node knows.
+        self.has_jobs = False
+        #: The node's event count when ``has_jobs`` was last set (see reconcile).
+        self.seen = 0
+        self.total_jobs = 0
+        self.cmd_delete = 0
+        self.cmd_pause = 0
+        #: Bumped whenever jobs may have become ready here: a reserve that
+        #: found nothing while it moved tries again.
+        self.events = 0
+        # Job counts and pause as last read from the database (inspection).
+        self.urgent_count = 0
+        self.ready_count = 0
+        self.reserved_count = 0
+        self.delayed_count = 0
+        self.buried_count = 0
+        self.pause = 0
+        self.unpause_at = 0.0
+
+    @property
+    def buried(self) -> range:
+        """Sized like the in-memory tube's buried list (metrics take its length)."""
+        return range(self.buried_count)
+
+    @property
+    def referenced(self) -> bool:
+        return bool(self.using_count or self.watching_count or self.waiting)
+
+    @property
+    def unused(self) -> bool:
+        return not (self.has_jobs or self.referenced)
+
+
+class TubeRegistry:
+    """The node's tubes (a part of the engine; see the module docstring)."""
+
+    tubes: Dict[bytes, NodeTube]
+    tube_list: List[NodeTube]
+    _epoch: int
+
+    def _init_tubes(self) -> None:
+        self.tubes = {}
+        self.tube_list = []
+        self._epoch = 0
+        self.default_tube = self.tube(DEFAULT_TUBE)
+
+    def tube(self, name: bytes) -> NodeTube:
+        """The tube called ``name``, created (at the end of the list) if needed."""
+        t = self.tubes.get(name)
+        if t is None:
+            t = self.tubes[name] = NodeTube(name)
+            t.index = len(self.tube_list)
+            self.tube_list.append(t)
+        return t
+
+    def _has_jobs(self, t: NodeTube) -> None:
+        """The database holds jobs of ``t`` (a put through this node, a job seen)."""
+        self._epoch += 1
+        t.has_jobs = True
+        t.seen = self._epoch
+
+    def _maybe_drop_tube(self, t: NodeTube) -> None:
+        if t.unused and t is not self.default_tube and t.index >= 0:
+            del self.tubes[t.name]
+            last = self.tube_list.pop()
+            if last is not t:
+                self.tube_list[t.index] = last
+                last.index = t.index
+            t.index = -1
+            self._tube_dropped(t)
+
+    def _tube_dropped(self, t: NodeTube) -> None:
+        """Hook: a tube left this node's list (the engine forgets its pause)."""
+
+    def reconcile(self, with_jobs: Iterable[bytes], elsewhere: Iterable[bytes],
+                  since: Optional[int] = None) -> None:
+        """Bring the tube list in line with the database: ``with_jobs`` are
+        the tubes holding jobs, ``elsewhere`` those other nodes' sessions use
+        or watch, as read when the node's event count was ``since``.  Tubes
+        nobody keeps are dropped (in list order); tubes new to this node are
+        appended (in name order)."""
+        jobs: Set[bytes] = set(with_jobs)
+        others: Set[bytes] = set(elsewhere)
+        for t in list(self.tube_list):
+            if t.name in jobs:
+                t.has_jobs = True
+            elif t.has_jobs and (since is None or t.seen < since):
+                t.has_jobs = False
+        for t in [t for t in self.tube_list if t.unused and t.name not in others]:
+            self._maybe_drop_tube(t)
+        for name in sorted((jobs | others) - set(self.tubes)):
+            t = self.tube(name)
+            if name in jobs:
+                t.has_jobs = True
+
+    def referenced_tubes(self) -> Dict[str, List[int]]:
+        """This node's figures per tube, published with its heartbeat:
+        ``[using, watching, waiting, total-jobs, cmd-delete, cmd-pause-tube]``."""
+        return {t.name.decode("ascii"): [t.using_count, t.watching_count, len(t.waiting),
+                                         t.total_jobs, t.cmd_delete, t.cmd_pause]
+                for t in self.tube_list
+                if t.referenced or t.total_jobs or t.cmd_delete or t.cmd_pause}
+
+
+__all__ = ["NodeTube", "TubeRegistry"]

@@ -1,0 +1,455 @@
+# -*- test-case-name: tests.test_pg_wire,tests.test_pg_nodes -*-
+"""A node's timers, heartbeat and notifications: what happens between commands.
+
+**Timers.**  The node keeps one ``callLater`` at the earliest of: a waiting
+reserve's timeout or DEADLINE_SOON, the TTR of a job one of its sessions
+holds, the end of a pause it knows of, the next delayed job it knows of.
+When a TTR runs out the node runs the ``expire`` statement, which returns
+*every* reservation past its deadline to ready, whoever holds it: the first
+node to get there does it, exactly once (row locks), and counts it in its
+``job-timeouts``.  The node then asks which of its own due reservations it
+still holds (another node may have expired them first) and forgets the rest.
+Delayed jobs become ready the same way (``promote``), by whichever node's
+timer fires first.
+
+**Heartbeat.**  Every ``stalk_heartbeat`` seconds the node updates its row
+in ``nodes`` (with the figures other nodes add to their ``stats``), gives
+back the reservations of nodes whose last heartbeat is ``stalk_dead_after``
+seconds older than its own (once its own heartbeats have gone through, each
+promptly, for that long: after an outage or a stall every node gets that
+long to come back), runs both sweeps (so deadlines are kept even if the node that would have
+timed them is gone), and re-reads the next delayed deadline, the pauses, the
+other nodes' figures and which tubes hold jobs.  A node that finds its own
+row gone was given up on while it could not reach the database: its
+reservations have been given back, so it forgets them and registers anew.
+
+**Notifications.**  Changes that may wake other nodes' waiting reserves are
+sent, batched once per reactor turn, after the statements that made them
+committed: ``r <node> <tube> <n>`` (n jobs became ready), ``d <node>
+<seconds>`` (a delayed job is due then), ``p <node> <tube> <seconds>`` (a
+pause ends then).  A node ignores its own.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import socket
+from typing import Any, Dict, List, Optional, Tuple
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from ..protocol.commands import COUNTED_COMMANDS
+
+log = Logger(namespace="twisted_stalk.pg")
+
+
+class Upkeep:
+    """Timers, heartbeat and notifications (a part of :class:`~.engine.PgEngine`)."""
+
+    def _init_upkeep(self) -> None:
+        self.wait_heap: List[Tuple[float, int, Any]] = []
+        self.ttr_heap: List[Tuple[float, int, Any]] = []
+        self.pause_heap: List[Tuple[float, bytes]] = []
+        self._wait_seq = 0
+        #: When the next delayed job is due, as far as this node knows (local clock).
+        self._delay_at: Optional[float] = None
+        self._timer: Any = None
+        self._timer_at = float("inf")
+        self._notes: List[str] = []
+        self._notes_call: Any = None
+        self._beating = False
+        self._expiring = False
+        self._promoting = False
+        self._beats = 0
+        self._reclaimed_at = -100
+        #: Since when (local clock) this node's heartbeats have all succeeded.
+        self._healthy_since: Optional[float] = None
+        self._heartbeat: Optional[task.LoopingCall] = None
+        #: Other live nodes: id -> (figures, tube figures), as of the last read.
+        self.others: Dict[int, Tuple[Dict[str, int], Dict[str, List[int]]]] = {}
+        #: Counters of nodes that are gone.
+        self.retired: Dict[str, int] = {}
+        #: Job counts of the whole queue as of the last heartbeat (inspection).
+        self.counts: Tuple[int, ...] = (0, 0, 0, 0, 0)
+        self._failures = 0
+
+    # ------------------------------------------------------------ the timer
+
+    def _arm(self, when: float) -> None:
+        """Make sure the timer fires no later than ``when`` (local clock)."""
+        if when >= self._timer_at:
+            return
+        self._timer_at = when
+        delay = max(0.0, when - self._now())
+        timer = self._timer
+        if timer is not None and timer.active():
+            timer.reset(delay)
+        else:
+            self._timer = self.reactor.callLater(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        now = self._now()
+        self._waits_due(now)
+        self._ttrs_due(now)
+        pauses = self.pause_heap
+        while pauses and pauses[0][0] <= now:
+            _, name = heapq.heappop(pauses)
+            t = self.tubes.get(name)
+            if t is not None:
+                self._jobs_ready(t, len(t.waiting))
+        if self._delay_at is not None and self._delay_at <= now:
+            self._delay_at = None
+            self._promote()
+        self._deliver()
+        self._rearm()
+
+    def _rearm(self) -> None:
+        candidates = []
+        if self.wait_heap:
+            candidates.append(self.wait_heap[0][0])
+        if self.ttr_heap:
+            candidates.append(self.ttr_heap[0][0])
+        if self.pause_heap:
+            candidates.append(self.pause_heap[0][0])
+        if self._delay_at is not None:
+            candidates.append(self._delay_at)
+        if candidates:
+            self._arm(min(candidates))
+
+    def _schedule_ttr(self, s: Any, job: Any) -> None:
+        # A little after the deadline, so the database agrees it has passed.
+        heapq.heappush(self.ttr_heap, (job.deadline_at, job.id, s))
+        self._arm(job.deadline_at + 0.002)
+
+    def _delayed_due_in(self, seconds: float, tell: bool = True) -> None:
+        """A delayed job is due ``seconds`` from now (tell other nodes)."""
+        at = self._now() + max(0.0, seconds) + 0.002
+        if self._delay_at is None or at < self._delay_at:
+            self._delay_at = at
+            self._arm(at)
+        if tell:
+            self._note("d %d %.3f" % (self.node_id, max(0.0, seconds)))
+
+    # ------------------------------------------------------------ sweeps
+
+    def _ttrs_due(self, now: float) -> None:
+        heap = self.ttr_heap
+        due: Dict[int, Any] = {}
+        while heap and heap[0][0] <= now:
+            deadline, job_id, s = heapq.heappop(heap)
+            job = s.reserved.get(job_id)
+            if job is not None and job.deadline_at == deadline and not s.closed:
+                due[job_id] = s
+        if due:
+            self._expire(due)
+
+    def _expire(self, due: Optional[Dict[int, Any]] = None) -> None:
+        """Run the expire statement; then check which of ``due`` (this node's
+        reservations whose TTR ran out here) are still held."""
+        if self._expiring and due is None:
+            return
+        self._expiring = True
+        d = self.pool.execute("expire")
+
+        def expired(rows: Any) -> Any:
+            self._expiring = False
+            self.job_timeouts += len(rows)
+            by_conn = self._by_conn
+            for job_id, _, node, conn in rows:
+                if node == self.node_id:
+                    s = by_conn.get(conn)
+                    if s is not None:
+                        s.reserved.pop(job_id, None)
+                if due:
+                    due.pop(job_id, None)
+            self._tubes_ready([(r[1],) for r in rows])
+            if due:
+                return self._check_held(due)
+            return None
+
+        def failed(failure: Any) -> None:
+            self._expiring = False
+            self._failed(failure)
+            if due:  # try again shortly
+                for job_id, s in due.items():
+                    job = s.reserved.get(job_id)
+                    if job is not None:
+                        heapq.heappush(self.ttr_heap, (job.deadline_at, job_id, s))
+                self._arm(self._now() + 0.5)
+        d.addCallbacks(expired, failed)
+
+    def _check_held(self, due: Dict[int, Any]) -> defer.Deferred:
+        ids = "{" + ",".join(str(i) for i in due) + "}"
+        d = self.pool.execute("still_held", [ids.encode(), self.node_id])
+
+        def held(rows: Any) -> None:
+            now = self._now()
+            still = {job_id: left for job_id, left in rows}
+            for job_id, s in due.items():
+                job = s.reserved.get(job_id)
+                if job is None:
+                    continue
+                left = still.get(job_id)
+                if left is None:
+                    del s.reserved[job_id]
+                elif not s.closed:
+                    # Still ours past its deadline (a row lock made the sweep
+                    # skip it): look again shortly, not at once.
+                    job.deadline_at = now + max(left, 0.05)
+                    self._schedule_ttr(s, job)
+            self._deliver()
+        return d.addCallbacks(held, self._failed)
+
+    def _promote(self) -> None:
+        if self._promoting:
+            return
+        self._promoting = True
+
+        def promoted(rows: Any) -> Any:
+            self._promoting = False
+            self._tubes_ready(rows)
+            return self.pool.execute("next_delayed").addCallback(self._next_delayed)
+
+        def failed(failure: Any) -> None:
+            self._promoting = False
+            self._failed(failure)
+            self._delayed_due_in(0.5, tell=False)
+        self.pool.execute("promote").addCallbacks(promoted, failed).addErrback(self._failed)
+
+    def _next_delayed(self, rows: Any) -> None:
+        left = rows[0][0] if rows else None
+        if left is not None:
+            self._delay_at = None
+            self._delayed_due_in(left, tell=False)
+
+    # ------------------------------------------------------------ ready jobs
+
+    def _ready_by_name(self, name: bytes, count: int = 1) -> None:
+        """``count`` jobs became ready in tube ``name`` through this node."""
+        t = self.tubes.get(name)
+        if t is not None:
+            self._jobs_ready(t, count)
+        self._note("r %d %s %d" % (self.node_id, name.decode("ascii"), count))
+
+    # ------------------------------------------------------------ notifications
+
+    def _note(self, text: str) -> None:
+        self._notes.append(text)
+        if self._notes_call is None:
+            self._notes_call = self.reactor.callLater(0, self._send_notes)
+
+    def _send_notes(self) -> None:
+        self._notes_call = None
+        notes, self._notes = self._notes, []
+        if not notes:
+            return
+        merged: Dict[Tuple[str, ...], int] = {}
+        other: List[str] = []
+        for text in notes:
+            if text[0] == "r":
+                key = tuple(text.split(" ")[:3])
+                merged[key] = merged.get(key, 0) + int(text.rsplit(" ", 1)[1])
+            else:
+                other.append(text)
+        payloads = [" ".join(k) + " %d" % n for k, n in merged.items()] + other
+        array = "{" + ",".join('"%s"' % p for p in payloads) + "}"
+        self.pool.execute("notify", [self.channel.encode(), array.encode()]).addErrback(
+            self._failed)
+
+    def _event(self, payload: bytes) -> None:
+        """A notification from a node (see the module docstring)."""
+        parts = payload.split(b" ")
+        try:
+            kind, node = parts[0], int(parts[1])
+        except (IndexError, ValueError):
+            return
+        if node == self.node_id:
+            return
+        if kind == b"r" and len(parts) == 4:
+            t = self.tubes.get(parts[2])
+            if t is not None:
+                self._jobs_ready(t, int(parts[3]))
+        elif kind == b"d" and len(parts) == 3:
+            self._delayed_due_in(float(parts[2]), tell=False)
+        elif kind == b"p" and len(parts) == 4:
+            t = self.tubes.get(parts[2])
+            if t is not None:
+                self._pause_ends_in(t, float(parts[3]))
+        self._deliver()
+
+    def _pause_ends_in(self, t: Any, seconds: float) -> None:
+        if seconds <= 0:
+            self._jobs_ready(t, len(t.waiting))
+            return
+        at = self._now() + seconds + 0.002
+        heapq.heappush(self.pause_heap, (at, t.name))
+        self._arm(at)
+
+    def _resync(self) -> None:
+        """Notifications may have been missed (a connection came back): look again."""
+        for t in list(self.tube_list):
+            self._jobs_ready(t, len(t.waiting))
+        self._beat()
+        self._deliver()
+
+    # ------------------------------------------------------------ heartbeat
+
+    def _start_heartbeat(self) -> None:
+        self._heartbeat = task.LoopingCall(self._beat)
+        self._heartbeat.clock = self.reactor
+        self._heartbeat.start(self.config.heartbeat, now=False)
+
+    def figures(self) -> Dict[str, int]:
+        """This node's counters, as published to the other nodes."""
+        out = {"cmd-" + name: self.cmd_counts[name] for name in COUNTED_COMMANDS}
+        out.update({
+            "job-timeouts": self.job_timeouts, "total-jobs": self.total_jobs,
+            "total-connections": self.total_connections,
+            "current-connections": self.current_connections,
+            "current-producers": self.producers, "current-workers": self.workers,
+            "current-waiting": self.waiting_count,
+        })
+        return out
+
+    def _beat(self) -> None:
+        if self._beating or self.node_id is None:
+            return
+        self._beating = True
+        self._beats += 1
+        pool = self.pool
+        since = self._epoch
+        # The heartbeat first: a node back from an outage must renew its own
+        # row before it looks for silent nodes, or it would find itself.
+        d = pool.execute("heartbeat", [self.node_id, json.dumps(self.figures()).encode(),
+                                       json.dumps(self.referenced_tubes()).encode()])
+        d.addCallback(self._alive, self._now())
+        d.addCallback(lambda _: self._sweeps(since))
+
+        def done(results: Any) -> None:
+            self._beating = False
+            ok = all(success for success, _ in results)
+            if ok and self._failures:
+                log.info("database reachable again")
+                self._failures = 0
+            self._deliver()
+
+        def failed(failure: Any) -> None:
+            self._healthy_since = None
+            self._failed(failure)
+            done([(False, failure)])
+        d.addCallbacks(done, failed)
+
+    def _sweeps(self, since: int) -> defer.Deferred:
+        """The heartbeat's reads and sweeps, pipelined."""
+        pool = self.pool
+        steps = []
+        healthy = self._healthy_since
+        if healthy is not None and self._now() - healthy >= self.config.dead_after:
+            # Only a node that has reached the database for a while judges
+            # others: after an outage every node gets stalk_dead_after to
+            # come back before its reservations are given up.
+            steps.append(pool.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id]
+                                      ).addCallback(self._reclaimed))
+        steps += [
+            pool.execute("promote").addCallback(self._tubes_ready),
+            pool.execute("next_delayed").addCallback(self._next_delayed),
+            pool.execute("paused").addCallback(self._paused),
+            pool.execute("others", [self.node_id]).addCallback(self._read_others),
+            pool.execute("retired").addCallback(self._read_retired),
+            pool.execute("tubes_with_jobs").addCallback(
+                lambda rows: self.reconcile([r[0] for r in rows], self._elsewhere(), since)),
+            pool.execute("counts_all").addCallback(self._read_counts),
+        ]
+        self._expire()
+        if self._beats % 10 == 0 or self._beats - self._reclaimed_at <= 10:
+            # A dead node's last statements may commit after its reservations
+            # were given back: look for reservations of no node for a while.
+            steps.append(pool.execute("orphans").addCallback(self._tubes_ready))
+        if self._inspected():
+            steps.append(pool.execute("tube_counts").addCallback(self._read_tube_counts))
+        return defer.DeferredList(steps, consumeErrors=True)
+
+    def _reclaimed(self, rows: Any) -> None:
+        if rows:
+            self._reclaimed_at = self._beats
+            nodes = sum(1 for r in rows if r[0] is None)
+            log.warn("gave up on {nodes} silent node(s): {jobs} reservation(s) back to ready",
+                     nodes=nodes, jobs=len(rows) - nodes)
+        self._tubes_ready([r for r in rows if r[0] is not None])
+
+    def _alive(self, rows: Any, sent_at: float) -> None:
+        if rows:
+            now = self._now()
+            if now - sent_at > self.config.dead_after / 2:
+                # A heartbeat that took this long crossed an outage or a
+                # stall: the other nodes may not have caught up yet.
+                self._healthy_since = None
+            elif self._healthy_since is None:
+                self._healthy_since = now
+            return
+        # Given up on by the other nodes: they gave our reservations back.
+        log.warn("node {node} was given up on by the other nodes (no heartbeat for "
+                 "{dead} s): its reservations went back to ready; registering anew",
+                 node=self.node_id, dead=self.config.dead_after)
+        for s in list(self.sessions):
+            s.reserved.clear()
+            s.ttr_heap.clear()
+        self.pool.execute("register", [socket.gethostname().encode(), self.facts.pid()]
+                          ).addCallbacks(self._registered, self._failed)
+
+    def _registered(self, rows: Any) -> None:
+        self.node_id = rows[0][0]
+
+    def _paused(self, rows: Any) -> None:
+        now = self._now()
+        for name, left in rows:
+            t = self.tubes.get(name)
+            if t is not None and left > 0:
+                at = now + left + 0.002
+                if not any(n == name and abs(a - at) < 0.5 for a, n in self.pause_heap):
+                    heapq.heappush(self.pause_heap, (at, name))
+                    self._arm(at)
+
+    def _read_others(self, rows: Any) -> None:
+        self.others = {node: (json.loads(figures), json.loads(tubes))
+                       for node, figures, tubes in rows}
+
+    def _read_retired(self, rows: Any) -> None:
+        self.retired = {key.decode(): value for key, value in rows}
+
+    def _elsewhere(self) -> List[bytes]:
+        """Tubes other nodes' sessions use, watch or wait on."""
+        names = set()
+        for _, tubes in self.others.values():
+            for name, figures in tubes.items():
+                if figures[0] or figures[1] or figures[2]:
+                    names.add(name.encode("ascii"))
+        return sorted(names)
+
+    def _read_counts(self, rows: Any) -> None:
+        if rows:
+            self.counts = tuple(rows[0][:5])
+
+    def _read_tube_counts(self, rows: Any) -> None:
+        fresh: Dict[bytes, List[int]] = {}
+        for name, state, urgent, n in rows:
+            counts = fresh.setdefault(name, [0, 0, 0, 0, 0])
+            counts[1 + state] = n
+            if state == 0:
+                counts[0] = urgent
+        for t in self.tube_list:
+            c = fresh.get(t.name, [0, 0, 0, 0, 0])
+            (t.urgent_count, t.ready_count, t.reserved_count, t.delayed_count,
+             t.buried_count) = c
+
+    def _failed(self, failure: Any) -> None:
+        """A background statement failed (the database is away): log it once."""
+        self._failures += 1
+        if self._failures == 1:
+            log.warn("database statement failed: {why}", why=failure.getErrorMessage())
+
+
+__all__ = ["Upkeep"]

@@ -1,0 +1,290 @@
+# -*- test-case-name: tests.test_pg_wire,tests.test_pg_nodes -*-
+"""Reserves on the PostgreSQL engine: taking a job, waiting for one, waking up.
+
+A reserve runs the ``reserve`` statement for the session's watched tubes.
+If it finds nothing the session waits, in the order it came, in each watched
+tube's ``waiting`` list.  Whenever jobs may have become ready in a tube (a
+put, release, kick or TTR expiry through this node, a notification from
+another node, a pause ending), :meth:`Reserving._serve` tries the reserve
+again for as many waiting sessions as jobs arrived, first come first; a job
+it gets is delivered as a wake-up.
+
+No wake-up is lost to a race: each tube counts its events, a reserve notes
+the counts before its statement goes out, and one that found nothing while a
+count moved tries again.  A session whose wait ended (timed out, withdrawn,
+closed) while its statement was out gives back a job that arrived anyway.
+
+Reserves of one session never overlap (``attempting``); reserve-with-timeout
+deadlines and DEADLINE_SOON are timed by the node, as in the in-memory
+engine.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+
+from twisted.internet import defer
+
+from ..core.job import READY, RESERVED, Job
+from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
+from ..core.session import Session
+from ..protocol.constants import SAFETY_MARGIN
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tubes import NodeTube
+
+
+class PgSession(Session):
+    """A client of the PostgreSQL engine: a core session plus its number on this node."""
+
+    __slots__ = ("conn_id", "attempting")
+
+    def __init__(self, listener: Any, default: Any, conn_id: int) -> None:
+        super().__init__(listener, default)
+        #: The connection's number on this node: reservations belong to (node, conn_id).
+        self.conn_id = conn_id
+        #: True while a reserve statement for this session is out.
+        self.attempting = False
+
+
+def _array(names: List[bytes]) -> bytes:
+    """A text[] literal (tube names hold no quote, backslash, brace or comma)."""
+    return b"{" + b",".join(b'"' + n + b'"' for n in names) + b"}"
+
+
+class Reserving:
+    """The reserve side of the engine (a part of :class:`~.engine.PgEngine`)."""
+
+    held: bool
+    waiting_count: int
+    wakeups: list
+    wait_heap: List[Tuple[float, int, Session]]
+    ttr_heap: List[Tuple[float, int, Session]]
+
+    # ------------------------------------------------------------ the command
+
+    def _reserve(self, s: PgSession, timeout: Optional[int]) -> Any:
+        if not s.is_worker:
+            self._set_worker(s)
+        now = self._now()
+        soonest = s.soonest_deadline() if s.reserved else None
+        deadline_soon = soonest is not None and now >= soonest - SAFETY_MARGIN
+        if self.held or s.attempting:
+            return self._no_job(s, timeout, deadline_soon, None)
+        marks = [t.events for t in s.watch]
+        d = self._take(s)
+
+        def taken(job: Any) -> Any:
+            if job is INTERNAL_ERROR or isinstance(job, Job):
+                return job
+            return self._no_job(s, timeout, deadline_soon, marks)
+        return d.addCallback(taken)
+
+    def _no_job(self, s: PgSession, timeout: Optional[int], deadline_soon: bool,
+                marks: Optional[List[int]]) -> Any:
+        if s.closed:
+            return TIMED_OUT
+        if deadline_soon:
+            return DEADLINE_SOON
+        if timeout == 0:
+            return TIMED_OUT
+        self._start_waiting(s, timeout)
+        if marks is not None and [t.events for t in s.watch] != marks:
+            self._attempt(s)  # jobs came while the statement was out
+        return WAITING
+
+    def _take(self, s: PgSession) -> defer.Deferred:
+        """Run the reserve statement for ``s``: a Job (now held by ``s``),
+        None, or INTERNAL_ERROR."""
+        s.attempting = True
+        watch = s.watch
+        if len(watch) == 1:  # the common case: batched with others (batch.py)
+            d = self._reserves.add((watch[0].name, s.conn_id))
+        else:
+            d = self.pool.execute("reserve", [_array([t.name for t in watch]), self.node_id,
+                                              s.conn_id]).addCallback(
+                lambda rows: rows[0] if rows else None)
+
+        def done(row: Any) -> Any:
+            s.attempting = False
+            if row is None:
+                return None
+            return self._reserved(s, row)
+
+        def failed(failure: Any) -> Any:
+            s.attempting = False
+            self._failed(failure)
+            return INTERNAL_ERROR
+        return d.addCallbacks(done, failed)
+
+    def _reserve_many(self, items: List[Tuple[bytes, int]]) -> defer.Deferred:
+        """Run a batch of one-tube reserves: a job row or None per item."""
+        d = self.pool.execute("reserve_many", [_array([t for t, _ in items]),
+                                               b"{" + b",".join(b"%d" % c for _, c in items)
+                                               + b"}", self.node_id])
+
+        def answers(rows: Any) -> List[Any]:
+            out: List[Any] = [None] * len(items)
+            for row in rows:
+                out[row[0] - 1] = row[1:]
+            return out
+        return d.addCallback(answers)
+
+    def _reserved(self, s: PgSession, row: Tuple[Any, ...]) -> Any:
+        """A reserve statement gave ``s`` a job (row: id, body, ttr, pri, tube, left)."""
+        job = self._job(row)
+        if s.closed:
+            self._give_back(s)  # the close's give-back may have run first
+            return None
+        self._hold(s, job, row[5])
+        return job
+
+    def _hold(self, s: PgSession, job: Job, left: float) -> None:
+        """Record locally that ``s`` holds ``job`` for ``left`` more seconds."""
+        deadline = self._now() + left
+        job.state = RESERVED
+        job.deadline_at = deadline
+        reserved = s.reserved
+        if reserved:
+            heap = s.ttr_heap
+            if len(reserved) == 1:
+                for other in reserved.values():
+                    heapq.heappush(heap, (other.deadline_at, other.id))
+            heapq.heappush(heap, (deadline, job.id))
+        reserved[job.id] = job
+        self._schedule_ttr(s, job)
+
+    # ------------------------------------------------------------ waiting
+
+    def _start_waiting(self, s: PgSession, timeout: Optional[int]) -> None:
+        s.waiting = True
+        self.waiting_count += 1
+        for t in s.watch:
+            t.waiting[s] = None
+        s.wait_deadline = (self._now() + timeout if timeout is not None and timeout > 0
+                           else None)
+        self._schedule_wait(s)
+
+    def _schedule_wait(self, s: PgSession) -> None:
+        wake = s.wait_deadline
+        if s.reserved:
+            soonest = s.soonest_deadline()
+            if soonest is not None:
+                margin = soonest - SAFETY_MARGIN
+                if wake is None or margin < wake:
+                    wake = margin
+        self._wait_seq += 1
+        s.wait_token = self._wait_seq
+        if wake is not None:
+            heapq.heappush(self.wait_heap, (wake, s.wait_token, s))
+            self._arm(wake)
+
+    def _stop_waiting(self, s: PgSession) -> None:
+        if not s.waiting:
+            return
+        s.waiting = False
+        s.wait_token = 0
+        self.waiting_count -= 1
+        for t in s.watch:
+            t.waiting.pop(s, None)
+
+    def _waits_due(self, now: float) -> None:
+        heap = self.wait_heap
+        while heap and heap[0][0] <= now:
+            _, token, s = heapq.heappop(heap)
+            if not s.waiting or s.wait_token != token:
+                continue
+            soonest = s.soonest_deadline() if s.reserved else None
+            if soonest is not None and now >= soonest - SAFETY_MARGIN:
+                self._stop_waiting(s)
+                self.wakeups.append((s, DEADLINE_SOON))
+            elif s.wait_deadline is not None and now >= s.wait_deadline:
+                self._stop_waiting(s)
+                self.wakeups.append((s, TIMED_OUT))
+            else:
+                self._schedule_wait(s)
+
+    # ------------------------------------------------------------ wake-ups
+
+    def _jobs_ready(self, t: "NodeTube", count: int = 1) -> None:
+        """Jobs may have become ready in ``t``: serve its waiting sessions."""
+        t.events += 1
+        if t.waiting and not self.held:
+            self._serve(t, count)
+
+    def _serve(self, t: "NodeTube", count: int) -> None:
+        for s in list(t.waiting):
+            if count <= 0:
+                break
+            if not s.attempting:
+                self._attempt(s)
+                count -= 1
+
+    def _attempt(self, s: PgSession) -> None:
+        """Try the reserve again for waiting session ``s``; a job is a wake-up."""
+        marks = [t.events for t in s.watch]
+        watched = list(s.watch)
+
+        def done(job: Any) -> None:
+            if isinstance(job, Job):
+                if not s.waiting:
+                    self._unreserve(s, job)  # the wait ended meanwhile
+                    return
+                self._stop_waiting(s)
+                self.wakeups.append((s, job))
+                self._deliver()
+                for t in watched:  # more jobs may be there for the next waiter
+                    if t.waiting:
+                        self._serve(t, 1)
+            elif s.waiting and [t.events for t in s.watch] != marks:
+                self._attempt(s)
+        self._take(s).addCallback(done)
+
+    def _unreserve(self, s: PgSession, job: Job) -> None:
+        """Give back a job a reserve got for a session that no longer waits."""
+        s.reserved.pop(job.id, None)
+        self.pool.execute("unreserve", [job.id, self.node_id, s.conn_id]).addCallbacks(
+            self._tubes_ready, self._failed)
+
+    def _give_back(self, s: PgSession) -> None:
+        """Every job (node, ``s``) holds goes back to ready (``s`` closed)."""
+        s.reserved.clear()
+        self.pool.first("give_back", [self.node_id, s.conn_id]).addCallbacks(
+            self._tubes_ready, self._failed)
+
+    def _tubes_ready(self, rows: Any) -> None:
+        """Rows whose first column is a tube that got a ready job: wake waiters, tell others."""
+        counts: dict = {}
+        for row in rows:
+            counts[row[0]] = counts.get(row[0], 0) + 1
+        for name, n in counts.items():
+            self._ready_by_name(name, n)
+
+    def _job(self, row: Tuple[Any, ...]) -> Job:
+        """A Job from (id, body, ttr, pri, tube, ...) (the body gets its CRLF)."""
+        job = Job.__new__(Job)
+        job.id = row[0]
+        job.body = row[1] + b"\r\n"
+        job.ttr = row[2]
+        job.pri = row[3]
+        job.tube = self.tubes.get(row[4]) or _Named(row[4])
+        job.state = READY
+        job.delay = 0
+        job.created_at = 0.0
+        job.deadline_at = 0.0
+        job.counts = None
+        job.heap_key = None
+        job.binlog_file = 0
+        return job
+
+
+class _Named:
+    """The tube of a job whose tube this node has no record of (for ``job.tube.name``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: bytes) -> None:
+        self.name = name
+
+
+__all__ = ["PgSession", "Reserving"]
