@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         opts["metrics-tubes"] = _int_option(opts, "metrics-tubes", 100, 0, 2**31 - 1)
         if opts.get("web-auth") and not opts.get("web"):
             raise UsageError("--web-auth goes with --web")
+        if opts.get("engine") and opts.get("b"):
+            from twisted_stalk.pg import ENGINE_WITH_BINLOG
+            raise UsageError(ENGINE_WITH_BINLOG)
     except UsageError as e:
         sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
         return 5

@@ -27,10 +27,16 @@ def test_engine_settings_are_taken_out_of_key_value_strings():
     "stalk.example:11300",                       # not a connection string
     "host=x stalk_nosuch=1",                     # unknown setting
     "host=x stalk_pool=0",
+    "host=x stalk_pool=abc",
+    "host=x stalk_wait=inf",
+    "host=x stalk_heartbeat=soon",
     "host=x stalk_heartbeat=2 stalk_dead_after=1",
     "host=x stalk_schema=Bad-Name",
 ])
 def test_bad_engine_strings_are_refused(text):
+    if "stalk_pool=abc" in text or "stalk_wait" in text or "soon" in text:
+        with pytest.raises(ValueError, match="got '"):  # the value is named
+            parse(text)
     from twisted_stalk.pg.schema import SchemaError
     with pytest.raises((ValueError, SchemaError)):
         config = parse(text)
@@ -67,8 +73,24 @@ def test_stalkd_refuses_a_database_it_cannot_use(pg_cluster):
                    pg_cluster.dsn("no_such_database"))
     assert done.returncode == 10
     assert "cannot use the database" in done.stderr and "no_such_database" in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr  # libpq's hint lines joined into one
     bad = _stalkd("-l", "127.0.0.1", "-p", "0", "--engine", "host=x stalk_bogus=1")
     assert bad.returncode == 10 and "unknown engine setting stalk_bogus" in bad.stderr
+
+
+def test_twistd_refuses_a_database_it_cannot_use_with_one_line():
+    from test_ops_startup import _twistd
+    done = subprocess.run(_twistd("--port", "tcp:0", "--engine", "host=/nonexistent dbname=x"),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 10, done.stderr
+    assert done.stderr.startswith("twistd: --engine: cannot use the database: ")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_engine_and_binlog_are_refused_together(tmp_path):
+    done = _stalkd("-p", "0", "-b", str(tmp_path), "--engine", "host=/nonexistent")
+    assert done.returncode == 5
+    assert done.stderr.startswith("stalkd: --engine and -b/--binlog-dir do not go together")
 
 
 def test_the_driver_pipelines_reports_errors_and_fails_when_unreachable(pg_cluster):

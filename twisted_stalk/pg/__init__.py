@@ -14,8 +14,17 @@ from typing import Any, Optional
 from ..core.facts import Facts
 
 
+#: -b with --engine: the one message stalkd and twistd give for it.
+ENGINE_WITH_BINLOG = "--engine and -b/--binlog-dir do not go together: the database is the persistence"
+
+
 class EngineError(Exception):
     """The engine cannot start: a bad ``--engine`` value, no driver, an unusable database."""
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (libpq's span several, with hints)."""
+    return " ".join(str(error).split())
 
 
 def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Facts] = None,
@@ -38,7 +47,7 @@ def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Fact
     except SchemaError as e:
         raise EngineError(f"--engine: {e}")
     except psycopg.Error as e:
-        raise EngineError(f"--engine: cannot use the database: {str(e).strip()}")
+        raise EngineError(f"--engine: cannot use the database: {one_line(e)}")
     if start:
         engine.start().addErrback(lambda f: None)  # the pool keeps trying
     return engine
@@ -56,10 +65,10 @@ def init_schema(text: str) -> str:
     except (ValueError, SchemaError) as e:
         raise EngineError(f"--engine: {e}")
     except psycopg.Error as e:
-        raise EngineError(f"--engine: cannot use the database: {str(e).strip()}")
+        raise EngineError(f"--engine: cannot use the database: {one_line(e)}")
     if found == now:
         return f"schema {config.schema} is at version {now}"
     return f"schema {config.schema}: version {found} -> {now}"
 
 
-__all__ = ["EngineError", "init_schema", "open_engine"]
+__all__ = ["ENGINE_WITH_BINLOG", "EngineError", "init_schema", "one_line", "open_engine"]

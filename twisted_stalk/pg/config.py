@@ -80,13 +80,16 @@ def parse(text: str) -> EngineConfig:
         if name == "schema":
             config.schema = value
         elif name == "pool":
+            if not (value.isdigit() and 1 <= int(value) <= 64):
+                raise ValueError(f"stalk_pool must be a whole number 1..64, got {value!r}")
             config.pool = int(value)
-            if not 1 <= config.pool <= 64:
-                raise ValueError("stalk_pool must be 1..64")
         elif name in ("heartbeat", "dead_after", "wait"):
-            number = float(value)
-            if not number > 0:
-                raise ValueError(f"{key} must be positive")
+            try:
+                number = float(value)
+            except ValueError:
+                number = float("nan")
+            if not 0 < number < float("inf"):
+                raise ValueError(f"{key} must be a positive number of seconds, got {value!r}")
             setattr(config, name, number)
         else:
             raise ValueError(f"unknown engine setting {key}")

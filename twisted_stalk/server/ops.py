@@ -54,11 +54,10 @@ def _engine(config, reactor):
     """The PostgreSQL engine for ``--engine`` (imported only then), or None."""
     if not config.get("engine"):
         return None
-    if config.get("binlog-dir"):
-        raise RuntimeError("--engine and -b/--binlog-dir do not go together: "
-                           "the database is the persistence")
     from .. import PROTOCOL_VERSION
-    from ..pg import open_engine
+    from ..pg import ENGINE_WITH_BINLOG, open_engine
+    if config.get("binlog-dir"):
+        raise RuntimeError(ENGINE_WITH_BINLOG)
     from .facts import ProcessFacts
     return open_engine(str(config["engine"]), reactor, config["max-job-size"],
                        ProcessFacts(PROTOCOL_VERSION, reactor.seconds()))

@@ -121,6 +121,9 @@ class Options(usage.Options):
             except AuthFileError as e:
                 raise usage.UsageError(str(e))
         self["endpoints"] = endpoints or ([] if self["tls-listen"] else ["tcp:11300"])
+        if self["engine"] and self["binlog-dir"]:
+            from ..pg import ENGINE_WITH_BINLOG
+            raise usage.UsageError(ENGINE_WITH_BINLOG)
         if self["engine-init"]:
             if not self["engine"]:
                 raise usage.UsageError("--engine-init goes with --engine")
@@ -158,7 +161,15 @@ class BeanstalkService(MultiService):
 def _factory_or_exit(config, reactor) -> BeanstalkServerFactory:
     """:func:`make_factory` for twistd: a binlog directory that cannot be used
     (nor written by the -u/-g user twistd will switch to) ends twistd with
-    one line and exit status 10, as stalkd does, not a traceback."""
+    one line and exit status 10, as stalkd does, not a traceback; so does
+    an ``--engine`` database that cannot be used."""
+    if config.get("engine"):
+        from ..pg import EngineError
+        try:
+            return make_factory(config, reactor)
+        except EngineError as e:
+            sys.stderr.write(f"twistd: {e}\n")
+            raise SystemExit(10)
     if not config.get("binlog-dir"):
         return make_factory(config, reactor)
     try:
