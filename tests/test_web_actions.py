@@ -14,7 +14,9 @@ BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 @pytest.fixture
 def h():
-    return Harness(credentials())
+    harness = Harness(credentials())
+    yield harness
+    assert not harness.failures, harness.failures
 
 
 def _fill(h, tube=b"work", n=5):

@@ -14,7 +14,9 @@ from web_harness import VIEWER_TOKEN, Harness, credentials
 
 @pytest.fixture
 def h():
-    return Harness()
+    harness = Harness()
+    yield harness
+    assert not harness.failures, harness.failures
 
 
 def _fill(h, tube=b"emails", n=5, body=b"hello"):

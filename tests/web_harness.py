@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import succeed
@@ -80,6 +80,9 @@ class Harness:
         self.site = make_site(self.factory, self.clock, creds, slice_budget=budget,
                               run_check=_sync_check)
         self.console = self.site.console
+        #: Requests that failed inside the site (logged as critical when served).
+        self.failures: List[Any] = []
+        self.site.log_failure = self.failures.append
         self.cookies: Dict[str, str] = {}
         self.csrf: Optional[str] = None
 

@@ -11,6 +11,7 @@ import os
 from typing import Dict, Optional, Tuple
 
 from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
 
 from .api import ApiResource
 from .auth import Credentials
@@ -56,7 +57,7 @@ class NotFound(Resource):
 
     def render(self, request):
         send_json(request, 404, {"error": "not found"})
-        return b""
+        return NOT_DONE_YET  # send_json has finished the request
 
 
 class Static(Resource):
