@@ -79,7 +79,7 @@ from .outcomes import BURIED as BURIED_OUTCOME
 from .outcomes import KICKED as KICKED_OUTCOME
 from .session import Session, SessionListener
 from .states import JobStates
-from .tube import Tube
+from .tube import Tube, drop_tube
 
 heappush = heapq.heappush
 heappop = heapq.heappop
@@ -208,6 +208,11 @@ class MemoryEngine(Inspection, JobStates):
         for job in reserved:
             self._unreserve_counts(job)
             self._make_ready(job)
+        self._leave(s)
+
+    def _leave(self, s: Session) -> None:
+        """A closing session leaves its tubes (in beanstalkd's order, see
+        :meth:`close_session`) and the connection counters."""
         watch = s.watch
         s.watch = []
         while watch:
@@ -246,12 +251,7 @@ class MemoryEngine(Inspection, JobStates):
 
     def _maybe_drop_tube(self, t: Tube) -> None:
         if t.unused and t is not self.default_tube and t.index >= 0:
-            del self.tubes[t.name]
-            last = self.tube_list.pop()
-            if last is not t:
-                self.tube_list[t.index] = last
-                last.index = t.index
-            t.index = -1
+            drop_tube(self.tubes, self.tube_list, t)
 
     # ============================================================ commands
     #

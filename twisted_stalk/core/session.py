@@ -5,6 +5,8 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+from ..protocol.constants import SAFETY_MARGIN
+
 try:
     from typing import Protocol
 except ImportError:  # pragma: no cover - Python < 3.8
@@ -57,6 +59,19 @@ class Session:
     def __lt__(self, other: "Session") -> bool:
         # Only to break ties between identical (deadline, id) heap entries.
         return id(self) < id(other)
+
+    def wait_wake_time(self) -> Optional[float]:
+        """When this waiting session must be looked at again: its reserve's
+        timeout, or a second before its soonest TTR deadline (DEADLINE_SOON),
+        whichever comes first; None if neither."""
+        wake = self.wait_deadline
+        if self.reserved:
+            soonest = self.soonest_deadline()
+            if soonest is not None:
+                margin = soonest - SAFETY_MARGIN
+                if wake is None or margin < wake:
+                    wake = margin
+        return wake
 
     def soonest_deadline(self) -> Optional[float]:
         """The earliest TTR deadline among this session's reservations."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..protocol.constants import URGENT_THRESHOLD
 from .job import READY
@@ -162,3 +162,16 @@ class Tube:
 
     def __repr__(self) -> str:  # pragma: no cover
         return f"<Tube {self.name!r}>"
+
+
+def drop_tube(tubes: Dict[bytes, Any], tube_list: List[Any], t: Any) -> None:
+    """Forget tube ``t`` (a :class:`Tube`, or any object with ``name`` and
+    ``index``): out of the name map, and out of the list by moving the last
+    tube into its place, as beanstalkd removes from its tube set; so
+    ``list-tubes`` keeps the reference's order."""
+    del tubes[t.name]
+    last = tube_list.pop()
+    if last is not t:
+        tube_list[t.index] = last
+        last.index = t.index
+    t.index = -1

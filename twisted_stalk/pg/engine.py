@@ -177,22 +177,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         if s.is_worker:
             self._give_back(s)
         s.ttr_heap.clear()
-        watch = s.watch
-        s.watch = []
-        while watch:
-            t = watch[0]
-            last = watch.pop()
-            if watch:
-                watch[0] = last
-            t.watching_count -= 1
-            self._maybe_drop_tube(t)
-        s.use.using_count -= 1
-        self._maybe_drop_tube(s.use)
-        self.current_connections -= 1
-        if s.is_producer:
-            self.producers -= 1
-        if s.is_worker:
-            self.workers -= 1
+        self._leave(s)
 
     def next_deadline(self) -> None:
         """None: this engine keeps its own timers."""
@@ -271,6 +256,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
     hold = MemoryEngine.hold
     _set_producer = MemoryEngine._set_producer
     _set_worker = MemoryEngine._set_worker
+    _leave = MemoryEngine._leave
 
     # ------------------------------------------------------------ reserves
 

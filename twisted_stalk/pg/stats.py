@@ -16,13 +16,13 @@ holds: its own figures and the job counts read at the last heartbeat.
 from __future__ import annotations
 
 import time
-from typing import Any, List, Tuple
+from typing import Any, List
 
 from twisted.internet import defer
 
+from ..core.inspection import server_stat_pairs
 from ..core.job import STATE_NAMES
 from ..core.outcomes import INTERNAL_ERROR, NOT_FOUND
-from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.yaml import StatPairs
 from .util import gather
 
@@ -158,47 +158,7 @@ class Stats:
 
     def server_stats(self) -> StatPairs:
         """The server's stats: job counts as last read, counters summed over nodes."""
-        facts = self.facts
-        utime, stime = facts.rusage()
-        binlog = self.journal.stats()
-        urgent, ready, reserved, delayed, buried = self.counts
-        items: List[Tuple[str, object]] = [
-            ("current-jobs-urgent", urgent),
-            ("current-jobs-ready", ready),
-            ("current-jobs-reserved", reserved),
-            ("current-jobs-delayed", delayed),
-            ("current-jobs-buried", buried),
-        ]
-        items += [("cmd-" + name, self._sum("cmd-" + name, self.cmd_counts[name], True))
-                  for name in COUNTED_COMMANDS]
-        items += [
-            ("job-timeouts", self._sum("job-timeouts", self.job_timeouts, True)),
-            ("total-jobs", self._sum("total-jobs", self.total_jobs, True)),
-            ("max-job-size", self.max_job_size),
-            ("current-tubes", len(self.tube_list)),
-            ("current-connections", self._sum("current-connections",
-                                              self.current_connections, False)),
-            ("current-producers", self._sum("current-producers", self.producers, False)),
-            ("current-workers", self._sum("current-workers", self.workers, False)),
-            ("current-waiting", self._sum("current-waiting", self.waiting_count, False)),
-            ("total-connections", self._sum("total-connections", self.total_connections, True)),
-            ("pid", facts.pid()),
-            ("version", facts.version),
-            ("rusage-utime", float(utime)),
-            ("rusage-stime", float(stime)),
-            ("uptime", int(self._now() - facts.started_at)),
-            ("binlog-oldest-index", binlog["oldest"]),
-            ("binlog-current-index", binlog["current"]),
-            ("binlog-records-migrated", binlog["migrated"]),
-            ("binlog-records-written", binlog["written"]),
-            ("binlog-max-size", binlog["max_size"]),
-            ("draining", self.draining),
-            ("id", facts.instance_id),
-            ("hostname", facts.hostname),
-            ("os", facts.os),
-            ("platform", facts.platform),
-        ]
-        return items  # type: ignore[return-value]
+        return server_stat_pairs(self, self.counts, self.journal.stats(), self._sum)
 
     def job_stats(self, job_id: int) -> Any:
         """A job's stats pairs, read from the database (a Deferred)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Optional, Set
 
+from ..core.tube import drop_tube
 from ..protocol.constants import DEFAULT_TUBE
 
 
@@ -105,12 +106,7 @@ class TubeRegistry:
 
     def _maybe_drop_tube(self, t: NodeTube) -> None:
         if t.unused and t is not self.default_tube and t.index >= 0:
-            del self.tubes[t.name]
-            last = self.tube_list.pop()
-            if last is not t:
-                self.tube_list[t.index] = last
-                last.index = t.index
-            t.index = -1
+            drop_tube(self.tubes, self.tube_list, t)
             self._tube_dropped(t)
 
     def _tube_dropped(self, t: NodeTube) -> None:

@@ -166,13 +166,7 @@ class Reserving:
         self._schedule_wait(s)
 
     def _schedule_wait(self, s: PgSession) -> None:
-        wake = s.wait_deadline
-        if s.reserved:
-            soonest = s.soonest_deadline()
-            if soonest is not None:
-                margin = soonest - SAFETY_MARGIN
-                if wake is None or margin < wake:
-                    wake = margin
+        wake = s.wait_wake_time()
         self._wait_seq += 1
         s.wait_token = self._wait_seq
         if wake is not None:
