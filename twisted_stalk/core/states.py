@@ -347,6 +347,21 @@ class JobStates:
             if job is None or job.state != RESERVED or job.deadline_at != deadline:
                 continue
             self._time_out(job, s)
+        self._waits_due(now)
+        pauses = self.pause_heap
+        while pauses and pauses[0][0] <= now:
+            when, name = heappop(pauses)
+            t = self.tubes.get(name)
+            if t is None or not t.pause or t.unpause_at != when:
+                continue
+            t.pause = 0
+            if t.waiting:
+                self._serve_waiters(t)
+
+    def _waits_due(self, now: float) -> None:
+        """End the waits due by ``now``: DEADLINE_SOON for a waiter whose
+        reservation is a second from its TTR, TIMED_OUT for one whose
+        ``reserve-with-timeout`` ran out; any other is scheduled again."""
         while self.wait_heap and self.wait_heap[0][0] <= now:
             _, token, s = heappop(self.wait_heap)
             if not s.waiting or s.wait_token != token:
@@ -360,15 +375,6 @@ class JobStates:
                 self.wakeups.append((s, TIMED_OUT))
             else:
                 self._schedule_wait(s)
-        pauses = self.pause_heap
-        while pauses and pauses[0][0] <= now:
-            when, name = heappop(pauses)
-            t = self.tubes.get(name)
-            if t is None or not t.pause or t.unpause_at != when:
-                continue
-            t.pause = 0
-            if t.waiting:
-                self._serve_waiters(t)
 
     def _time_out(self, job: Job, s: Session) -> None:
         try:

@@ -28,6 +28,7 @@ from twisted.internet import defer
 from ..core.job import READY, RESERVED, Job
 from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
 from ..core.session import Session
+from ..core.states import JobStates
 from ..protocol.constants import SAFETY_MARGIN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -182,21 +183,7 @@ class Reserving:
         for t in s.watch:
             t.waiting.pop(s, None)
 
-    def _waits_due(self, now: float) -> None:
-        heap = self.wait_heap
-        while heap and heap[0][0] <= now:
-            _, token, s = heapq.heappop(heap)
-            if not s.waiting or s.wait_token != token:
-                continue
-            soonest = s.soonest_deadline() if s.reserved else None
-            if soonest is not None and now >= soonest - SAFETY_MARGIN:
-                self._stop_waiting(s)
-                self.wakeups.append((s, DEADLINE_SOON))
-            elif s.wait_deadline is not None and now >= s.wait_deadline:
-                self._stop_waiting(s)
-                self.wakeups.append((s, TIMED_OUT))
-            else:
-                self._schedule_wait(s)
+    _waits_due = JobStates._waits_due
 
     # ------------------------------------------------------------ wake-ups
 
