@@ -37,10 +37,10 @@ def find_bindir() -> Optional[str]:
 
 def unavailable() -> Optional[str]:
     """Why no cluster can be started here (None: one can)."""
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        return "the psycopg driver is not installed (pip install '.[postgresql]')"
+    from twisted_stalk.pg import driver_problem
+    problem = driver_problem()
+    if problem:
+        return problem
     if find_bindir() is None:
         return "PostgreSQL is not installed (Debian: apt-get install postgresql)"
     if os.geteuid() == 0:

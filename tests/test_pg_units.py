@@ -79,12 +79,36 @@ def test_stalkd_refuses_a_database_it_cannot_use(pg_cluster):
 
 
 def test_twistd_refuses_a_database_it_cannot_use_with_one_line():
+    from twisted_stalk.pg import driver_problem
+    if driver_problem():
+        pytest.skip(driver_problem())
     from test_ops_startup import _twistd
     done = subprocess.run(_twistd("--port", "tcp:0", "--engine", "host=/nonexistent dbname=x"),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 10, done.stderr
     assert done.stderr.startswith("twistd: --engine: cannot use the database: ")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_a_driver_that_cannot_run_here_is_one_line_at_startup(monkeypatch):
+    """As psycopg's ctypes binding under PyPy 7.3: it imports, then cannot
+    make a connection object."""
+    pq = pytest.importorskip("psycopg.pq")
+    from twisted_stalk.pg import EngineError, driver_problem, init_schema, open_engine
+
+    class Broken:
+        @staticmethod
+        def connect_start(conninfo):
+            raise TypeError("cannot create weak reference to 'weakref' object")
+
+    monkeypatch.setattr(pq, "PGconn", Broken)
+    problem = driver_problem()
+    assert problem.startswith("--engine: psycopg's libpq binding does not work on ")
+    assert "TypeError: cannot create weak reference" in problem and "\n" not in problem
+    with pytest.raises(EngineError, match="binding does not work"):
+        open_engine("host=/nonexistent", reactor=None, max_job_size=100)
+    with pytest.raises(EngineError, match="binding does not work"):
+        init_schema("host=/nonexistent")
 
 
 def test_engine_and_binlog_are_refused_together(tmp_path):

@@ -193,10 +193,10 @@ def test_tail_shows_new_jobs_without_reserving(any_server, stalk, tmp_path):
     proc = subprocess.Popen(STALK + ["-a", addr, "--json", "tail", "tl", "-c", "3", "-n", "0.05", "--for", "15"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_for(tmp_path))
     try:
-        # wait until tail is watching (its connection shows in current-using)
+        # wait until tail has its starting point (it then watches the tube)
         q = Probe(any_server)
         deadline = time.monotonic() + 10
-        while (q.stats("stats-tube tl") or {}).get("current-using", 0) < 1:
+        while (q.stats("stats-tube tl") or {}).get("current-watching", 0) < 1:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         q("use tl")

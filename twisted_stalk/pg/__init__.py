@@ -22,6 +22,29 @@ class EngineError(Exception):
     """The engine cannot start: a bad ``--engine`` value, no driver, an unusable database."""
 
 
+def driver_problem() -> Optional[str]:
+    """Why the engine's driver cannot run here (None: it can).
+
+    psycopg is imported and its libpq binding made to start (and drop) a
+    connection to a socket path that does not exist, which fails at once
+    without touching the network: psycopg's pure-Python binding on PyPy 7.3
+    imports but cannot create a connection object (a ``weakref`` its
+    ``ctypes`` refuses), and that must be one line at startup, not a
+    traceback at the first statement."""
+    try:
+        from psycopg import pq
+    except ImportError:
+        return "--engine needs the psycopg driver: pip install 'twisted-stalk[postgresql]'"
+    try:
+        pq.PGconn.connect_start(b"host=/nonexistent/twisted-stalk-probe").finish()
+    except Exception as e:  # the binding itself is broken on this interpreter
+        import platform
+        return (f"--engine: psycopg's libpq binding does not work on "
+                f"{platform.python_implementation()} {platform.python_version()} "
+                f"({e.__class__.__name__}: {one_line(e)}); run the server on CPython")
+    return None
+
+
 def one_line(error: BaseException) -> str:
     """An error's message on one line (libpq's span several, with hints)."""
     return " ".join(str(error).split())
@@ -30,10 +53,11 @@ def one_line(error: BaseException) -> str:
 def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Facts] = None,
                 start: bool = True) -> Any:
     """A registered :class:`~.engine.PgEngine` for the ``--engine`` value ``text``."""
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        raise EngineError("--engine needs the psycopg driver: pip install 'twisted-stalk[postgresql]'")
+    problem = driver_problem()
+    if problem:
+        raise EngineError(problem)
+    import psycopg
+
     from .config import parse
     from .engine import PgEngine
     from .schema import SchemaError
@@ -55,6 +79,9 @@ def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Fact
 
 def init_schema(text: str) -> str:
     """``--engine-init``: create or migrate the schema, and say what was done."""
+    problem = driver_problem()
+    if problem:
+        raise EngineError(problem)
     import psycopg
 
     from .config import parse
@@ -71,4 +98,4 @@ def init_schema(text: str) -> str:
     return f"schema {config.schema}: version {found} -> {now}"
 
 
-__all__ = ["ENGINE_WITH_BINLOG", "EngineError", "init_schema", "one_line", "open_engine"]
+__all__ = ["ENGINE_WITH_BINLOG", "EngineError", "driver_problem", "init_schema", "one_line", "open_engine"]

@@ -47,8 +47,9 @@ def list_tubes(conn: Connection) -> List[str]:
     return expect(conn.command("list-tubes")).value  # type: ignore[return-value]
 
 
-def use(conn: Connection, tube: str) -> None:
-    expect(conn.command("use", tube))
+def use(conn: Connection, tube: str, verb: str = "use") -> None:
+    """``use`` (or ``watch``) ``tube``; raises on any other reply."""
+    expect(conn.command(verb, tube))
 
 
 def capabilities(conn: Connection) -> FrozenSet[str]:

@@ -47,9 +47,12 @@ class Tail:
         self.tube = tube
         self.clock = clock
         self.started = clock()
-        use(conn, tube)
+        use(conn, tube)  # peek-ready/-delayed/-buried look at the used tube
         total = int(server_stats(conn).get("total-jobs", 0))
         self.last = self._highest(max([total] + self._heads()))
+        # Watching the tube (never reserved from) shows in its current-watching
+        # once the starting point is known: every job put after that is shown.
+        use(conn, tube, verb="watch")
         self.offset = self.last - total
         self.total = total
         self.window = self.PROBE
