@@ -190,7 +190,8 @@ def test_buffers_are_bounded():
 
 def test_pipelined_replies_are_not_quadratic():
     """Decoding n pipelined replies costs O(n): the buffer is not re-copied
-    per reply (8 times the replies may take about 8 times as long, not 64)."""
+    per reply (16 times the replies may take about 16 times as long, not 256;
+    the bound leaves room for a machine busy with other tests)."""
     def cost(n):
         reader = ReplyReader()
         for _ in range(n):
@@ -198,7 +199,7 @@ def test_pipelined_replies_are_not_quadratic():
             reader.expect("peek")
         data = b"DELETED\r\nFOUND 1 5\r\nhello\r\n" * n
         best = float("inf")
-        for _ in range(3):
+        for _ in range(5):
             reader = ReplyReader()
             for _ in range(n):
                 reader.expect("delete")
@@ -209,8 +210,8 @@ def test_pipelined_replies_are_not_quadratic():
             best = min(best, time.perf_counter() - t0)
         return best
 
-    small, large = cost(5000), cost(40000)
-    assert large < small * 24
+    small, large = cost(5000), cost(80000)
+    assert large < small * 64
 
 
 # ------------------------------------------------------------------ lenient
