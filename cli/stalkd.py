@@ -62,13 +62,17 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
  --engine CONNINFO      keep the queue in PostgreSQL (a libpq connection string,
                         docs/ha.md): several servers then serve one queue
  --engine-init          create or migrate --engine's schema, then exit
+ --busy-poll USEC       before sleeping, look for new input for up to USEC
+                        microseconds (default 0: off; a shorter round trip
+                        for more CPU: docs/operations.md, "Busy polling")
 """
 
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
 _LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
                     "max-memory", "shutdown-grace", "tls-handshake-timeout", "metrics-tubes",
-                    "metrics-tube-pattern", "stats-yaml", "web", "web-auth", "engine"}
+                    "metrics-tube-pattern", "stats-yaml", "web", "web-auth", "engine",
+                    "busy-poll"}
 #: beanstalkd's JOB_DATA_SIZE_LIMIT_MAX: a larger -z is capped with a warning.
 MAX_JOB_SIZE = 1073741824
 _LONG_FLAGS = {"extensions", "engine-init"}
@@ -279,7 +283,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
     }
     for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
                  "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
-                 "metrics-tubes", "metrics-tube-pattern", "stats-yaml", "engine"):
+                 "metrics-tubes", "metrics-tube-pattern", "stats-yaml", "engine", "busy-poll"):
         config[name] = opts.get(name)
     tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
 
@@ -310,6 +314,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
     try:  # the flags checked by the modules that use them
         ops.stats_quoted(config["stats-yaml"])  # type: ignore[arg-type]
         policy = ops.tube_policy(config)
+        ops.busy_poll_window(config)
     except ValueError as e:
         sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
         return 5

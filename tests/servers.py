@@ -69,9 +69,10 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM,
 
 
 #: Ways to run our server that the wire tests cover: the speed tricks on
-#: (the default), direct socket I/O off, and Twisted's own epoll reactor.
+#: (the default), busy polling on, direct socket I/O off, and Twisted's own epoll reactor.
 IO_VARIANTS = {
     "fast": {},
+    "busy-poll": {"TWISTED_STALK_BUSY_POLL": "50"},
     "plain-io": {"TWISTED_STALK_DIRECT_IO": "0"},
     "twisted-reactor": {"TWISTED_STALK_REACTOR": "twisted", "TWISTED_STALK_DIRECT_IO": "0"},
 }

@@ -1,11 +1,17 @@
 """The lean main loop (server/reactor.py) and its fallback to Twisted's own."""
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+import time
 
+import pytest
 from twisted.internet.epollreactor import EPollReactor
 
+from servers import free_port, ours_command
+from twisted_stalk.server import _busypoll
 from twisted_stalk.server import reactor as lean
 
 
@@ -41,3 +47,115 @@ def test_install_falls_back_to_twisteds_reactor():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["LeanEPollReactor"]
+
+
+# ------------------------------------------------------------------ busy poll
+
+def test_spin_returns_the_first_events_a_nonblocking_poll_finds():
+    calls = []
+    answers = [[], [], [(7, 1)]]
+
+    def poll(timeout, maxevents):
+        calls.append((timeout, maxevents))
+        return answers[len(calls) - 1]
+
+    assert _busypoll.spin(poll, 10.0, 3) == [(7, 1)]
+    assert calls == [(0, 3)] * 3  # never a blocking wait
+
+
+def test_spin_gives_up_after_its_window():
+    calls = []
+    assert _busypoll.spin(lambda t, n: calls.append(t) or [], 0.0, 1) == []
+    assert calls == [0]
+    started = time.perf_counter()
+    assert _busypoll.spin(lambda t, n: [], 0.002, 1) == []
+    assert 0.002 <= time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("given, env, window", [
+    (None, None, 0.0), ("50", None, 50e-6), (None, "30", 30e-6), ("0", "30", 0.0),
+    (1000, None, 1e-3)])
+def test_busy_poll_window(monkeypatch, given, env, window):
+    monkeypatch.delenv(_busypoll.ENV, raising=False)
+    if env is not None:
+        monkeypatch.setenv(_busypoll.ENV, env)
+    assert _busypoll.window_from(given) == pytest.approx(window)
+
+
+@pytest.mark.parametrize("given", ["-1", "1001", "fast", "1.5"])
+def test_busy_poll_window_refuses(given):
+    with pytest.raises(ValueError, match="--busy-poll must be"):
+        _busypoll.window_from(given)
+
+
+def test_busy_poll_only_on_the_lean_loop():
+    lean_reactor, plain = lean.LeanEPollReactor(), EPollReactor()
+    try:
+        assert _busypoll.enable(lean_reactor, 50e-6) and lean_reactor.busy_poll == 50e-6
+        assert not _busypoll.enable(plain, 50e-6) and not hasattr(plain, "busy_poll")
+        assert not _busypoll.enable(lean.LeanEPollReactor(), 0.0)
+    finally:
+        lean_reactor._poller.close()
+        plain._poller.close()
+
+
+def test_busy_poll_never_makes_a_timed_call_late():
+    """With a window longer than the wait for the next timed call, the loop
+    does not spin first (it would fire a whole window late)."""
+    r = lean.LeanEPollReactor()
+    r.busy_poll = 0.5
+    fired = []
+    r.callLater(0.05, lambda: (fired.append(time.monotonic()), r.stop()))
+    started = time.monotonic()
+    r.run(installSignalHandlers=False)
+    assert fired and fired[0] - started < 0.4
+
+
+def test_busy_polling_server_answers_and_sleeps_when_idle():
+    """With the widest window the server answers as usual, and once its
+    clients stop it sleeps: its CPU time over an idle half second stays small."""
+    port = free_port()
+    proc = subprocess.Popen(ours_command(port, "--busy-poll", "1000"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        sock = connect_when_listening(port, proc)
+        for _ in range(200):
+            sock.sendall(b"put 0 0 60 2\r\nhi\r\n")
+            assert sock.recv(100).startswith(b"INSERTED ")
+        before = cpu_seconds(proc.pid)
+        time.sleep(0.5)  # real idle time: the property is about wall-clock sleeping
+        assert cpu_seconds(proc.pid) - before < 0.1
+        sock.close()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_busy_poll_usage_errors():
+    result = subprocess.run(ours_command(free_port(), "--busy-poll", "2000"),
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 5
+    assert result.stderr.strip().splitlines() == [
+        "stalkd: --busy-poll must be 0 to 1000 microseconds, not 2000 (stalkd -h lists the flags)"]
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    result = subprocess.run([twistd, "-n", "--pidfile=", "beanstalk", "--busy-poll", "x"],
+                            capture_output=True, text=True, timeout=60)
+    out = result.stdout + result.stderr  # (twistd's exit status is Twisted's: 0 in some releases)
+    assert "--busy-poll must be microseconds (0 to 1000), not 'x'" in out
+    assert "Traceback" not in out and "Main loop" not in out  # never started serving
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def connect_when_listening(port: int, proc: subprocess.Popen) -> socket.socket:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)

@@ -12,6 +12,7 @@ Both read the same configuration keys (``twistd`` option names):
 ``metrics-tubes``    int: tubes with their own /metrics series at most
 ``metrics-tube-pattern``  regex: only tubes whose names match get their own series
 ``stats-yaml``       "1.13" (default) or "1.12": string values quoted or bare
+``busy-poll``        microseconds the main loop polls before sleeping (see :mod:`._busypoll`)
 
 It imports nothing of ``twisted.application``: ``stalkd`` builds its server
 from here without the twistd machinery (see docs/operations.md, "Startup time").
@@ -21,9 +22,10 @@ from __future__ import annotations
 import signal
 from typing import Any, Callable, Optional
 
+from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
-from . import admin, limits
+from . import _busypoll, admin, limits
 from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
 
 log = Logger(namespace="twisted_stalk.ops")
@@ -83,7 +85,8 @@ def configure(factory, config, clock) -> None:
     Raises the open-file limit and reports it; installs the connection limit
     (``--max-connections``, or what the open-file limit allows, so that the
     connection after the last one the process can hold is refused at once
-    instead of hanging in the listen backlog); ``--max-memory``; ``--extensions``.
+    instead of hanging in the listen backlog); ``--max-memory``; ``--busy-poll``
+    (on the reactor); ``--extensions``.
     """
     soft, hard = limits.raise_open_file_limit()
     explicit = int(config.get("max-connections") or 0)
@@ -101,6 +104,11 @@ def configure(factory, config, clock) -> None:
     if max_memory:
         limits.install_memory_limit(factory, max_memory)
         log.info("put answers OUT_OF_MEMORY above {n} bytes of stored jobs", n=max_memory)
+    window = busy_poll_window(config)
+    if window and _busypoll.enable(clock, window):
+        log.info("busy poll: up to {usec:.0f} us before each sleep", usec=window * 1e6)
+    elif window and IReactorFDSet.providedBy(clock):  # a reactor, not a test's Clock
+        log.warn("--busy-poll needs the lean epoll main loop (server/reactor.py); ignored")
     if config.get("extensions"):
         admin.enable(factory)
         log.info("extension verbs on: {verbs}", verbs=", ".join(admin.VERBS))
@@ -119,6 +127,12 @@ def stats_quoted(shape: Optional[str]) -> bool:
         return STATS_YAML[shape]
     except KeyError:
         raise ValueError(f"--stats-yaml must be 1.12 or 1.13, not {shape!r}")
+
+
+def busy_poll_window(config) -> float:
+    """``busy-poll`` in seconds (see :mod:`._busypoll`); ValueError (one line)
+    when it is not 0 to 1000 microseconds."""
+    return _busypoll.window_from(config.get("busy-poll"))
 
 
 def tube_policy(config):

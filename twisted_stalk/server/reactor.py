@@ -4,7 +4,8 @@
 Contract: :class:`LeanEPollReactor` behaves as Twisted's ``EPollReactor``
 (timed calls, ``callFromThread``, shutdown, error logging: an exception from
 ``doRead`` is logged and disconnects that descriptor) and differs only in
-how much work each turn of its loop does.  The wire tests run on it and on
+how much work each turn of its loop does (and, when ``busy_poll`` is set, in
+polling a little before it sleeps: :mod:`._busypoll`).  The wire tests run on it and on
 Twisted's own reactor (``TWISTED_STALK_REACTOR=twisted``).
 
 Why: Twisted's ``mainLoop`` runs ``runUntilCurrent`` and ``timeout`` (each
@@ -34,6 +35,8 @@ from twisted.internet.epollreactor import EPollReactor
 from twisted.logger import Logger
 from twisted.python import log
 
+from ._busypoll import spin
+
 _log = Logger()
 
 #: epoll_wait's timeout is a C int of milliseconds (as Twisted's ``timeout``).
@@ -53,8 +56,13 @@ ENABLED = os.environ.get("TWISTED_STALK_REACTOR", "lean") != "twisted"
 class LeanEPollReactor(EPollReactor):
     """``EPollReactor`` with a main loop that does only what each turn needs."""
 
+    #: Seconds to poll without blocking before each wait (``--busy-poll``;
+    #: see :mod:`._busypoll`); 0: off.  Read when the loop starts.
+    busy_poll = 0.0
+
     def mainLoop(self) -> None:
         poll = self._poller.poll
+        window = self.busy_poll
         selectables = self._selectables
         seconds = self.seconds
         slow = self._doReadOrWrite
@@ -77,7 +85,11 @@ class LeanEPollReactor(EPollReactor):
                 elif timeout > _LONGEST_WAIT:
                     timeout = _LONGEST_WAIT
                 try:
-                    events = poll(timeout, len(selectables))
+                    if window and (timeout < 0 or timeout > window):
+                        events = spin(poll, window, len(selectables)) or poll(
+                            timeout if timeout < 0 else timeout - window, len(selectables))
+                    else:
+                        events = poll(timeout, len(selectables))
                 except InterruptedError:
                     continue
                 for fd, event in events:

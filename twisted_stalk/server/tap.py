@@ -62,6 +62,8 @@ class Options(usage.Options):
          "(for clients that split lines on ': ') leaves them bare."],
         ["engine", None, None, "Keep the queue in PostgreSQL (a libpq connection string; "
          "docs/ha.md): several servers then serve one queue."],
+        ["busy-poll", None, None, "Before sleeping, look for new input for up to USEC "
+         "microseconds (default 0: off; docs/operations.md)."],
         ["tls-handshake-timeout", None, DEFAULT_HANDSHAKE_TIMEOUT,
          "Seconds a --tls-listen client has to finish its TLS handshake (0: no limit).",
          float],
@@ -98,8 +100,9 @@ class Options(usage.Options):
                      "tls-handshake-timeout", "metrics-tubes"):
             if self[name] < 0:
                 raise usage.UsageError(f"--{name} must not be negative")
-        from .ops import stats_quoted, tube_policy
+        from .ops import busy_poll_window, stats_quoted, tube_policy
         try:
+            busy_poll_window(self)
             stats_quoted(self["stats-yaml"])
             tube_policy(self)
         except ValueError as e:
