@@ -44,6 +44,18 @@ def _connect_asap(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> s
             time.sleep(0.001)
 
 
+@pytest.mark.parametrize("args, message", [
+    (("--bogus",), "option --bogus not recognized"),
+    (("--max-connections", "-1"), "--max-connections must not be negative"),
+    (("--engine-init",), "--engine-init goes with --engine")])
+def test_twistd_usage_error_is_one_line_and_status_1(args, message):
+    """On every Twisted release (before 26.10 twistd printed all options and exited 0)."""
+    result = _run(_twistd(*args), timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"twistd beanstalk: {message} (twistd beanstalk --help lists the options)"]
+
+
 # ------------------------------------------------------------ listeners (7)
 
 @pytest.fixture

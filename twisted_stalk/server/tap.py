@@ -79,6 +79,18 @@ class Options(usage.Options):
         self["listen"] = []
         self["tls-listen"] = []
 
+    def parseOptions(self, options=None) -> None:
+        """Parse (UsageError when unusable).  Run as twistd's subcommand, a
+        usage error is one line on stderr and status 1 instead: twistd would
+        print every option first, and before Twisted 26.10 exit 0."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as e:
+            if self.parent is None:  # not under twistd: the caller decides
+                raise
+            sys.stderr.write(f"twistd beanstalk: {e} (twistd beanstalk --help lists the options)\n")
+            raise SystemExit(1)
+
     def opt_tls_listen(self, endpoint: str) -> None:
         """Endpoint string to listen on with TLS (--tls-cert/--tls-key/--tls-ca; repeatable)."""
         self["tls-listen"].append(endpoint_for_port(endpoint))
