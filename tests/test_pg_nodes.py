@@ -120,6 +120,24 @@ def test_other_ways_jobs_become_ready_wake_other_nodes(nodes):
     assert 0.9 < time.monotonic() - t0 < 2.5
 
 
+def test_a_ready_job_no_node_was_told_of_still_reaches_a_waiting_reserve(nodes, pg_engine):
+    """A wake-up lost on the way (here: a job made ready behind the nodes'
+    backs, so no notification is sent) is made up for at the next heartbeat."""
+    import psycopg
+
+    from twisted_stalk.pg.config import parse
+    a, b = wires(*nodes(2))
+    assert a.ask(b"put 0 3600 60 1\r\nx\r\n") == b"INSERTED 1\r\n"
+    b.send(b"reserve\r\n")
+    assert b.nothing_within(0.3)
+    config = parse(pg_engine)
+    with psycopg.connect(config.conninfo, autocommit=True) as conn:
+        conn.execute(f"UPDATE {config.schema}.jobs SET state = 0 WHERE id = 1")
+    t0 = time.monotonic()
+    assert b.reply() == b"RESERVED 1 1\r\nx\r\n"
+    assert time.monotonic() - t0 < 2.0  # heartbeats every 0.2 s here
+
+
 def test_a_pause_on_one_node_holds_reserves_on_another(nodes):
     a, b = wires(*nodes(2))
     a.ask(b"put 0 0 60 1\r\nx\r\n")

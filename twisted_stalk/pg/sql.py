@@ -239,6 +239,14 @@ STATEMENTS: Dict[str, str] = {
             FROM t WHERE t.name IS NOT NULL)
         SELECT name FROM t WHERE name IS NOT NULL""",
     "tube_has_jobs": "SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE tube = $1::text)",
+    # Which of $1 (tubes this node's reserves wait on) hold a ready job and
+    # are not paused: a wake-up for them was lost (the heartbeat's check).
+    "ready_among": f"""
+        WITH {_NOW}
+        SELECT w.name FROM unnest($1::text[]) AS w(name)
+        WHERE EXISTS (SELECT 1 FROM {{s}}.jobs x WHERE x.state = 0 AND x.tube = w.name)
+          AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
+                          WHERE p.name = w.name AND p.unpause_at > c.now)""",
     # Other live nodes' figures and tube references; then the retired counters.
     "others": "SELECT id, figures::text, tubes::text FROM {s}.nodes WHERE id <> $1::bigint",
     "retired": "SELECT key, value FROM {s}.retired",

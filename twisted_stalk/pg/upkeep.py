@@ -19,7 +19,9 @@ seconds older than its own (once its own heartbeats have gone through, each
 promptly, for that long: after an outage or a stall every node gets that
 long to come back), runs both sweeps (so deadlines are kept even if the node that would have
 timed them is gone), and re-reads the next delayed deadline, the pauses, the
-other nodes' figures and which tubes hold jobs.  A node that finds its own
+other nodes' figures and which tubes hold jobs, and tries again the waiting
+reserves of tubes that hold a ready job (a wake-up lost on the way waits at
+most one heartbeat).  A node that finds its own
 row gone was given up on while it could not reach the database: its
 reservations have been given back, so it forgets them and registers anew.
 
@@ -40,6 +42,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from ..protocol.commands import COUNTED_COMMANDS
+from .batch import text_array
 
 log = Logger(namespace="twisted_stalk.pg")
 
@@ -370,7 +373,19 @@ class Upkeep:
             steps.append(pool.execute("orphans").addCallback(self._tubes_ready))
         if self._inspected():
             steps.append(pool.execute("tube_counts").addCallback(self._read_tube_counts))
+        waited = [t.name for t in self.tube_list if t.waiting]
+        if waited:
+            steps.append(pool.execute("ready_among", [text_array(waited)]).addCallback(
+                self._missed_ready))
         return defer.DeferredList(steps, consumeErrors=True)
+
+    def _missed_ready(self, rows: Any) -> None:
+        """Tubes with a ready job while reserves here wait on them: whatever
+        wake-up should have come was lost, so try those reserves again."""
+        for (name,) in rows:
+            t = self.tubes.get(name)
+            if t is not None and t.waiting:
+                self._jobs_ready(t, len(t.waiting))
 
     def _reclaimed(self, rows: Any) -> None:
         if rows:

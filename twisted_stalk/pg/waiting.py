@@ -30,6 +30,7 @@ from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
 from ..core.session import Session
 from ..core.states import JobStates
 from ..protocol.constants import SAFETY_MARGIN
+from .batch import text_array
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tubes import NodeTube
@@ -46,11 +47,6 @@ class PgSession(Session):
         self.conn_id = conn_id
         #: True while a reserve statement for this session is out.
         self.attempting = False
-
-
-def _array(names: List[bytes]) -> bytes:
-    """A text[] literal (tube names hold no quote, backslash, brace or comma)."""
-    return b"{" + b",".join(b'"' + n + b'"' for n in names) + b"}"
 
 
 class Reserving:
@@ -102,7 +98,7 @@ class Reserving:
         if len(watch) == 1:  # the common case: batched with others (batch.py)
             d = self._reserves.add((watch[0].name, s.conn_id))
         else:
-            d = self.pool.execute("reserve", [_array([t.name for t in watch]), self.node_id,
+            d = self.pool.execute("reserve", [text_array([t.name for t in watch]), self.node_id,
                                               s.conn_id]).addCallback(
                 lambda rows: rows[0] if rows else None)
 
@@ -120,7 +116,7 @@ class Reserving:
 
     def _reserve_many(self, items: List[Tuple[bytes, int]]) -> defer.Deferred:
         """Run a batch of one-tube reserves: a job row or None per item."""
-        d = self.pool.execute("reserve_many", [_array([t for t, _ in items]),
+        d = self.pool.execute("reserve_many", [text_array([t for t, _ in items]),
                                                b"{" + b",".join(b"%d" % c for _, c in items)
                                                + b"}", self.node_id])
 
