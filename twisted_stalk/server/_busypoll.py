@@ -13,9 +13,10 @@ then sleeps: idle CPU stays at zero.  It costs up to W of CPU for every gap
 between a server's bursts of work that is shorter than W, in exchange for the
 time the kernel takes to wake a sleeping process.
 
-Why (docs/performance.md, "Waking up"): on this project's virtual machines a
-process that sleeps in ``epoll_wait`` takes tens of microseconds to run again
-when a client's bytes arrive, more than the server's own work on a command.
+Why (docs/performance.md, "Waking up"): on a virtual machine (the 2-core one
+docs/performance.md was measured on) a process that sleeps in ``epoll_wait``
+takes tens of microseconds to run again when a client's bytes arrive, more
+than the server's own work on a command.
 A client that sends one command at a time (most producers) waits for that
 wake-up on every command.  With a 50 us window the reply comes before the
 server ever sleeps: a one-connection put round trip went from 82 to 25 us.
