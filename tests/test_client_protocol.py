@@ -255,7 +255,7 @@ def test_commands_behind_reserve_are_held(w):
     assert result(d1) == 6
 
 
-def test_cancel_in_flight_drops_connection(w):
+def test_cancel_in_flight_drops_connection_after_the_calls_before_it(w):
     p = w.proto
     d1 = p.put(b"a")
     d2 = p.put(b"b")
@@ -263,12 +263,45 @@ def test_cancel_in_flight_drops_connection(w):
     d4 = p.put(b"held")
     d2.cancel()
     error(d2, CancelledError)
+    # put a was written first: it still gets its reply, then the connection closes.
+    assert not d1.called and not w.transport.disconnecting and not p.usable
+    w.reply(b"INSERTED 1\r\n")
+    assert result(d1) == 1
     assert w.transport.disconnecting
-    for d in (d1, d3, d4):
+    for d in (d3, d4):
         e = error(d, ConnectionLost)
         assert "cancelled while in flight" in str(e)
     assert not p.connected
     error(p.put(b"after"), ConnectionLost)
+
+
+def test_cancel_at_the_head_drops_at_once(w):
+    p = w.proto
+    d1 = p.put(b"a")
+    d2 = p.put(b"b")
+    d1.cancel()
+    error(d1, CancelledError)
+    assert w.transport.disconnecting
+    assert "cancelled while in flight" in str(error(d2, ConnectionLost))
+
+
+def test_a_reserve_cancelled_behind_a_delete_lets_the_delete_finish(w):
+    """A reserve connection reused while its last job's delete is in flight:
+    cancelling the reserve (a worker stopping) must not lose the delete."""
+    p = w.proto
+    r = p.reserve()
+    assert w.sent() == b"reserve\r\n"
+    w.reply(b"RESERVED 7 1\r\nx\r\n")
+    job = result(r)
+    deleted = job.delete()
+    r2 = p.reserve()
+    assert w.sent() == b"delete 7\r\nreserve\r\n"
+    r2.cancel()
+    error(r2, CancelledError)
+    assert not w.transport.disconnecting
+    w.reply(b"DELETED\r\n")
+    assert result(deleted) is None and job.finished == "deleted"
+    assert w.transport.disconnecting and not job.lost
 
 
 def test_cancel_reserve_in_flight(w):

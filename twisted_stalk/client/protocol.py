@@ -22,8 +22,9 @@ losing the connection fails every pending Deferred.  Beanstalk needs more:
 * commands issued while a reserve is in flight are *held* (not written) until
   it is answered, since the server would not read them earlier anyway.
   Cancelling a held command removes it; cancelling a command already written
-  drops the connection (the protocol has no way to take a command back) and
-  fails the other pending commands with a :class:`ConnectionLost` that says so;
+  closes the connection (the protocol has no way to take a command back) once
+  the commands written before it have their replies, and fails the commands
+  after it with a :class:`ConnectionLost` that says so;
 * per-call tube targeting: ``put(..., tube=b"x")`` and ``reserve(...,
   watching=(b"a", b"b"))`` send only the ``use``/``watch``/``ignore`` needed to
   get the connection into that state (tracked as the state the pipelined
@@ -96,7 +97,8 @@ class _Call:
     reply fails the Deferred with its exception, or with ``replies`` set is
     the result too (the flush fallback reads replies, not exceptions)."""
 
-    __slots__ = ("name", "data", "deferred", "timeout", "convert", "blocking", "replies")
+    __slots__ = ("name", "data", "deferred", "timeout", "convert", "blocking", "replies",
+                 "cancelled")
 
     def __init__(self, name: str, data: bytes, deferred: Optional[Deferred],
                  timeout: Optional[float], convert: Optional[Callable[..., Any]],
@@ -108,6 +110,9 @@ class _Call:
         self.convert = convert
         self.blocking = blocking
         self.replies = replies
+        #: Set when the call was cancelled after it was written: why the
+        #: connection closes once the calls written before it are answered.
+        self.cancelled: Optional[str] = None
 
 
 def _job_id(proto: "BeanstalkProtocol", reply: Reply) -> Optional[int]:
@@ -211,6 +216,9 @@ class BeanstalkProtocol(Protocol):
         #: Jobs reserved on this connection and not yet deleted/released/buried.
         self._jobs: Dict[int, Job] = {}
         self._cancel_cb = self._cancel
+        #: Set when a command was cancelled after it was written: the
+        #: connection closes once the commands before it are answered.
+        self._closing_after_cancel = False
         #: The extension verbs the server advertised (None: not asked yet).
         self._capabilities: Optional[FrozenSet[str]] = None
         self._capabilities_waiting: Optional[List[Deferred]] = None
@@ -237,6 +245,11 @@ class BeanstalkProtocol(Protocol):
     def pending(self) -> int:
         """Calls sent (or held) and not yet answered."""
         return len(self._inflight) + len(self._held)
+
+    @property
+    def usable(self) -> bool:
+        """Connected and not about to close (no cancelled command in flight)."""
+        return bool(self.connected) and not self._closing_after_cancel
 
     @property
     def blocked(self) -> bool:
@@ -379,10 +392,19 @@ class BeanstalkProtocol(Protocol):
             if call.deferred is d:
                 self._held.remove(call)
                 return
-        for call in self._inflight:
+        inflight = self._inflight
+        for i, call in enumerate(inflight):
             if call.deferred is d:
-                self.drop(f"connection dropped: {call.name!r} was cancelled while in flight "
-                          "(a sent command cannot be taken back)", exclude=d)
+                reason = (f"connection dropped: {call.name!r} was cancelled while in flight "
+                          "(a sent command cannot be taken back)")
+                if i == 0:
+                    self.drop(reason, exclude=d)
+                else:
+                    # The commands written before it (a job's delete, say) are
+                    # owed their replies: close once they have them (_complete).
+                    call.deferred = None
+                    call.cancelled = reason
+                    self._closing_after_cancel = True
                 return
 
     # ------------------------------------------------------------------ timer
@@ -447,6 +469,15 @@ class BeanstalkProtocol(Protocol):
     def _complete(self, reply: Reply) -> None:
         inflight = self._inflight
         call = inflight.popleft()
+        try:
+            self._answer(call, reply)
+        finally:
+            if inflight and inflight[0].cancelled is not None:
+                self.drop(inflight[0].cancelled)  # its turn: see _cancel
+
+    def _answer(self, call: _Call, reply: Reply) -> None:
+        """Deliver ``reply`` to ``call``, just taken from the head of the pipeline."""
+        inflight = self._inflight
         if inflight:
             self._head_changed(inflight[0].timeout)
         if call.blocking:

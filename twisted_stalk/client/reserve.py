@@ -90,7 +90,7 @@ class ReserveConnections:
     def _free(self) -> Optional[BeanstalkProtocol]:
         busy = self.busy
         for proto in self.protos:
-            if proto not in busy and not proto._jobs and proto.connected:
+            if proto not in busy and not proto._jobs and proto.usable:
                 return proto
         return None
 
