@@ -1,8 +1,6 @@
 """The lean main loop (server/reactor.py) and its fallback to Twisted's own."""
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -10,7 +8,9 @@ import time
 import pytest
 from twisted.internet.epollreactor import EPollReactor
 
-from servers import free_port, ours_command
+from servers import free_port, ours_command, start_server
+from test_ops_startup import _twistd
+from test_wire_abuse import cpu_seconds
 from twisted_stalk.server import _busypoll
 from twisted_stalk.server import reactor as lean
 
@@ -114,21 +114,18 @@ def test_busy_poll_never_makes_a_timed_call_late():
 def test_busy_polling_server_answers_and_sleeps_when_idle():
     """With the widest window the server answers as usual, and once its
     clients stop it sleeps: its CPU time over an idle half second stays small."""
-    port = free_port()
-    proc = subprocess.Popen(ours_command(port, "--busy-poll", "1000"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start_server("ours", "--busy-poll", "1000")
     try:
-        sock = connect_when_listening(port, proc)
+        sock = server.connect()
         for _ in range(200):
             sock.sendall(b"put 0 0 60 2\r\nhi\r\n")
             assert sock.recv(100).startswith(b"INSERTED ")
-        before = cpu_seconds(proc.pid)
+        before = cpu_seconds(server.proc.pid)
         time.sleep(0.5)  # real idle time: the property is about wall-clock sleeping
-        assert cpu_seconds(proc.pid) - before < 0.1
+        assert cpu_seconds(server.proc.pid) - before < 0.1
         sock.close()
     finally:
-        proc.kill()
-        proc.wait()
+        server.stop()
 
 
 def test_busy_poll_usage_errors():
@@ -137,26 +134,9 @@ def test_busy_poll_usage_errors():
     assert result.returncode == 5
     assert result.stderr.strip().splitlines() == [
         "stalkd: --busy-poll must be 0 to 1000 microseconds, not 2000 (stalkd -h lists the flags)"]
-    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
-    result = subprocess.run([twistd, "-n", "--pidfile=", "beanstalk", "--busy-poll", "x"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(_twistd("--busy-poll", "x"), capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "twistd beanstalk: --busy-poll must be microseconds (0 to 1000), not 'x' "
         "(twistd beanstalk --help lists the options)"]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def connect_when_listening(port: int, proc: subprocess.Popen) -> socket.socket:
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            return socket.create_connection(("127.0.0.1", port), timeout=10)
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)

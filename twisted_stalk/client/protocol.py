@@ -469,15 +469,6 @@ class BeanstalkProtocol(Protocol):
     def _complete(self, reply: Reply) -> None:
         inflight = self._inflight
         call = inflight.popleft()
-        try:
-            self._answer(call, reply)
-        finally:
-            if inflight and inflight[0].cancelled is not None:
-                self.drop(inflight[0].cancelled)  # its turn: see _cancel
-
-    def _answer(self, call: _Call, reply: Reply) -> None:
-        """Deliver ``reply`` to ``call``, just taken from the head of the pipeline."""
-        inflight = self._inflight
         if inflight:
             self._head_changed(inflight[0].timeout)
         if call.blocking:
@@ -490,13 +481,14 @@ class BeanstalkProtocol(Protocol):
             if not reply.ok:
                 self.drop(f"connection dropped: the {call.name!r} sent to target a tube "
                           f"failed: {reply.line!r}")
-            return
-        if reply.ok:
+        elif reply.ok:
             d.callback(call.convert(self, reply) if call.convert else None)
         elif call.replies:
             d.callback(reply)
         else:
             d.errback(reply.error())
+        if self._closing_after_cancel and inflight and inflight[0].cancelled is not None:
+            self.drop(inflight[0].cancelled)  # its turn: see _cancel
 
     # ------------------------------------------------------------- targeting
 
