@@ -321,8 +321,10 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
 
     verbosity = int(opts["V"])  # type: ignore[arg-type]
     level = LogLevel.warn if verbosity == 0 else (LogLevel.info if verbosity == 1 else LogLevel.debug)
-    observer = FilteringLogObserver(textFileLogObserver(sys.stderr),
-                                    [LogLevelFilterPredicate(defaultLogLevel=level)])
+    levels = LogLevelFilterPredicate(defaultLogLevel=level)
+    if verbosity == 0:  # the console's actions and logins are its audit trail (docs/web.md)
+        levels.setLogLevelForNamespace("twisted_stalk.web", LogLevel.info)
+    observer = FilteringLogObserver(textFileLogObserver(sys.stderr), [levels])
     globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
 
     tls = None
