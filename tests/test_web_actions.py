@@ -3,6 +3,8 @@ counted and seen by clients as a client's; large ones in slices; logins,
 bearer tokens and the CSRF rule in front of them."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 from twisted.logger import globalLogPublisher
 
@@ -186,7 +188,7 @@ def test_anonymous_gets_401_when_credentials_are_configured(h):
     assert h.get("overview").status == 401
     assert h.get("whoami").json == {"api": 1, "version": h.get("whoami").json["version"],
                                     "auth": True, "user": None, "role": None,
-                                    "can_act": False, "csrf": None}
+                                    "can_act": False, "csrf": None, "host": None}
     assert h.post("jobs/delete", {"ids": [1]}).status == 401
     assert h.get("overview", headers={"Authorization": "Bearer wrong"}).status == 401
 
@@ -199,7 +201,8 @@ def test_login_cookie_and_csrf(h):
     cookie = response.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
     assert h.get("overview").status == 200
-    assert h.get("whoami").json["csrf"] == h.csrf
+    me = h.get("whoami").json
+    assert me["csrf"] == h.csrf and me["host"] == socket.gethostname()
     # A POST without the CSRF token, or from another site, is refused.
     assert h.post("jobs/delete", {"ids": [1]}, csrf=False).status == 403
     other = h.post("jobs/delete", {"ids": [1]}, headers={"Origin": "http://evil.example"})

@@ -3,6 +3,7 @@ the read-only mode, the limits of requests (HTTP over string transports)."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -155,6 +156,7 @@ def test_read_only_without_credentials(h):
     _fill(h, n=1)
     me = h.get("whoami").json
     assert me["auth"] is False and me["can_act"] is False and me["role"] == "viewer"
+    assert me["host"] == socket.gethostname()
     for path, body in (("tubes/emails/jobs", {"body": "x"}), ("jobs/delete", {"ids": [1]}),
                        ("tubes/emails/pause", {"delay": 5}), ("tubes/emails/flush",
                                                               {"state": "ready"})):

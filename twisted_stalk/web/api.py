@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import socket
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
@@ -153,11 +154,11 @@ class Api:
         logins = self.console.logins
         data: Dict[str, Any] = {
             "api": API_VERSION, "version": __version__, "auth": logins.enabled,
-            "user": None, "role": None, "can_act": False, "csrf": None,
+            "user": None, "role": None, "can_act": False, "csrf": None, "host": None,
         }
-        if identity is not None:
+        if identity is not None:  # the host name only for those who may look
             data.update(user=identity.name, role=identity.role, can_act=identity.can_act,
-                        csrf=logins.csrf_of(request))
+                        csrf=logins.csrf_of(request), host=socket.gethostname())
         return 200, data
 
     async def login(self, request, identity) -> Tuple[int, Any]:
