@@ -245,7 +245,8 @@ class Api:
             raise ApiError(404, f"no tube {tube.decode('latin-1')}")
         total, jobs = page
         now = self.console.now()
-        return 200, {"tube": view, "state": state, "sort": sort, "order": order,
+        return 200, {"tube": view, "interval": self.console.sampler.interval,
+                     "state": state, "sort": sort, "order": order,
                      "offset": offset, "limit": limit, "total": total,
                      "jobs": [job_summary(job, now) for job in jobs]}
 

@@ -8,6 +8,7 @@ const S = {
   view: null,        // {refresh: async fn} of the page shown
   busy: false,       // a refresh is in flight (one request at a time)
   task: null,        // the running action being followed
+  lastTube: null,    // {name, hash} of the last tube page shown (a job's back link)
 };
 
 // ------------------------------------------------------------------ helpers
@@ -51,9 +52,7 @@ async function api(method, path, body) {
   let data = {};
   try { data = await response.json(); } catch (e) { data = { error: response.statusText }; }
   if (!response.ok) {
-    if (response.status === 401 && S.me && S.me.auth && path !== "login") {
-      location.hash = "#/login";
-    }
+    if (response.status === 401 && S.me && S.me.auth && path !== "login") toLogin();
     throw new ApiError(response.status, data.error || ("HTTP " + response.status));
   }
   data._status = response.status;
@@ -76,29 +75,27 @@ function showNotice(message) {
 
 function clearMessages() { $("#alert").hidden = true; $("#notice").hidden = true; }
 
-function duration(seconds) {
-  seconds = Math.max(0, Math.floor(seconds));
-  if (seconds < 60) return seconds + "s";
-  const d = Math.floor(seconds / 86400), h = Math.floor(seconds % 86400 / 3600);
-  const m = Math.floor(seconds % 3600 / 60), s = seconds % 60;
-  if (d) return d + "d " + h + "h";
-  if (h) return h + "h " + m + "m";
-  return m + "m " + s + "s";
+
+// The page's title: what it shows, then the server's host name.
+function setTitle(what) {
+  document.title = [what, S.me && S.me.host, "twisted-stalk"].filter(Boolean).join(" · ");
 }
 
-function bytes(n) {
-  if (n === null || n === undefined) return "–";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return (i ? n.toFixed(1) : n) + " " + units[i];
+const TUBE_STATES = ["ready", "delayed", "buried", "reserved"];
+
+// A tube page's address: #/tube/NAME[/STATE[/PAGE]][?sort=&order=] (defaults left out).
+function tubeHref(name, where) {
+  const w = Object.assign({ state: "ready", page: 1, sort: "id", order: "asc" }, where || {});
+  let href = "#/tube/" + encodeURIComponent(name);
+  if (w.state !== "ready" || w.page > 1) href += "/" + w.state;
+  if (w.page > 1) href += "/" + w.page;
+  const q = new URLSearchParams();
+  if (w.sort !== "id") q.set("sort", w.sort);
+  if (w.order !== "asc") q.set("order", w.order);
+  return href + (q.toString() ? "?" + q : "");
 }
 
-function num(n) { return (n === null || n === undefined) ? "–" : Number(n).toLocaleString("en"); }
-
-function tubeLink(name) {
-  return el("a", { href: "#/tube/" + encodeURIComponent(name), text: name });
-}
+function tubeLink(name) { return el("a", { href: tubeHref(name), text: name }); }
 
 function jobLink(id) { return el("a", { href: "#/job/" + id, text: String(id) }); }
 
@@ -111,40 +108,22 @@ function preview(view) {
 
 function canAct() { return Boolean(S.me && S.me.can_act); }
 
-// A small line chart: one polyline per series, scaled to the largest value.
-function spark(series, width, height) {
-  const ns = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("class", "spark");
-  svg.setAttribute("width", width);
-  svg.setAttribute("height", height);
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  let top = 1;
-  for (const s of series) for (const v of s.values) top = Math.max(top, v);
-  for (const s of series) {
-    if (s.values.length < 2) continue;
-    const step = width / (s.values.length - 1);
-    const points = s.values.map((v, i) =>
-      `${(i * step).toFixed(1)},${(height - 1 - v / top * (height - 2)).toFixed(1)}`);
-    const line = document.createElementNS(ns, "polyline");
-    line.setAttribute("points", points.join(" "));
-    line.setAttribute("class", "s-" + s.name);
-    svg.append(line);
-  }
-  const title = document.createElementNS(ns, "title");
-  title.textContent = series.map((s) =>
-    `${s.name}: ${s.values.length ? s.values[s.values.length - 1] : 0}/s`).join(", ") +
-    ` (peak ${top})`;
-  svg.append(title);
-  return svg;
-}
-
 function legend(names) {
   return el("div", { class: "legend" },
     names.map((n) => el("span", {}, el("i", { class: "s-" + n }), n)));
 }
 
 function last(values) { return values && values.length ? values[values.length - 1] : 0; }
+
+// A table that stacks into labelled rows on a narrow screen (console.css).
+function table(id, headings, body) {
+  return el("div", { class: "table-wrap" }, el("table", { id, class: "stack" },
+    el("thead", {}, el("tr", {}, headings)), body));
+}
+
+function cell(label, attrs, ...children) {
+  return el("td", Object.assign({ "data-label": label }, attrs || {}), ...children);
+}
 
 // ---------------------------------------------------------------- actions
 
@@ -171,11 +150,11 @@ async function act(path, body, done) {
 }
 
 function describeTask(task) {
-  const skipped = task.skipped ? `, ${task.skipped} skipped` : "";
+  const skipped = task.skipped ? `, ${num(task.skipped)} skipped` : "";
   if (task.kind === "put") return `Put job ${task.result.id} into ${task.result.tube}`;
   if (task.kind === "pause") return `Paused ${task.target} for ${task.result.pause}s`;
   if (task.kind === "unpause") return `Unpaused ${task.target}`;
-  return `${task.kind} ${task.target}: ${task.done} job(s)${skipped}`;
+  return `${task.kind} ${task.target}: ${plural(task.done, "job")}${skipped}`;
 }
 
 function showTask(task) {
@@ -219,6 +198,7 @@ function refreshNow() { setTimeout(tick, 0); }
 // ----------------------------------------------------------------- overview
 
 function overviewView() {
+  setTitle("Overview");
   const state = { sort: "name", order: "asc", offset: 0, limit: 50, filter: "" };
   const facts = el("dl", { class: "facts", id: "server-facts" });
   const chart = el("div", { id: "server-chart" });
@@ -228,14 +208,14 @@ function overviewView() {
   const columns = [["name", "Tube"], ["ready", "Ready"], ["urgent", "Urgent"],
     ["reserved", "Reserved"], ["delayed", "Delayed"], ["buried", "Buried"],
     ["waiting", "Waiting"], [null, "Paused"], [null, "Put / delete per s"]];
-  const head = el("tr", {}, columns.map(([key, label]) => el("th", {
+  const head = columns.map(([key, label]) => el("th", {
     class: (key ? "sortable" : "") + (key && key !== "name" ? " num" : ""),
     data: key ? { sort: key } : {}, text: label,
     onclick: key ? () => {
       state.order = state.sort === key && state.order === "asc" ? "desc" : "asc";
       state.sort = key; state.offset = 0; refreshNow();
     } : null,
-  })));
+  }));
   const body = el("tbody");
   replace($("#main"),
     el("h1", { text: "Overview" }),
@@ -244,7 +224,7 @@ function overviewView() {
       el("div", { class: "card" }, el("h2", { text: "Commands per second (server)" }), chart)),
     el("h2", { text: "Tubes" }),
     el("div", { class: "toolbar" }, filter, pager),
-    el("table", { id: "tubes" }, el("thead", {}, head), body));
+    table("tubes", head, body));
 
   async function refresh() {
     const q = new URLSearchParams({ sort: state.sort, order: state.order, offset: state.offset,
@@ -253,12 +233,13 @@ function overviewView() {
     const s = data.server;
     const binlog = s.binlog.enabled
       ? `${s.binlog.writable ? "writing" : "NOT WRITABLE: " + s.binlog.problem}, ` +
-        `${s.binlog.files} file(s), ${bytes(s.binlog.size_bytes)}`
+        `${plural(s.binlog.files, "file")}, ${bytes(s.binlog.size_bytes)}`
       : "off (jobs are kept in memory only)";
     const rows = [
       ["Version", s.version], ["Uptime", duration(s.uptime)],
-      ["Connections", `${num(s["current-connections"])} (${num(s["current-producers"])} producers, ` +
-        `${num(s["current-workers"])} workers, ${num(s["current-waiting"])} waiting)`],
+      ["Connections", `${num(s["current-connections"])} (` +
+        `${plural(s["current-producers"], "producer")}, ${plural(s["current-workers"], "worker")}, ` +
+        `${num(s["current-waiting"])} waiting)`],
       ["Tubes", num(s["current-tubes"])],
       ["Jobs", `${num(s["current-jobs-ready"])} ready (${num(s["current-jobs-urgent"])} urgent), ` +
         `${num(s["current-jobs-reserved"])} reserved, ${num(s["current-jobs-delayed"])} delayed, ` +
@@ -268,312 +249,81 @@ function overviewView() {
     ];
     replace(facts, rows.map(([k, v]) => [el("dt", { text: k }),
       el("dd", { data: { fact: k.toLowerCase() }, text: v })]));
-    replace(chart, spark(["put", "reserve", "delete"].map((n) =>
-      ({ name: n, values: data.rates[n] })), 420, 90),
+    replace(chart, rateChart(["put", "reserve", "delete"].map((n) =>
+      ({ name: n, values: data.rates[n] })),
+      { width: 460, height: 130, unit: "commands/s", interval: data.interval }),
       legend(["put", "reserve", "delete"]),
       el("div", { class: "muted", text: `now: ${last(data.rates.put)} put, ` +
         `${last(data.rates.reserve)} reserve, ${last(data.rates.delete)} delete per second; ` +
         `one sample every ${data.interval}s` }));
-    for (const th of head.children) {
+    for (const th of head) {
       th.classList.toggle("sorted", th.dataset.sort === state.sort);
       th.classList.toggle("desc", th.dataset.sort === state.sort && state.order === "desc");
     }
     replace(body, data.tubes.map((t) => el("tr", { data: { tube: t.name } },
-      el("td", {}, tubeLink(t.name)),
-      ["ready", "urgent", "reserved", "delayed", "buried", "waiting"].map((k) =>
-        el("td", { class: "num", data: { col: k }, text: num(t[k]) })),
-      el("td", { data: { col: "paused" } }, t.paused
+      cell("Tube", { class: "name" }, tubeLink(t.name)),
+      ["ready", "urgent", "reserved", "delayed", "buried", "waiting"].map((k, i) =>
+        cell(columns[i + 1][1], { class: "num", data: { col: k }, text: num(t[k]) })),
+      cell("Paused", { data: { col: "paused" } }, t.paused
         ? el("span", { class: "badge paused", text: "paused " + duration(t.pause_left) }) : ""),
-      el("td", {}, spark([{ name: "put", values: t.rates.put },
-        { name: "delete", values: t.rates.delete }], 160, 24)))));
+      cell("Put / delete per s", {}, rateChart([{ name: "put", values: t.rates.put },
+        { name: "delete", values: t.rates.delete }],
+        { width: 170, height: 30, unit: "jobs/s", interval: data.interval, compact: true })))));
     replace(pager, pagerControls(state, data.matched, `${num(data.matched)} of ` +
-      `${num(data.total_tubes)} tubes`));
+      `${plural(data.total_tubes, "tube")}`));
   }
   return { refresh };
 }
 
-function pagerControls(state, total, label) {
+// Prev / next buttons; go(offset) moves (by default: sets state.offset).
+function pagerControls(state, total, label, go) {
+  const move = go || ((offset) => { state.offset = offset; refreshNow(); });
   const from = total ? state.offset + 1 : 0;
   const to = Math.min(total, state.offset + state.limit);
   return [
     el("button", { type: "button", "data-page": "prev", disabled: state.offset <= 0,
-      onclick: () => { state.offset = Math.max(0, state.offset - state.limit); refreshNow(); },
-      text: "‹ Prev" }),
+      onclick: () => move(Math.max(0, state.offset - state.limit)), text: "‹ Prev" }),
     el("span", { class: "muted", "data-range": "", text: ` ${num(from)}–${num(to)} (${label}) ` }),
     el("button", { type: "button", "data-page": "next", disabled: to >= total,
-      onclick: () => { state.offset += state.limit; refreshNow(); }, text: "Next ›" }),
+      onclick: () => move(state.offset + state.limit), text: "Next ›" }),
   ];
-}
-
-// -------------------------------------------------------------------- tube
-
-function tubeView(name) {
-  const state = { state: "ready", sort: "id", order: "asc", offset: 0, limit: 50,
-                  selected: new Set() };
-  const enc = encodeURIComponent(name);
-  const title = el("h1", {}, "Tube ", el("span", { id: "tube-name", text: name }));
-  const badge = el("span", { id: "tube-badge" });
-  const tabs = el("div", { class: "tabs toolbar", id: "state-tabs" });
-  const sort = el("select", { id: "job-sort", onchange: () => {
-    state.sort = sort.value; state.offset = 0; refreshNow(); } },
-    [["id", "id"], ["queue", "queue order"], ["pri", "priority"], ["age", "age"],
-     ["time-left", "time left"]].map(([v, t]) => el("option", { value: v, text: t })));
-  const order = el("button", { type: "button", id: "job-order", text: "ascending",
-    onclick: () => { state.order = state.order === "asc" ? "desc" : "asc";
-      order.textContent = state.order === "asc" ? "ascending" : "descending"; refreshNow(); } });
-  const pager = el("span", { class: "pager" });
-  const body = el("tbody");
-  const selectAll = el("input", { type: "checkbox", title: "select this page",
-    onchange: () => { for (const box of body.querySelectorAll("input[type=checkbox]")) {
-      box.checked = selectAll.checked;
-      const id = Number(box.dataset.id);
-      if (selectAll.checked) state.selected.add(id); else state.selected.delete(id);
-    } updateSelection(); } });
-  const selection = el("div", { class: "toolbar", id: "selection" });
-  const searchBox = el("input", { type: "search", id: "search-text", placeholder: "text in body" });
-  const searchOut = el("div", { id: "search-results" });
-  const counts = el("p", { class: "muted", id: "tube-counts" });
-  const chart = el("div", { id: "tube-chart" });
-
-  function updateSelection() {
-    const ids = [...state.selected];
-    const label = el("span", { class: "muted", text: `${ids.length} selected` });
-    if (!canAct()) { replace(selection, ids.length ? label : ""); return; }
-    const moveTo = el("input", { id: "move-to", placeholder: "other tube", size: 14 });
-    const clear = () => { state.selected.clear(); selectAll.checked = false; updateSelection(); };
-    replace(selection, label,
-      el("button", { type: "button", "data-action": "delete-selected", class: "danger",
-        disabled: !ids.length, text: "Delete",
-        onclick: () => act("jobs/delete", { ids }, clear) }),
-      el("button", { type: "button", "data-action": "kick-selected", disabled: !ids.length,
-        text: "Kick", onclick: () => act("jobs/kick", { ids }, clear) }),
-      el("button", { type: "button", "data-action": "bury-selected", disabled: !ids.length,
-        text: "Bury", onclick: () => act("jobs/bury", { ids }, clear) }),
-      moveTo,
-      el("button", { type: "button", "data-action": "move-selected", disabled: !ids.length,
-        text: "Move", onclick: () => act("jobs/move", { ids, tube: moveTo.value.trim() }, clear) }));
-  }
-
-  function jobRow(job, selectable) {
-    const box = selectable ? el("input", { type: "checkbox", "data-id": job.id,
-      onchange: () => { if (box.checked) state.selected.add(job.id);
-        else state.selected.delete(job.id); updateSelection(); } }) : null;
-    if (box) box.checked = state.selected.has(job.id);
-    return el("tr", { data: { job: job.id } },
-      selectable ? el("td", {}, box) : null,
-      el("td", { class: "num" }, jobLink(job.id)),
-      selectable ? null : el("td", { text: job.state }),
-      el("td", { class: "num", text: num(job.pri) }),
-      el("td", { class: "num", text: duration(job.age) }),
-      el("td", { class: "num", text: job.state === "reserved" || job.state === "delayed"
-        ? duration(job.time_left) : "–" }),
-      el("td", { class: "num", text: bytes(job.size) }),
-      el("td", { class: "preview" }, preview(job.preview)));
-  }
-
-  async function search(event) {
-    event.preventDefault();
-    const q = searchBox.value;
-    if (!q) return;
-    replace(searchOut, el("p", { class: "muted", text: "Searching…" }));
-    try {
-      const data = await api("GET", `tubes/${enc}/search?` + new URLSearchParams({ q }));
-      const why = data.complete ? "searched every job"
-        : data.stopped === "limit" ? "stopped at the result limit"
-          : `stopped after ${data.seconds}s (searched ids up to ${data.searched_to})`;
-      replace(searchOut,
-        el("p", { class: "muted", text: `${data.matches.length} match(es); ${why}` }),
-        data.matches.length ? el("table", { id: "search-table" },
-          el("thead", {}, el("tr", {}, ["Id", "State", "Pri", "Age", "Time left", "Size", "Body"]
-            .map((h) => el("th", { text: h })))),
-          el("tbody", {}, data.matches.map((j) => jobRow(j, false)))) : null);
-    } catch (e) {
-      replace(searchOut, el("p", { class: "badge bad", text: e.message }));
-    }
-  }
-
-  const panels = [];
-  if (canAct()) panels.push(tubeActions(name, enc, () => state));
-  replace($("#main"),
-    el("p", {}, el("a", { href: "#/", text: "‹ Overview" })),
-    title, badge, counts, chart,
-    tabs,
-    el("div", { class: "toolbar" }, el("label", { text: "Sort by" }), sort, order, pager),
-    selection,
-    el("table", { id: "jobs" }, el("thead", {}, el("tr", {},
-      el("th", {}, selectAll), ["Id", "Pri", "Age", "Time left", "Size", "Body"].map((h, i) =>
-        el("th", { class: i < 5 ? "num" : "", text: h })))), body),
-    el("h2", { text: "Search bodies" }),
-    el("form", { class: "inline", onsubmit: search }, searchBox,
-      el("button", { type: "submit", text: "Search" })),
-    searchOut,
-    panels);
-  updateSelection();
-
-  async function refresh() {
-    const q = new URLSearchParams({ state: state.state, sort: state.sort, order: state.order,
-      offset: state.offset, limit: state.limit });
-    let data;
-    try {
-      data = await api("GET", `tubes/${enc}/jobs?` + q);
-    } catch (e) {
-      if (e.status === 404) {
-        replace(counts, el("span", { class: "badge bad", text: "This tube does not exist " +
-          "(any more): a tube lives while it has jobs or clients." }));
-        replace(body);
-        return;
-      }
-      throw e;
-    }
-    const t = data.tube;
-    replace(badge, t.paused ? el("span", { class: "badge paused",
-      text: `paused, ${duration(t.pause_left)} left` }) : "");
-    counts.textContent = `${num(t.urgent)} urgent · ${num(t.waiting)} waiting · ` +
-      `${num(t.watching)} watching · ${num(t.using)} using · ${num(t.total_jobs)} put in all`;
-    replace(chart, spark([{ name: "put", values: t.rates.put },
-      { name: "delete", values: t.rates.delete }], 420, 60), legend(["put", "delete"]));
-    replace(tabs, ["ready", "delayed", "buried", "reserved"].map((s) => el("button", {
-      type: "button", class: s === state.state ? "active" : "", data: { state: s },
-      text: `${s} (${num(t[s])})`,
-      onclick: () => { state.state = s; state.offset = 0; state.selected.clear();
-        updateSelection(); refreshNow(); } })));
-    replace(body, data.jobs.map((j) => jobRow(j, true)));
-    replace(pager, pagerControls(state, data.total, `${num(data.total)} ${state.state}`));
-  }
-  return { refresh };
-}
-
-function tubeActions(name, enc, getState) {
-  const field = (label, input) => el("label", {}, label + " ", input);
-  const body = el("textarea", { id: "put-body", placeholder: "job body" });
-  const encoding = el("select", { id: "put-encoding" },
-    el("option", { value: "text", text: "text (UTF-8)" }), el("option", { value: "hex", text: "hex" }));
-  const pri = el("input", { id: "put-pri", type: "number", min: 0, value: 1024, size: 8 });
-  const delay = el("input", { id: "put-delay", type: "number", min: 0, value: 0, size: 6 });
-  const ttr = el("input", { id: "put-ttr", type: "number", min: 0, value: 60, size: 6 });
-  const kickN = el("input", { id: "kick-bound", type: "number", min: 1, value: 10, size: 6 });
-  const pauseFor = el("input", { id: "pause-seconds", type: "number", min: 1, value: 60, size: 6 });
-  const flushState = el("select", { id: "flush-state" },
-    ["buried", "delayed", "ready"].map((s) => el("option", { value: s, text: s })));
-  const confirm = el("input", { id: "flush-confirm", placeholder: "type the tube's name" });
-  const flushButton = el("button", { type: "submit", class: "danger", "data-action": "flush",
-    disabled: true, text: "Flush" });
-  confirm.addEventListener("input", () => { flushButton.disabled = confirm.value !== name; });
-  const submit = (fn) => (event) => { event.preventDefault(); fn(); };
-  return el("div", { class: "grid", id: "tube-actions" },
-    el("div", { class: "card" }, el("h2", { text: "Put a job" }),
-      el("form", { id: "put-form", onsubmit: submit(() => act(`tubes/${enc}/jobs`, {
-        body: body.value, encoding: encoding.value, pri: Number(pri.value),
-        delay: Number(delay.value), ttr: Number(ttr.value) }, () => { body.value = ""; })) },
-        body, el("div", { class: "inline" }, field("encoding", encoding), field("pri", pri),
-          field("delay", delay), field("ttr", ttr),
-          el("button", { type: "submit", "data-action": "put", text: "Put" })))),
-    el("div", { class: "card" }, el("h2", { text: "Kick and pause" }),
-      el("form", { class: "inline", onsubmit: submit(() => act(`tubes/${enc}/kick`,
-        { bound: Number(kickN.value) })) },
-        el("span", { text: "Kick up to" }), kickN, el("span", { text: "buried (else delayed) jobs" }),
-        el("button", { type: "submit", "data-action": "kick", text: "Kick" })),
-      el("form", { class: "inline", onsubmit: submit(() => act(`tubes/${enc}/pause`,
-        { delay: Number(pauseFor.value) })) },
-        el("span", { text: "Pause for" }), pauseFor, el("span", { text: "seconds" }),
-        el("button", { type: "submit", "data-action": "pause", text: "Pause" }),
-        el("button", { type: "button", "data-action": "unpause", text: "Unpause",
-          onclick: () => act(`tubes/${enc}/pause`, { delay: 0 }) }))),
-    el("div", { class: "card" }, el("h2", { text: "Flush" }),
-      el("p", { class: "muted", text: "Deletes every job of this tube in the chosen state. " +
-        "Jobs a worker holds cannot be deleted." }),
-      el("form", { class: "inline", onsubmit: submit(() => act(`tubes/${enc}/flush`,
-        { state: flushState.value, confirm: confirm.value }, () => { confirm.value = "";
-          flushButton.disabled = true; })) },
-        flushState, confirm, flushButton)));
-}
-
-// --------------------------------------------------------------------- job
-
-function jobView(id) {
-  const main = $("#main");
-  replace(main, el("p", {}, el("a", { href: "#/", text: "‹ Overview" })),
-    el("h1", { text: `Job ${id}` }), el("div", { id: "job-detail" }));
-  let shownBody = null;
-
-  async function refresh() {
-    let data;
-    try {
-      data = await api("GET", "jobs/" + id);
-    } catch (e) {
-      if (e.status === 404) {
-        replace($("#job-detail"), el("p", { class: "badge bad", text: `There is no job ${id} ` +
-          "(deleted, or never put)." }));
-        return;
-      }
-      throw e;
-    }
-    const st = data.stats;
-    const facts = el("dl", { class: "facts", id: "job-stats" },
-      Object.entries(st).map(([k, v]) => [el("dt", { text: k }),
-        el("dd", { data: { field: k } }, k === "tube" ? tubeLink(v) : String(v))]));
-    const holder = data.holder ? el("p", { id: "job-holder" },
-      `Reserved by ${data.holder.peer}, ${duration(data.holder.ttr_left)} of its TTR left ` +
-      `(it holds ${data.holder.jobs_held} job(s)).`) : null;
-    const ready = data.ready_in !== null ? el("p", { id: "job-ready-in",
-      text: `Becomes ready in ${duration(data.ready_in)}.` }) : null;
-    const actions = [];
-    if (canAct()) {
-      if (st.state === "buried" || st.state === "delayed") {
-        actions.push(el("button", { type: "button", "data-action": "kick", text: "Kick",
-          onclick: () => act("jobs/kick", { ids: [id] }) }));
-      }
-      if (st.state === "ready" || st.state === "delayed") {
-        actions.push(el("button", { type: "button", "data-action": "bury", text: "Bury",
-          onclick: () => act("jobs/bury", { ids: [id] }) }));
-      }
-      if (st.state !== "reserved") {
-        actions.push(el("button", { type: "button", "data-action": "delete", class: "danger",
-          text: "Delete", onclick: () => act("jobs/delete", { ids: [id] }) }));
-      }
-    }
-    // The body does not change: keep it (and the reader's scroll) across refreshes.
-    if (shownBody === null) {
-      const b = data.body;
-      shownBody = el("div", {},
-        el("h2", { text: `Body (${bytes(b.size)}, ${b.kind})` }),
-        el("pre", { class: "body", id: "job-body", text: b.data }),
-        b.truncated ? el("p", { class: "muted" }, "Only the start is shown. ",
-          el("a", { href: `/api/v1/jobs/${id}/body`, text: "Download the whole body" })) : null);
-    }
-    replace($("#job-detail"), el("div", { class: "grid" },
-      el("div", { class: "card" }, facts), el("div", { class: "card" }, holder, ready,
-        el("div", { class: "toolbar" }, actions))), shownBody);
-  }
-  return { refresh };
 }
 
 // ------------------------------------------------------------- connections
 
 function connectionsView() {
+  setTitle("Connections");
   const state = { offset: 0, limit: 100 };
   const body = el("tbody");
   const pager = el("span", { class: "pager" });
   replace($("#main"), el("h1", { text: "Connections" }), el("div", { class: "toolbar" }, pager),
-    el("table", { id: "connections" }, el("thead", {}, el("tr", {},
-      ["Peer", "Uses", "Watches", "Waiting", "Kind", "Jobs held"].map((h) =>
-        el("th", { text: h })))), body));
+    table("connections", ["Peer", "Uses", "Watches", "Waiting", "Kind", "Jobs held"].map((h) =>
+      el("th", { text: h })), body));
   async function refresh() {
     const data = await api("GET", "connections?" + new URLSearchParams(state));
     replace(body, data.connections.map((c) => el("tr", {},
-      el("td", { text: c.peer }), el("td", {}, tubeLink(c.use)),
-      el("td", {}, c.watch.flatMap((w, i) => i ? [", ", tubeLink(w)] : [tubeLink(w)])),
-      el("td", { text: c.waiting ? "waiting" : "" }),
-      el("td", { text: [c.producer && "producer", c.worker && "worker"].filter(Boolean).join(", ") }),
-      el("td", {}, `${c.reserved_count} `, c.reserved.flatMap((id) => [jobLink(id), " "])))));
-    replace(pager, pagerControls(state, data.total, `${num(data.total)} connections`));
+      cell("Peer", { text: c.peer }), cell("Uses", {}, tubeLink(c.use)),
+      cell("Watches", {}, c.watch.flatMap((w, i) => i ? [", ", tubeLink(w)] : [tubeLink(w)])),
+      cell("Waiting", { text: c.waiting ? "waiting" : "" }),
+      cell("Kind", { text: [c.producer && "producer", c.worker && "worker"].filter(Boolean)
+        .join(", ") }),
+      cell("Jobs held", {}, `${c.reserved_count} `, c.reserved.flatMap((id) => [jobLink(id), " "])))));
+    replace(pager, pagerControls(state, data.total, plural(data.total, "connection")));
   }
   return { refresh };
 }
 
 // ------------------------------------------------------------------ login
 
-function loginView() {
+// To the login page, keeping where the reader was going (#/login?next=...).
+function toLogin() {
+  const here = location.hash.replace(/^#/, "");
+  if (here.startsWith("/login")) return;
+  location.hash = "#/login" + (here && here !== "/" ? "?next=" + encodeURIComponent(here) : "");
+}
+
+function loginView(next) {
+  setTitle("Log in");
   const user = el("input", { id: "login-user", autocomplete: "username", placeholder: "user" });
   const password = el("input", { id: "login-password", type: "password",
     autocomplete: "current-password", placeholder: "password" });
@@ -584,7 +334,7 @@ function loginView() {
       try {
         await api("POST", "login", { user: user.value, password: password.value });
         await whoami();
-        location.hash = "#/";
+        location.hash = "#" + (next || "/");
       } catch (e) { showError(e.message); }
     } }, user, password, el("button", { type: "submit", text: "Log in" }))));
   return { refresh: null };
@@ -594,6 +344,7 @@ function loginView() {
 
 async function whoami() {
   S.me = await api("GET", "whoami");
+  $("#host").textContent = S.me.host || "";
   const who = $("#who");
   if (!S.me.auth) {
     replace(who, el("span", { class: "badge", id: "read-only",
@@ -601,26 +352,58 @@ async function whoami() {
   } else if (S.me.user) {
     replace(who, el("span", { text: `${S.me.user} (${S.me.role})` }),
       el("button", { type: "button", id: "logout", text: "Log out", onclick: async () => {
-        await api("POST", "logout", {}); S.me.user = null; location.hash = "#/login"; route(); } }));
+        await api("POST", "logout", {}); S.me.user = null; S.me.host = null;
+        $("#host").textContent = ""; location.hash = "#/login"; route(); } }));
   } else {
     replace(who, el("a", { href: "#/login", text: "Log in" }));
   }
 }
 
+function decoded(text) {
+  try { return decodeURIComponent(text); } catch (e) { return text; }
+}
+
+// #/tube/NAME[/STATE[/PAGE]]?sort&order (NAME percent-encoded; a name typed
+// with a raw "/" in it works too when what follows is no state).
+function tubeRoute(parts, query) {
+  const where = { state: "ready", page: 1, sort: query.get("sort") || "id",
+                  order: query.get("order") === "desc" ? "desc" : "asc" };
+  if (parts.length >= 2 && parts.length <= 3 && TUBE_STATES.includes(parts[1]) &&
+      (parts.length === 2 || /^[1-9]\d*$/.test(parts[2]))) {
+    where.state = parts[1];
+    where.page = parts.length === 3 ? Number(parts[2]) : 1;
+    return [decoded(parts[0]), where];
+  }
+  return [decoded(parts.join("/")), where];
+}
+
 function route() {
   clearMessages();
   const hash = location.hash.replace(/^#\/?/, "");
-  const [page, ...rest] = hash.split("/");
-  const arg = decodeURIComponent(rest.join("/"));
+  const q = hash.indexOf("?");
+  const [page, ...rest] = (q < 0 ? hash : hash.slice(0, q)).split("/");
+  const query = new URLSearchParams(q < 0 ? "" : hash.slice(q + 1));
   if (S.me && S.me.auth && !S.me.user && page !== "login") {
-    location.hash = "#/login";
+    toLogin();
     return;
   }
-  if (page === "tube" && arg) S.view = tubeView(arg);
-  else if (page === "job" && /^\d+$/.test(arg)) S.view = jobView(Number(arg));
-  else if (page === "connections") S.view = connectionsView();
-  else if (page === "login") S.view = loginView();
-  else S.view = overviewView();
+  if (page === "tube" && rest.length && rest[0]) {
+    const [name, where] = tubeRoute(rest, query);
+    if (S.view && S.view.kind === "tube" && S.view.name === name) {
+      S.view.go(where);
+      return;
+    }
+    S.view = tubeView(name, where);
+  } else if (page === "job" && /^\d+$/.test(rest.join("/"))) {
+    S.view = jobView(Number(rest[0]));
+  } else if (page === "connections") {
+    S.view = connectionsView();
+  } else if (page === "login") {
+    const next = query.get("next");
+    S.view = loginView(next && next.startsWith("/") && !next.startsWith("/login") ? next : null);
+  } else {
+    S.view = overviewView();
+  }
   refreshNow();
 }
 
