@@ -253,8 +253,8 @@ function overviewView() {
       ({ name: n, values: data.rates[n] })),
       { width: 460, height: 130, unit: "commands/s", interval: data.interval }),
       legend(["put", "reserve", "delete"]),
-      el("div", { class: "muted", text: `now: ${last(data.rates.put)} put, ` +
-        `${last(data.rates.reserve)} reserve, ${last(data.rates.delete)} delete per second; ` +
+      el("div", { class: "muted", text: `now: ${num(last(data.rates.put))} put, ` +
+        `${num(last(data.rates.reserve))} reserve, ${num(last(data.rates.delete))} delete per second; ` +
         `one sample every ${data.interval}s` }));
     for (const th of head) {
       th.classList.toggle("sorted", th.dataset.sort === state.sort);

@@ -105,7 +105,11 @@ function niceTop(v) {
   return 10 * p;
 }
 
-function tickText(v) { return Number.isInteger(v) ? num(v) : v.toFixed(1); }
+function tickText(v, short) {
+  if (short && v >= 1e6) return v / 1e6 + "M";
+  if (short && v >= 1e3) return v / 1e3 + "k";
+  return Number.isInteger(v) ? num(v) : v.toFixed(1);
+}
 
 // A line chart of rates: one polyline per series, a y-axis from 0 to a round
 // top with its unit, and (unless compact) the time span under it.
@@ -127,7 +131,7 @@ function rateChart(series, options) {
   for (const t of compact ? [0, ymax] : [0, ymax / 2, ymax]) {
     svg.append(svgEl("line", { class: "grid", x1: left, x2: width - right, y1: y(t), y2: y(t) }),
       svgEl("text", { class: "tick", x: left - 4, y: Number(y(t)) + 3.5, "text-anchor": "end" },
-        tickText(t) + (compact && t ? "/s" : "")));
+        tickText(t, compact) + (compact && t ? "/s" : "")));
   }
   svg.append(svgEl("line", { class: "axis", x1: left, x2: left, y1: top, y2: top + plotH }),
     svgEl("line", { class: "axis", x1: left, x2: width - right, y1: top + plotH,
