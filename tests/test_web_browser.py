@@ -52,6 +52,7 @@ def browser():
                 "--disable-dev-shm-usage", f"--user-data-dir={profile}",
                 "--window-size=1280,900"):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.implicitly_wait(0)
     yield driver
@@ -236,10 +237,27 @@ def test_the_console_in_a_browser(tmp_path, browser):
 
 # ------------------------------------------------------- the finished console
 
-def _alice(tmp_path):
+def _script_errors(driver):
+    """The page's script errors since the last call (answers with 4xx statuses,
+    which the console expects, are left out)."""
+    return [e["message"] for e in driver.get_log("browser")
+            if "Failed to load resource" not in e["message"]]
+
+
+@pytest.fixture
+def alice(tmp_path, browser):
+    """A console with an admin alice (password wonderland): its URL and a wire client."""
     auth = tmp_path / "console.auth"
     auth.write_text(f"user alice admin {cheap_hash('wonderland')}\n")
-    return _console(tmp_path, "--web-auth", str(auth))
+    server, base = _console(tmp_path, "--web-auth", str(auth))
+    try:
+        w = Wire(socket.create_connection(server.address, timeout=5))
+        _script_errors(browser)
+        yield base, w
+        assert _script_errors(browser) == []
+        w.sock.close()
+    finally:
+        server.stop()
 
 
 def _log_in(browser):
@@ -277,220 +295,201 @@ def _fresh(browser, base, hash_=""):
 
 
 def test_tube_page_tools_above_the_table_search_selection_and_confirmed_delete(
-        tmp_path, browser):
-    server, base = _alice(tmp_path)
+        tmp_path, browser, alice):
+    base, w = alice
+    plain = _put(w, b"orders", [b"order %03d" % i for i in range(60)])
+    wanted = _put(w, b"orders", [b"order needle %d" % i for i in range(3)] + [HTML_BODY])
+    _fresh(browser, base, "#/tube/orders")
+    _log_in(browser)
+    _wait(browser, lambda d: _text(d, "#jobs tbody tr td:nth-child(2)") == str(plain[0]))
+    # The search box and every action form are above the table.
+    table_top = _rect(browser, "#jobs")["top"]
+    for css in ("#search-text", "#put-form", "#kick-bound", "#pause-seconds", "#flush-confirm"):
+        assert _rect(browser, css)["bottom"] < table_top, css
+    assert table_top < 900  # on the first screen of a 1280x900 window
+    # Each put label stands just before its own input, on the same line.
+    for input_id, label in (("put-encoding", "encoding"), ("put-pri", "priority"),
+                            ("put-delay", "delay (s)"), ("put-ttr", "TTR (s)")):
+        found = browser.execute_script(
+            "const i = document.getElementById(arguments[0]); const l = i.labels[0];"
+            "const t = l.querySelector('span').getBoundingClientRect();"
+            "const r = i.getBoundingClientRect();"
+            "return [l.querySelector('span').textContent, r.left - t.right,"
+            "        Math.abs((t.top + t.bottom) / 2 - (r.top + r.bottom) / 2)];", input_id)
+        assert found[0] == label and 0 <= found[1] < 12 and found[2] < 4, (input_id, found)
+
+    # Search, select the results, plus one job of the list.
+    browser.find_element(By.ID, "search-text").send_keys("needle")
+    _click(browser, "#search-form button[type=submit]")
+    _wait(browser, lambda d: _text(d, "#search-summary") == "3 matches; searched every job")
+    assert _rect(browser, "#search-table")["bottom"] < _rect(browser, "#jobs")["top"]
+    _click(browser, "#select-results")
+    _click(browser, f'#jobs input[data-id="{plain[5]}"]')
+    assert _text(browser, "#selected-count") == "4 jobs selected"
+    _screenshot(browser, tmp_path, "tube-search.png")
+    # Delete asks first and says how many; Cancel deletes nothing.
+    _click(browser, "button[data-action=delete-selected]")
+    assert _text(browser, "#confirm-delete") == "Delete 4 jobs? This cannot be undone."
+    _click(browser, "button[data-action=cancel]")
+    _wait(browser, lambda d: _text(d, "#selected-count") == "4 jobs selected")
+    assert w.ask(b"stats-tube orders\r\n").count(b"current-jobs-ready: 64\n") == 1
+    _click(browser, "button[data-action=delete-selected]")
+    _click(browser, "button[data-action=confirm-delete]")
+    _wait(browser, lambda d: (_text(d, "#notice") or "").endswith(": 4 jobs"))
+    for job_id in wanted[:3] + [plain[5]]:
+        assert w.ask(b"peek %d\r\n" % job_id) == b"NOT_FOUND\r\n"
+    assert w.ask(b"peek %d\r\n" % wanted[3]).startswith(b"FOUND")
+    _wait(browser, lambda d: _text(d, "#selected-count") == "0 jobs selected")
+    _wait(browser, lambda d: _text(d, "#search-summary") == "0 matches; searched every job")
+    # A search result is text, never markup.
+    browser.find_element(By.ID, "search-text").clear()
+    browser.find_element(By.ID, "search-text").send_keys("<script>")
+    _click(browser, "#search-form button[type=submit]")
+    _wait(browser, lambda d: _text(d, "#search-summary") == "1 match; searched every job")
+    assert _text(browser, "#search-table td.preview") == HTML_BODY.decode()
+    assert browser.find_elements(By.ID, "injected") == []
+
+
+def test_links_carry_the_state_and_page_and_survive_the_login(tmp_path, browser, alice):
+    base, w = alice
+    ids = _put(w, b"thumbs", [b"thumb %d" % i for i in range(120)])
+    for job_id in ids:
+        w.send(b"reserve-job %d\r\nbury %d 5\r\n" % (job_id, job_id))
+    for _ in ids:
+        assert w.reply().startswith(b"RESERVED")
+        assert w.reply() == b"BURIED\r\n"
+    odd = "a/b(c)$;x"
+    _put(w, odd.encode(), [b"odd"])
+
+    # A deep link, logged out: the login, then that very page.
+    _fresh(browser, base, "#/tube/thumbs/buried/3")
+    _wait(browser, lambda d: d.find_elements(By.ID, "login-user"))
+    assert _hash(browser) == "#/login?next=%2Ftube%2Fthumbs%2Fburied%2F3"
+    _log_in(browser)
+    _wait(browser, lambda d: _text(d, "#jobs tbody tr td:nth-child(2)") == str(ids[100]))
+    assert _hash(browser) == "#/tube/thumbs/buried/3"
+    assert "101–120" in _text(browser, ".pager [data-range]")
+    assert _text(browser, "#state-tabs a.active") == "buried (120)"
+
+    # Pages and tabs change the address; Back goes back to the page before.
+    _click(browser, ".pager button[data-page=prev]")
+    _wait(browser, lambda d: _hash(d) == "#/tube/thumbs/buried/2")
+    _wait(browser, lambda d: _text(d, "#jobs tbody tr td:nth-child(2)") == str(ids[50]))
+    _click(browser, '#state-tabs a[data-state="ready"]')
+    _wait(browser, lambda d: _hash(d) == "#/tube/thumbs")
+    _wait(browser, lambda d: "0 ready" in (_text(d, ".pager [data-range]") or ""))
+    browser.back()
+    _wait(browser, lambda d: _text(d, "#jobs tbody tr td:nth-child(2)") == str(ids[50]))
+    assert _text(browser, "#state-tabs a.active") == "buried (120)"
+    # The sort is part of the address too.
+    browser.find_element(By.CSS_SELECTOR, "#job-sort option[value=pri]").click()
+    _wait(browser, lambda d: _hash(d) == "#/tube/thumbs/buried?sort=pri")
+    # A tube whose name needs encoding, from the overview's link.
+    browser.get(base + "#/")
+    link = f'tr[data-tube="{odd}"] a'
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, link))
+    _click(browser, link)
+    _wait(browser, lambda d: _text(d, "#tube-name") == odd)
+    assert _hash(browser) == "#/tube/a%2Fb(c)%24%3Bx"
+    assert browser.title.startswith(f"Tube {odd} · ")
+
+
+def test_job_page_json_hex_and_the_way_back(tmp_path, browser, alice):
+    base, w = alice
+    raw = b'{"id":12345678901234567890,"tags":["a","<b>"],"empty":{},"nested":{"ok":true}}'
+    binary = bytes(range(0x3c, 0x3c + 20)) + b"\x00\xff\r\n"
+    json_id, bin_id = _put(w, b"events", [raw, binary])
+    page2 = _put(w, b"events", [b"filler %d" % i for i in range(60)])[-1]
+
+    _fresh(browser, base, f"#/job/{json_id}")
+    _log_in(browser)
+    _wait(browser, lambda d: (_text(d, "#job-body") or "").startswith("{\n"))
+    assert _text(browser, "#job-body") == (
+        '{\n  "id": 12345678901234567890,\n  "tags": [\n    "a",\n    "<b>"\n  ],\n'
+        '  "empty": {},\n  "nested": {\n    "ok": true\n  }\n}')
+    assert "JSON" in _text(browser, "#job-detail h2")
+    _click(browser, "button[data-view=text]")
+    assert _text(browser, "#job-body") == raw.decode()
+    _click(browser, "button[data-view=json]")
+    assert _text(browser, "#job-body").startswith("{\n")
+    _screenshot(browser, tmp_path, "job.png")
+    back = browser.find_element(By.ID, "back")
+    assert back.get_attribute("href").endswith("#/tube/events")
+    assert back.text == "‹ Tube events"
+
+    browser.get(base + f"#/job/{bin_id}")
+    _wait(browser, lambda d: (_text(d, "#job-body") or "").startswith("00000000"))
+    assert _text(browser, "#job-body").split("\n") == [
+        "00000000  3c 3d 3e 3f 40 41 42 43  44 45 46 47 48 49 4a 4b  |<=>?@ABCDEFGHIJK|",
+        "00000010  4c 4d 4e 4f 00 ff 0d 0a                           |LMNO....|"]
+    assert "binary" in _text(browser, "#job-detail h2")
+    assert browser.find_elements(By.CSS_SELECTOR, "#body-views button") == []
+
+    # From page 2 of the tube's buried... here ready jobs, back to that page.
+    browser.get(base + "#/tube/events/ready/2")
+    row = f'#jobs tr[data-job="{page2}"] a'
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row))
+    _click(browser, row)
+    _wait(browser, lambda d: _text(d, '#job-stats dd[data-field="id"]') == str(page2))
+    _click(browser, "#back")
+    _wait(browser, lambda d: _hash(d) == "#/tube/events/ready/2")
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row))
+
+
+def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser, alice):
+    base, w = alice
+    job_id = _put(w, b"emails", [b"x" * 300 + b" " + HTML_BODY])[0]
+    _put(w, b"a-tube-with-a-rather-long-name-0123456789", [b"y"])
+    assert w.ask(b"watch emails\r\n") == b"WATCHING 2\r\n"
+    assert w.ask(b"reserve-with-timeout 0\r\n").startswith(b"RESERVED %d " % job_id)
+    host = socket.gethostname()
+    _fresh(browser, base)
+    _log_in(browser)
+    ready = 'tr[data-tube="emails"] td[data-col="ready"]'
+    _wait(browser, lambda d: _text(d, ready) == "0")
+    assert _text(browser, "#host") == host
+    assert browser.title == f"Overview · {host} · twisted-stalk"
+    assert _text(browser, '#server-facts dd[data-fact="connections"]') == (
+        "1 (1 producer, 1 worker, 0 waiting)")
+    assert "(3 of 3 tubes)" in _text(browser, ".pager [data-range]")
+    # The charts have a y-axis from 0, with their unit.
+    chart = "#server-chart svg"
+    assert browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0] + ' text.tick')]"
+        ".map((t) => t.textContent).slice(0, 3)", chart) == ["0", "0.5", "1"]
+    assert browser.execute_script(
+        "return document.querySelector(arguments[0] + ' text.unit').textContent",
+        chart) == "commands/s"
+    assert len(browser.find_elements(By.CSS_SELECTOR, chart + " line.axis")) == 2
+    spark = 'tr[data-tube="emails"] svg.chart'
+    assert browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0] + ' text.tick')]"
+        ".map((t) => t.textContent).slice(0, 2)", spark) == ["0", "1/s"]
+
+    # At 400 px: nothing wider than the window, every count readable.
+    browser.set_window_size(400, 900)
     try:
-        w = Wire(socket.create_connection(server.address, timeout=5))
-        plain = _put(w, b"orders", [b"order %03d" % i for i in range(60)])
-        wanted = _put(w, b"orders", [b"order needle %d" % i for i in range(3)] + [HTML_BODY])
-        _fresh(browser, base, "#/tube/orders")
-        _log_in(browser)
-        _wait(browser, lambda d: _text(d, "#jobs tbody tr td:nth-child(2)") == str(plain[0]))
-        # The search box and every action form are above the table.
-        table_top = _rect(browser, "#jobs")["top"]
-        for css in ("#search-text", "#put-form", "#kick-bound", "#pause-seconds", "#flush-confirm"):
-            assert _rect(browser, css)["bottom"] < table_top, css
-        assert table_top < 900  # on the first screen of a 1280x900 window
-        # Each put label stands just before its own input, on the same line.
-        for input_id, label in (("put-encoding", "encoding"), ("put-pri", "priority"),
-                                ("put-delay", "delay (s)"), ("put-ttr", "TTR (s)")):
-            found = browser.execute_script(
-                "const i = document.getElementById(arguments[0]); const l = i.labels[0];"
-                "const t = l.querySelector('span').getBoundingClientRect();"
-                "const r = i.getBoundingClientRect();"
-                "return [l.querySelector('span').textContent, r.left - t.right,"
-                "        Math.abs((t.top + t.bottom) / 2 - (r.top + r.bottom) / 2)];", input_id)
-            assert found[0] == label and 0 <= found[1] < 12 and found[2] < 4, (input_id, found)
-
-        # Search, select the results, plus one job of the list.
-        browser.find_element(By.ID, "search-text").send_keys("needle")
-        _click(browser, "#search-form button[type=submit]")
-        _wait(browser, lambda d: _text(d, "#search-summary") == "3 matches; searched every job")
-        assert _rect(browser, "#search-table")["bottom"] < _rect(browser, "#jobs")["top"]
-        _click(browser, "#select-results")
-        _click(browser, f'#jobs input[data-id="{plain[5]}"]')
-        assert _text(browser, "#selected-count") == "4 jobs selected"
-        _screenshot(browser, tmp_path, "tube-search.png")
-        # Delete asks first and says how many; Cancel deletes nothing.
-        _click(browser, "button[data-action=delete-selected]")
-        assert _text(browser, "#confirm-delete") == "Delete 4 jobs? This cannot be undone."
-        _click(browser, "button[data-action=cancel]")
-        _wait(browser, lambda d: _text(d, "#selected-count") == "4 jobs selected")
-        assert w.ask(b"stats-tube orders\r\n").count(b"current-jobs-ready: 64\n") == 1
-        _click(browser, "button[data-action=delete-selected]")
-        _click(browser, "button[data-action=confirm-delete]")
-        _wait(browser, lambda d: (_text(d, "#notice") or "").endswith(": 4 jobs"))
-        for job_id in wanted[:3] + [plain[5]]:
-            assert w.ask(b"peek %d\r\n" % job_id) == b"NOT_FOUND\r\n"
-        assert w.ask(b"peek %d\r\n" % wanted[3]).startswith(b"FOUND")
-        _wait(browser, lambda d: _text(d, "#selected-count") == "0 jobs selected")
-        # A search result is text, never markup.
-        browser.find_element(By.ID, "search-text").clear()
-        browser.find_element(By.ID, "search-text").send_keys("<script>")
-        _click(browser, "#search-form button[type=submit]")
-        _wait(browser, lambda d: _text(d, "#search-summary") == "1 match; searched every job")
-        assert _text(browser, "#search-table td.preview") == HTML_BODY.decode()
-        assert browser.find_elements(By.ID, "injected") == []
-        w.sock.close()
-    finally:
-        server.stop()
-
-
-def test_links_carry_the_state_and_page_and_survive_the_login(tmp_path, browser):
-    server, base = _alice(tmp_path)
-    try:
-        w = Wire(socket.create_connection(server.address, timeout=5))
-        ids = _put(w, b"thumbs", [b"thumb %d" % i for i in range(120)])
-        for job_id in ids:
-            w.send(b"reserve-job %d\r\nbury %d 5\r\n" % (job_id, job_id))
-        for _ in ids:
-            assert w.reply().startswith(b"RESERVED")
-            assert w.reply() == b"BURIED\r\n"
-        odd = "a/b(c)$;x"
-        _put(w, odd.encode(), [b"odd"])
-
-        # A deep link, logged out: the login, then that very page.
-        _fresh(browser, base, "#/tube/thumbs/buried/3")
-        _wait(browser, lambda d: d.find_elements(By.ID, "login-user"))
-        assert _hash(browser) == "#/login?next=%2Ftube%2Fthumbs%2Fburied%2F3"
-        _log_in(browser)
-        _wait(browser, lambda d: _text(d, "#jobs tbody tr td:nth-child(2)") == str(ids[100]))
-        assert _hash(browser) == "#/tube/thumbs/buried/3"
-        assert "101–120" in _text(browser, ".pager [data-range]")
-        assert _text(browser, "#state-tabs a.active") == "buried (120)"
-
-        # Pages and tabs change the address; Back goes back to the page before.
-        _click(browser, ".pager button[data-page=prev]")
-        _wait(browser, lambda d: _hash(d) == "#/tube/thumbs/buried/2")
-        _wait(browser, lambda d: _text(d, "#jobs tbody tr td:nth-child(2)") == str(ids[50]))
-        _click(browser, '#state-tabs a[data-state="ready"]')
-        _wait(browser, lambda d: _hash(d) == "#/tube/thumbs")
-        _wait(browser, lambda d: "0 ready" in (_text(d, ".pager [data-range]") or ""))
-        browser.back()
-        _wait(browser, lambda d: _text(d, "#jobs tbody tr td:nth-child(2)") == str(ids[50]))
-        assert _text(browser, "#state-tabs a.active") == "buried (120)"
-        # The sort is part of the address too.
-        browser.find_element(By.CSS_SELECTOR, "#job-sort option[value=pri]").click()
-        _wait(browser, lambda d: _hash(d) == "#/tube/thumbs/buried?sort=pri")
-        # A tube whose name needs encoding, from the overview's link.
-        browser.get(base + "#/")
-        link = f'tr[data-tube="{odd}"] a'
-        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, link))
-        _click(browser, link)
-        _wait(browser, lambda d: _text(d, "#tube-name") == odd)
-        assert _hash(browser) == "#/tube/a%2Fb(c)%24%3Bx"
-        assert browser.title.startswith(f"Tube {odd} · ")
-        w.sock.close()
-    finally:
-        server.stop()
-
-
-def test_job_page_json_hex_and_the_way_back(tmp_path, browser):
-    server, base = _alice(tmp_path)
-    try:
-        w = Wire(socket.create_connection(server.address, timeout=5))
-        raw = b'{"id":12345678901234567890,"tags":["a","<b>"],"empty":{},"nested":{"ok":true}}'
-        binary = bytes(range(0x3c, 0x3c + 20)) + b"\x00\xff\r\n"
-        json_id, bin_id = _put(w, b"events", [raw, binary])
-        page2 = _put(w, b"events", [b"filler %d" % i for i in range(60)])[-1]
-
-        _fresh(browser, base, f"#/job/{json_id}")
-        _log_in(browser)
-        _wait(browser, lambda d: (_text(d, "#job-body") or "").startswith("{\n"))
-        assert _text(browser, "#job-body") == (
-            '{\n  "id": 12345678901234567890,\n  "tags": [\n    "a",\n    "<b>"\n  ],\n'
-            '  "empty": {},\n  "nested": {\n    "ok": true\n  }\n}')
-        assert "JSON" in _text(browser, "#job-detail h2")
-        _click(browser, "button[data-view=text]")
-        assert _text(browser, "#job-body") == raw.decode()
-        _click(browser, "button[data-view=json]")
-        assert _text(browser, "#job-body").startswith("{\n")
-        _screenshot(browser, tmp_path, "job.png")
-        back = browser.find_element(By.ID, "back")
-        assert back.get_attribute("href").endswith("#/tube/events")
-        assert back.text == "‹ Tube events"
-
-        browser.get(base + f"#/job/{bin_id}")
-        _wait(browser, lambda d: (_text(d, "#job-body") or "").startswith("00000000"))
-        assert _text(browser, "#job-body").split("\n") == [
-            "00000000  3c 3d 3e 3f 40 41 42 43  44 45 46 47 48 49 4a 4b  |<=>?@ABCDEFGHIJK|",
-            "00000010  4c 4d 4e 4f 00 ff 0d 0a                           |LMNO....|"]
-        assert "binary" in _text(browser, "#job-detail h2")
-        assert browser.find_elements(By.CSS_SELECTOR, "#body-views button") == []
-
-        # From page 2 of the tube's buried... here ready jobs, back to that page.
-        browser.get(base + "#/tube/events/ready/2")
-        row = f'#jobs tr[data-job="{page2}"] a'
-        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row))
-        _click(browser, row)
-        _wait(browser, lambda d: _text(d, '#job-stats dd[data-field="id"]') == str(page2))
-        _click(browser, "#back")
-        _wait(browser, lambda d: _hash(d) == "#/tube/events/ready/2")
-        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row))
-        w.sock.close()
-    finally:
-        server.stop()
-
-
-def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser):
-    server, base = _alice(tmp_path)
-    try:
-        w = Wire(socket.create_connection(server.address, timeout=5))
-        job_id = _put(w, b"emails", [b"x" * 300 + b" " + HTML_BODY])[0]
-        _put(w, b"a-tube-with-a-rather-long-name-0123456789", [b"y"])
-        assert w.ask(b"watch emails\r\n") == b"WATCHING 2\r\n"
-        assert w.ask(b"reserve-with-timeout 0\r\n").startswith(b"RESERVED %d " % job_id)
-        host = socket.gethostname()
-        _fresh(browser, base)
-        _log_in(browser)
-        ready = 'tr[data-tube="emails"] td[data-col="ready"]'
+        width = browser.execute_script("return innerWidth")
+        assert width <= 400
+        overflow = "return document.documentElement.scrollWidth - innerWidth"
         _wait(browser, lambda d: _text(d, ready) == "0")
-        assert _text(browser, "#host") == host
-        assert browser.title == f"Overview · {host} · twisted-stalk"
-        assert _text(browser, '#server-facts dd[data-fact="connections"]') == (
-            "1 (1 producer, 1 worker, 0 waiting)")
-        assert "(3 of 3 tubes)" in _text(browser, ".pager [data-range]")
-        # The charts have a y-axis from 0, with their unit.
-        chart = "#server-chart svg"
+        assert browser.execute_script(overflow) <= 0
+        cell = _rect(browser, ready)
+        assert 0 <= cell["left"] and cell["right"] <= width
         assert browser.execute_script(
-            "return [...document.querySelectorAll(arguments[0] + ' text.tick')]"
-            ".map((t) => t.textContent).slice(0, 3)", chart) == ["0", "0.5", "1"]
-        assert browser.execute_script(
-            "return document.querySelector(arguments[0] + ' text.unit').textContent",
-            chart) == "commands/s"
-        assert len(browser.find_elements(By.CSS_SELECTOR, chart + " line.axis")) == 2
-        spark = 'tr[data-tube="emails"] svg.chart'
-        assert browser.execute_script(
-            "return [...document.querySelectorAll(arguments[0] + ' text.tick')]"
-            ".map((t) => t.textContent).slice(0, 2)", spark) == ["0", "1/s"]
-
-        # At 400 px: nothing wider than the window, every count readable.
-        browser.set_window_size(400, 900)
-        try:
-            width = browser.execute_script("return innerWidth")
-            assert width <= 400
-            overflow = "return document.documentElement.scrollWidth - innerWidth"
-            _wait(browser, lambda d: _text(d, ready) == "0")
-            assert browser.execute_script(overflow) <= 0
-            cell = _rect(browser, ready)
-            assert 0 <= cell["left"] and cell["right"] <= width
-            assert browser.execute_script(
-                "return getComputedStyle(document.querySelector(arguments[0]), '::before')"
-                ".content", ready) == '"Ready"'
-            browser.execute_script("document.getElementById('tubes').scrollIntoView()")
-            _screenshot(browser, tmp_path, "overview-400px.png")
-            for page, shown, name in (
-                    ("#/tube/emails/reserved", "#jobs tbody tr", "tube"),
-                    (f"#/job/{job_id}", "#job-body", "job"),
-                    ("#/connections", "#connections tbody tr", "connections")):
-                browser.get(base + page)
-                _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, shown))
-                assert browser.execute_script(overflow) <= 0, page
-                browser.execute_script(
-                    "document.querySelector(arguments[0]).scrollIntoView()", shown)
-                _screenshot(browser, tmp_path, f"{name}-400px.png")
-        finally:
-            browser.set_window_size(1280, 900)
-        w.sock.close()
+            "return getComputedStyle(document.querySelector(arguments[0]), '::before')"
+            ".content", ready) == '"Ready"'
+        browser.execute_script("document.getElementById('tubes').scrollIntoView()")
+        _screenshot(browser, tmp_path, "overview-400px.png")
+        for page, shown, name in (
+                ("#/tube/emails/reserved", "#jobs tbody tr", "tube"),
+                (f"#/job/{job_id}", "#job-body", "job"),
+                ("#/connections", "#connections tbody tr", "connections")):
+            browser.get(base + page)
+            _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, shown))
+            assert browser.execute_script(overflow) <= 0, page
+            browser.execute_script(
+                "document.querySelector(arguments[0]).scrollIntoView()", shown)
+            _screenshot(browser, tmp_path, f"{name}-400px.png")
     finally:
-        server.stop()
+        browser.set_window_size(1280, 900)

@@ -41,6 +41,7 @@ function tubeView(name, start) {
   // Change what the address says; the hashchange comes back through go().
   function navigate(change) { location.hash = tubeHref(name, Object.assign(where(), change)); }
 
+  let built = false;
   function go(to) {
     if (to.state !== state.state) state.selected.clear();
     state.state = to.state;
@@ -51,7 +52,7 @@ function tubeView(name, start) {
     order.textContent = state.order === "asc" ? "ascending" : "descending";
     S.lastTube = { name, hash: location.hash };
     updateSelection();
-    refreshNow();
+    if (built) refreshNow();  // else route() refreshes the new page
   }
 
   function selectRows(tbody, on) {
@@ -76,6 +77,7 @@ function tubeView(name, start) {
   async function bulk(path, extra) {
     const task = await act(path, Object.assign({ ids: [...state.selected] }, extra || {}));
     if (task && task.state !== "failed") clearSelection(); else updateSelection();
+    if (searched) await runSearch();
   }
 
   function updateSelection(confirming) {
@@ -130,14 +132,21 @@ function tubeView(name, start) {
       .map((h) => el("th", { class: h === "Body" || h === "State" ? "" : "num", text: h }))];
   }
 
+  // The results shown ({q, encoding}), searched again after an action on the selection.
+  let searched = null;
+
   async function search(event) {
     event.preventDefault();
-    const q = searchBox.value;
-    if (!q) { replace(searchOut); return; }
+    searched = searchBox.value ? { q: searchBox.value, encoding: searchEncoding.value } : null;
+    if (!searched) { replace(searchOut); return; }
     replace(searchOut, el("p", { class: "muted", text: "Searching…" }));
+    await runSearch();
+  }
+
+  async function runSearch() {
+    const q = searched.q;
     try {
-      const data = await api("GET", `tubes/${enc}/search?` +
-        new URLSearchParams({ q, encoding: searchEncoding.value }));
+      const data = await api("GET", `tubes/${enc}/search?` + new URLSearchParams(searched));
       const why = data.complete ? "searched every job"
         : data.stopped === "limit" ? "stopped at the result limit"
           : `stopped after ${data.seconds}s (searched ids up to ${data.searched_to})`;
@@ -150,7 +159,7 @@ function tubeView(name, start) {
           text: `${plural(data.matches.length, "match", "matches")}; ${why}` }),
         data.matches.length ? table("search-table", headings(true, all), rows) : null,
         el("button", { type: "button", id: "search-close", text: "Close the results",
-          onclick: () => { replace(searchOut); searchBox.value = ""; } })));
+          onclick: () => { replace(searchOut); searchBox.value = ""; searched = null; } })));
       syncBoxes();
     } catch (e) {
       replace(searchOut, el("p", { class: "badge bad", text: e.message }));
@@ -172,6 +181,7 @@ function tubeView(name, start) {
     selection,
     table("jobs", headings(false, selectAll), body));
   go(start);
+  built = true;
 
   async function refresh() {
     const q = new URLSearchParams({ state: state.state, sort: state.sort, order: state.order,
