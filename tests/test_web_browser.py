@@ -435,6 +435,18 @@ def test_job_page_json_hex_and_the_way_back(tmp_path, browser, alice):
     _wait(browser, lambda d: _hash(d) == "#/tube/events/ready/2")
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row))
 
+    # Delete from the job's page asks first, then goes back to where the job was.
+    _click(browser, row)
+    _click(browser, "#job-actions button[data-action=delete]")
+    assert _text(browser, "#confirm-delete") == f"Delete job {page2}? This cannot be undone."
+    _click(browser, "#job-actions button[data-action=cancel]")
+    _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#job-actions [data-action=bury]"))
+    assert w.ask(b"peek %d\r\n" % page2).startswith(b"FOUND")
+    _click(browser, "#job-actions button[data-action=delete]")
+    _click(browser, "#job-actions button[data-action=confirm-delete]")
+    _wait(browser, lambda d: _hash(d) == "#/tube/events/ready/2")
+    assert w.ask(b"peek %d\r\n" % page2) == b"NOT_FOUND\r\n"
+
 
 def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser, alice):
     base, w = alice
@@ -466,6 +478,8 @@ def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser, alic
         "return [...document.querySelectorAll(arguments[0] + ' text.tick')]"
         ".map((t) => t.textContent).slice(0, 2)", spark) == ["0", "1/s"]
 
+    assert not browser.find_element(By.ID, "tube-sort").is_displayed()  # the headings sort
+
     # At 400 px: nothing wider than the window, every count readable.
     browser.set_window_size(400, 900)
     try:
@@ -479,6 +493,10 @@ def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser, alic
         assert browser.execute_script(
             "return getComputedStyle(document.querySelector(arguments[0]), '::before')"
             ".content", ready) == '"Ready"'
+        # No headings to click: a menu sorts instead.
+        assert not browser.find_element(By.CSS_SELECTOR, "#tubes thead").is_displayed()
+        browser.find_element(By.CSS_SELECTOR, "#tube-sort option[value=reserved]").click()
+        _wait(browser, lambda d: _text(d, "#tubes tbody tr td.name") == "emails")
         browser.execute_script("document.getElementById('tubes').scrollIntoView()")
         _screenshot(browser, tmp_path, "overview-400px.png")
         for page, shown, name in (

@@ -216,6 +216,16 @@ function overviewView() {
       state.sort = key; state.offset = 0; refreshNow();
     } : null,
   }));
+  // The headings sort; a narrow screen has no headings, so it gets a menu instead.
+  const sortMenu = el("select", { id: "tube-sort", class: "narrow-only", title: "sort tubes by",
+    onchange: () => {
+      state.sort = sortMenu.value;
+      state.order = state.sort === "name" ? "asc" : "desc";
+      state.offset = 0;
+      refreshNow();
+    } },
+  columns.filter(([key]) => key).map(([key, label]) => el("option", { value: key,
+    text: key === "name" ? "by name" : `most ${label.toLowerCase()} first` })));
   const body = el("tbody");
   replace($("#main"),
     el("h1", { text: "Overview" }),
@@ -223,7 +233,7 @@ function overviewView() {
       el("div", { class: "card" }, el("h2", { text: "Server" }), facts),
       el("div", { class: "card" }, el("h2", { text: "Commands per second (server)" }), chart)),
     el("h2", { text: "Tubes" }),
-    el("div", { class: "toolbar" }, filter, pager),
+    el("div", { class: "toolbar" }, filter, sortMenu, pager),
     table("tubes", head, body));
 
   async function refresh() {
@@ -238,7 +248,8 @@ function overviewView() {
     const rows = [
       ["Version", s.version], ["Uptime", duration(s.uptime)],
       ["Connections", `${num(s["current-connections"])} (` +
-        `${plural(s["current-producers"], "producer")}, ${plural(s["current-workers"], "worker")}, ` +
+        `${plural(s["current-producers"], "producer")}, ` +
+        `${plural(s["current-workers"], "worker")}, ` +
         `${num(s["current-waiting"])} waiting)`],
       ["Tubes", num(s["current-tubes"])],
       ["Jobs", `${num(s["current-jobs-ready"])} ready (${num(s["current-jobs-urgent"])} urgent), ` +
@@ -254,8 +265,10 @@ function overviewView() {
       { width: 460, height: 130, unit: "commands/s", interval: data.interval }),
       legend(["put", "reserve", "delete"]),
       el("div", { class: "muted", text: `now: ${num(last(data.rates.put))} put, ` +
-        `${num(last(data.rates.reserve))} reserve, ${num(last(data.rates.delete))} delete per second; ` +
+        `${num(last(data.rates.reserve))} reserve, ` +
+        `${num(last(data.rates.delete))} delete per second; ` +
         `one sample every ${data.interval}s` }));
+    sortMenu.value = state.sort;
     for (const th of head) {
       th.classList.toggle("sorted", th.dataset.sort === state.sort);
       th.classList.toggle("desc", th.dataset.sort === state.sort && state.order === "desc");
@@ -283,7 +296,8 @@ function pagerControls(state, total, label, go) {
   return [
     el("button", { type: "button", "data-page": "prev", disabled: state.offset <= 0,
       onclick: () => move(Math.max(0, state.offset - state.limit)), text: "‹ Prev" }),
-    el("span", { class: "muted", "data-range": "", text: ` ${num(from)}–${num(to)} (${label}) ` }),
+    el("span", { class: "muted", "data-range": "",
+      text: ` ${num(from)}–${num(to)} (${label}) ` }),
     el("button", { type: "button", "data-page": "next", disabled: to >= total,
       onclick: () => move(state.offset + state.limit), text: "Next ›" }),
   ];
@@ -307,7 +321,8 @@ function connectionsView() {
       cell("Waiting", { text: c.waiting ? "waiting" : "" }),
       cell("Kind", { text: [c.producer && "producer", c.worker && "worker"].filter(Boolean)
         .join(", ") }),
-      cell("Jobs held", {}, `${c.reserved_count} `, c.reserved.flatMap((id) => [jobLink(id), " "])))));
+      cell("Jobs held", {}, `${c.reserved_count} `,
+        c.reserved.flatMap((id) => [jobLink(id), " "])))));
     replace(pager, pagerControls(state, data.total, plural(data.total, "connection")));
   }
   return { refresh };

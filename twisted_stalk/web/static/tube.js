@@ -16,7 +16,8 @@ function tubeView(name, start) {
   const title = el("h1", {}, "Tube ", el("span", { id: "tube-name", text: name }));
   const badge = el("span", { id: "tube-badge" });
   const tabs = el("span", { class: "tabs", id: "state-tabs" });
-  const sort = el("select", { id: "job-sort", onchange: () => navigate({ sort: sort.value, page: 1 }) },
+  const sort = el("select", { id: "job-sort",
+    onchange: () => navigate({ sort: sort.value, page: 1 }) },
     [["id", "id"], ["queue", "queue order"], ["pri", "priority"], ["age", "age"],
      ["time-left", "time left"]].map(([v, t]) => el("option", { value: v, text: t })));
   const order = el("button", { type: "button", id: "job-order", text: "ascending",
@@ -128,8 +129,9 @@ function tubeView(name, start) {
   }
 
   function headings(showState, box) {
-    return [el("th", { class: "select" }, box), JOB_HEADINGS.filter((h) => showState || h !== "State")
-      .map((h) => el("th", { class: h === "Body" || h === "State" ? "" : "num", text: h }))];
+    return [el("th", { class: "select" }, box),
+      JOB_HEADINGS.filter((h) => showState || h !== "State").map((h) =>
+        el("th", { class: h === "Body" || h === "State" ? "" : "num", text: h }))];
   }
 
   // The results shown ({q, encoding}), searched again after an action on the selection.
@@ -220,10 +222,12 @@ function tubeView(name, start) {
 }
 
 function tubeActions(name, enc) {
-  const field = (label, input) => el("label", { class: "field" }, el("span", { text: label }), input);
+  const field = (label, input) =>
+    el("label", { class: "field" }, el("span", { text: label }), input);
   const body = el("textarea", { id: "put-body", placeholder: "job body" });
   const encoding = el("select", { id: "put-encoding" },
-    el("option", { value: "text", text: "text (UTF-8)" }), el("option", { value: "hex", text: "hex" }));
+    el("option", { value: "text", text: "text (UTF-8)" }),
+    el("option", { value: "hex", text: "hex" }));
   const pri = el("input", { id: "put-pri", type: "number", min: 0, value: 1024, size: 8 });
   const delay = el("input", { id: "put-delay", type: "number", min: 0, value: 0, size: 6 });
   const ttr = el("input", { id: "put-ttr", type: "number", min: 0, value: 60, size: 6 });
@@ -301,6 +305,7 @@ function jobView(id) {
     el("div", { id: "job-detail" }));
   let shownBody = null;
   let confirming = false;
+  const actionBar = el("div", { class: "toolbar", id: "job-actions" });
 
   async function refresh() {
     let data;
@@ -328,34 +333,34 @@ function jobView(id) {
       `(it holds ${plural(data.holder.jobs_held, "job")}).`) : null;
     const ready = data.ready_in !== null ? el("p", { id: "job-ready-in",
       text: `Becomes ready in ${duration(data.ready_in)}.` }) : null;
-    const actions = [];
-    const redraw = (on) => { confirming = on; refreshNow(); };
-    if (canAct() && confirming && st.state !== "reserved") {
-      actions.push(el("strong", { class: "confirm", text: `Delete job ${id}? This cannot be undone.` }),
-        el("button", { type: "button", "data-action": "confirm-delete", class: "danger",
-          text: `Delete job ${id}`, onclick: () => { confirming = false;
-            act("jobs/delete", { ids: [id] }, () => { location.hash = home; }); } }),
-        el("button", { type: "button", "data-action": "cancel", text: "Cancel",
-          onclick: () => redraw(false) }));
-    } else if (canAct()) {
-      if (st.state === "buried" || st.state === "delayed") {
-        actions.push(el("button", { type: "button", "data-action": "kick", text: "Kick",
-          onclick: () => act("jobs/kick", { ids: [id] }) }));
-      }
-      if (st.state === "ready" || st.state === "delayed") {
-        actions.push(el("button", { type: "button", "data-action": "bury", text: "Bury",
-          onclick: () => act("jobs/bury", { ids: [id] }) }));
-      }
-      if (st.state !== "reserved") {
-        actions.push(el("button", { type: "button", "data-action": "delete", class: "danger",
-          text: "Delete…", onclick: () => redraw(true) }));
-      }
-    }
+    drawActions(st, home);
     // The body does not change: keep it (and the reader's scroll) across refreshes.
     if (shownBody === null) shownBody = bodyView(Object.assign({ id }, data.body));
     replace($("#job-detail"), el("div", { class: "grid" },
       el("div", { class: "card" }, facts), el("div", { class: "card" }, holder, ready,
-        el("div", { class: "toolbar" }, actions))), shownBody);
+        actionBar)), shownBody);
+  }
+
+  // Kick, bury, delete (which asks first) as the job's state allows.
+  function drawActions(st, home) {
+    const button = (action, text, onclick, danger) => el("button", { type: "button",
+      "data-action": action, class: danger ? "danger" : null, text, onclick });
+    const ask = (on) => { confirming = on; drawActions(st, home); };
+    if (!canAct()) return;
+    if (confirming && st.state !== "reserved") {
+      replace(actionBar, el("strong", { class: "confirm", id: "confirm-delete",
+        text: `Delete job ${id}? This cannot be undone.` }),
+      button("confirm-delete", `Delete job ${id}`, () => { confirming = false;
+        act("jobs/delete", { ids: [id] }, () => { location.hash = home; }); }, true),
+      button("cancel", "Cancel", () => ask(false)));
+      return;
+    }
+    replace(actionBar,
+      st.state === "buried" || st.state === "delayed"
+        ? button("kick", "Kick", () => act("jobs/kick", { ids: [id] })) : null,
+      st.state === "ready" || st.state === "delayed"
+        ? button("bury", "Bury", () => act("jobs/bury", { ids: [id] })) : null,
+      st.state !== "reserved" ? button("delete", "Delete…", () => ask(true), true) : null);
   }
   return { refresh };
 }
