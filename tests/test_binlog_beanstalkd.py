@@ -1,0 +1,330 @@
+"""Taking over beanstalkd's binlog files: the reader on hand-built bytes, the
+import through the journal, and the real thing against Debian's beanstalkd.
+
+The hand-built records are made with ctypes structures declared field for
+field as in beanstalkd's ``dat.h``/``file.c``, so their padding is the C
+compiler's (amd64), not the reader's own struct strings.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+from twisted.internet.task import Clock
+
+from servers import REFERENCE, RecordingListener, RunningServer, free_port, ours_command
+from servers import start_server as _start_server
+from wire import Wire
+
+from twisted_stalk.binlog import BinlogError, BinlogJournal
+from twisted_stalk.binlog import beanstalkd as bs
+from twisted_stalk.binlog.format import parse_file_name
+from twisted_stalk.binlog.importer import SUBFOLDER
+from twisted_stalk.core import BURIED, DELAYED, READY, MemoryEngine
+
+NS = 1_000_000_000
+
+
+class Jobrec(ctypes.Structure):
+    """``struct Jobrec`` of dat.h (format version 7)."""
+
+    _fields_ = [("id", ctypes.c_uint64), ("pri", ctypes.c_uint32), ("delay", ctypes.c_int64),
+                ("ttr", ctypes.c_int64), ("body_size", ctypes.c_int32),
+                ("created_at", ctypes.c_int64), ("deadline_at", ctypes.c_int64),
+                ("reserve_ct", ctypes.c_uint32), ("timeout_ct", ctypes.c_uint32),
+                ("release_ct", ctypes.c_uint32), ("bury_ct", ctypes.c_uint32),
+                ("kick_ct", ctypes.c_uint32), ("state", ctypes.c_ubyte)]
+
+
+class Jobrec5(ctypes.Structure):
+    """``struct Jobrec5`` of file.c (format version 5; read up to ``pad``)."""
+
+    _fields_ = [("id", ctypes.c_uint64), ("pri", ctypes.c_uint32), ("delay", ctypes.c_uint64),
+                ("ttr", ctypes.c_uint64), ("body_size", ctypes.c_int32),
+                ("created_at", ctypes.c_uint64), ("deadline_at", ctypes.c_uint64),
+                ("reserve_ct", ctypes.c_uint32), ("timeout_ct", ctypes.c_uint32),
+                ("release_ct", ctypes.c_uint32), ("bury_ct", ctypes.c_uint32),
+                ("kick_ct", ctypes.c_uint32), ("state", ctypes.c_ubyte),
+                ("pad", ctypes.c_char * 1)]
+
+
+needs_amd64 = pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8 or sys.byteorder != "little",
+                                 reason="the layout is that of a little-endian 64-bit build")
+
+
+def rec(jid: int, state: int, tube: bytes = b"", body: Optional[bytes] = None, *,
+        version: int = 7, pri: int = 10, delay: int = 0, ttr: int = 60, created: int = 1000,
+        deadline: int = 0, counts=(0, 0, 0, 0, 0), body_size: Optional[int] = None) -> bytes:
+    """One record as beanstalkd writes it; times in seconds; ``body`` with CRLF.
+    A record with a ``tube`` is full (body follows), one without is short."""
+    unit = NS if version == 7 else 1_000_000
+    size = body_size if body_size is not None else len(body or b"\r\n")
+    r = (Jobrec if version == 7 else Jobrec5)(
+        jid, pri, delay * unit, ttr * unit, size, created * unit, deadline * unit, *counts, state)
+    raw = bytes(r) if version == 7 else bytes(r)[:Jobrec5.pad.offset]
+    namelen = (ctypes.c_int if version == 7 else ctypes.c_size_t)(len(tube))
+    return bytes(namelen) + tube + raw + (body if tube else b"")
+
+
+def head(version: int = 7) -> bytes:
+    return bytes(ctypes.c_int(version))
+
+
+# ------------------------------------------------------------------ layout
+
+
+@needs_amd64
+def test_record_layout_is_the_c_compilers():
+    assert ctypes.sizeof(Jobrec) == bs.JOBREC7.size == 80
+    assert Jobrec5.pad.offset == bs.JOBREC5.size == 77
+    fields = (7, 2**32 - 1, 5 * NS, 60 * NS, 12, 123 * NS, 456 * NS, 1, 2, 3, 4, 5, 3)
+    assert bytes(Jobrec(*fields)) == bs.JOBREC7.pack(*fields)
+    assert bytes(Jobrec5(*fields))[:77] == bs.JOBREC5.pack(*fields)
+
+
+# ------------------------------------------------------------- the reader
+
+
+def jobs_of(*files: bytes) -> Dict[int, bs.Job]:
+    return bs.replay([bs.parse_file(f) for f in files])[0]
+
+
+@needs_amd64
+def test_replay_follows_readrec():
+    f1 = head() + b"".join([
+        rec(1, bs.READY, b"a", b"one\r\n", pri=5, ttr=30),
+        rec(2, bs.DELAYED, b"b", b"two\r\n", delay=100, deadline=5000),
+        rec(3, bs.READY, b"a", b"three\r\n"),
+        rec(1, bs.BURIED, pri=7, ttr=30, counts=(1, 0, 0, 1, 0), body_size=5),  # bury
+        rec(3, bs.INVALID, body_size=7),                                      # delete
+        rec(99, bs.BURIED),            # short record of a job whose put is gone: ignored
+        rec(4, bs.RESERVED, b"c", b"\x00\xff\r\n\r\n", counts=(1, 0, 0, 0, 0)),
+        rec(5, bs.READY, b"c", b"\r\n"),  # an empty body
+    ]) + bytes(500)
+    f2 = head() + rec(2, bs.DELAYED, b"b", b"two\r\n", delay=100, deadline=5000,
+                      counts=(0, 0, 0, 0, 1))  # a copy made by compaction, later
+    jobs, next_id = bs.replay([bs.parse_file(f1), bs.parse_file(f2)])
+    assert list(jobs) == [1, 2, 4, 5]  # the order of first records
+    assert next_id == 6
+    one = jobs[1]
+    assert (one.tube, one.body, one.pri, one.ttr, one.state, one.counts) == (
+        b"a", b"one\r\n", 7, 30 * NS, bs.BURIED, (1, 0, 0, 1, 0))
+    two = jobs[2]
+    assert (two.state, two.delay, two.deadline_at, two.counts) == (
+        bs.DELAYED, 100 * NS, 5000 * NS, (0, 0, 0, 0, 1))
+    assert jobs[4].state == bs.READY and jobs[4].body == b"\x00\xff\r\n\r\n"
+    assert jobs[5].body == b"\r\n"
+    assert bs.parse_file(f1).damage is None
+
+
+@needs_amd64
+def test_version_5_records_are_in_microseconds():
+    f = head(5) + rec(1, bs.DELAYED, b"old", b"v5\r\n", version=5, delay=9, ttr=40,
+                      created=77, deadline=88) + rec(1, bs.BURIED, version=5, ttr=40,
+                                                     created=77, body_size=4) + bytes(200)
+    parsed = bs.parse_file(f)
+    assert parsed.version == 5 and parsed.damage is None
+    (job,) = bs.replay([parsed])[0].values()
+    assert (job.tube, job.body, job.delay, job.ttr, job.created_at, job.state) == (
+        b"old", b"v5\r\n", 0, 40 * NS, 77 * NS, bs.BURIED)
+
+
+def test_unknown_version_is_refused():
+    with pytest.raises(bs.UnknownVersion, match="version 8 is not supported"):
+        bs.parse_file(head(8) + bytes(100))
+
+
+@needs_amd64
+def test_every_truncation_keeps_exactly_the_whole_records_before_it():
+    records = [rec(1, bs.READY, b"t", b"first\r\n"), rec(2, bs.READY, b"t", b"second\r\n"),
+               rec(1, bs.BURIED, body_size=7, counts=(1, 0, 0, 1, 0)),
+               rec(3, bs.READY, b"u", b"third\r\n")]
+    data = head() + b"".join(records)
+    bounds = [4]
+    for r in records:
+        bounds.append(bounds[-1] + len(r))
+    for n in range(4, len(data) + 1):
+        parsed = bs.parse_file(data[:n])
+        whole = max(i for i, b in enumerate(bounds) if b <= n)
+        assert len(parsed.records) == whole, n
+        if not data[bounds[whole]:n].strip(b"\0"):  # whole records, then zeros (or nothing)
+            assert parsed.damage is None
+        else:
+            d = parsed.damage
+            assert d is not None and d.torn and (d.start, d.end) == (bounds[whole], n), n
+        expected = bs.replay([bs.parse_file(head() + b"".join(records[:whole]))])[0]
+        assert bs.replay([parsed])[0] == expected
+        # cut short in preallocated space: zeros follow the partial record
+        padded = bs.replay([bs.parse_file(data[:n] + bytes(300))])[0]
+        for job in padded.values():  # never a job that was not put, nor a body not written
+            assert job.body == {1: b"first\r\n", 2: b"second\r\n", 3: b"third\r\n"}[job.id]
+
+
+@needs_amd64
+@pytest.mark.parametrize("damage", ["namelen", "tube", "state", "body"])
+def test_damage_in_the_middle_is_reported_by_range_and_invents_nothing(damage):
+    first = rec(1, bs.READY, b"t", b"first\r\n")
+    second = bytearray(rec(2, bs.READY, b"t", b"second\r\n"))
+    third = rec(3, bs.READY, b"t", b"third\r\n")
+    if damage == "namelen":
+        second[0:4] = bytes(ctypes.c_int(5000))
+    elif damage == "tube":
+        second[4] = ord("*")
+    elif damage == "state":
+        second[5 + 76] = 9
+    else:
+        second[-1] = ord("X")  # the body's CRLF
+    data = head() + first + bytes(second) + third + bytes(100)
+    parsed = bs.parse_file(data)
+    assert [r.id for r in parsed.records] == [1]
+    d = parsed.damage
+    assert d is not None and not d.torn
+    assert (d.start, d.end, d.size) == (4 + len(first), len(data), len(data))
+    assert list(bs.replay([parsed])[0]) == [1]
+
+
+# ------------------------------------------------- the import, through the journal
+
+from test_binlog import Server, buried_order, snapshot  # noqa: E402
+
+T_NOW = 2000.0  # the Clock's wall-clock time in these tests
+
+
+@pytest.fixture
+def clock() -> Clock:
+    c = Clock()
+    c.advance(T_NOW)
+    return c
+
+
+def write_files(directory, files: Dict[int, bytes]) -> None:
+    for seq, data in files.items():
+        (directory / f"binlog.{seq}").write_bytes(data)
+
+
+def binlogs(directory) -> List[str]:
+    return sorted(n for n in os.listdir(directory) if parse_file_name(n))
+
+
+def subfolders(directory) -> List[str]:
+    return sorted(n for n in os.listdir(directory) if n.startswith(SUBFOLDER))
+
+
+THEIRS = {
+    2: head() + b"".join([
+        rec(4, bs.READY, b"alpha", b"ready\r\n", pri=5, ttr=30, created=1500),
+        rec(5, bs.DELAYED, b"beta", b"later\r\n", delay=600, deadline=2500, created=1900),
+        rec(6, bs.READY, b"alpha", b"\x00bin\xff\r\n"),
+        rec(7, bs.READY, b"alpha", b"gone\r\n"),
+        rec(8, bs.READY, b"gamma", b"\r\n"),
+    ]) + bytes(1000),
+    3: head() + b"".join([
+        rec(6, bs.BURIED, pri=3, counts=(1, 0, 0, 1, 0), body_size=7),
+        rec(7, bs.INVALID, body_size=6),
+        rec(4, bs.BURIED, pri=5, ttr=30, created=1500, counts=(2, 1, 0, 1, 0), body_size=7),
+        rec(8, bs.RESERVED, b"gamma", b"\r\n", counts=(1, 0, 0, 0, 0)),  # held at the crash
+    ]) + bytes(1000),
+}
+
+
+@needs_amd64
+def test_import_restores_every_job_and_moves_the_files_aside(tmp_path, clock):
+    write_files(tmp_path, THEIRS)
+    srv = Server(tmp_path, clock)
+    q = srv.queue
+    assert snapshot(q) == {
+        4: (b"alpha", BURIED, 5, 0, 30, b"ready\r\n", None, (2, 1, 0, 1, 0), 1500.0),
+        5: (b"beta", DELAYED, 10, 600, 60, b"later\r\n", 2500.0, (0, 0, 0, 0, 0), 1900.0),
+        6: (b"alpha", BURIED, 3, 0, 60, b"\x00bin\xff\r\n", None, (1, 0, 0, 1, 0), 1000.0),
+        8: (b"gamma", READY, 10, 0, 60, b"\r\n", None, (1, 0, 0, 0, 0), 1000.0),
+    }
+    assert buried_order(q) == {b"alpha": [4, 6]}  # beanstalkd's: order of first records
+    assert q.next_id == 9
+    # their files are in a dated subfolder, byte for byte; ours is numbered after them
+    (sub,) = subfolders(tmp_path)
+    assert sub == SUBFOLDER + "19700101T003320Z"
+    for seq, data in THEIRS.items():
+        assert (tmp_path / sub / f"binlog.{seq}").read_bytes() == data
+    assert binlogs(tmp_path) == ["binlog.4"]
+    before = snapshot(q)
+    srv.close()
+    again = Server(tmp_path, clock)  # from our own file now
+    assert snapshot(again.queue) == before
+    assert buried_order(again.queue) == {b"alpha": [4, 6]}
+    assert subfolders(tmp_path) == [sub] and again.journal.recovery.records == 4
+    again.close()
+
+
+@needs_amd64
+def test_a_start_cut_short_before_the_move_imports_again_without_duplicates(tmp_path, clock):
+    write_files(tmp_path, THEIRS)
+    srv = Server(tmp_path, clock)
+    before = snapshot(srv.queue)
+    srv.journal.flush()
+    os.close(srv.journal.fd)  # "kill -9" after the copies were written ...
+    (sub,) = subfolders(tmp_path)
+    for seq in THEIRS:  # ... and before beanstalkd's files were moved
+        os.rename(tmp_path / sub / f"binlog.{seq}", tmp_path / f"binlog.{seq}")
+    srv.journal._lock.release()
+    again = Server(tmp_path, clock)
+    assert snapshot(again.queue) == before
+    assert len(again.queue.jobs) == 4
+    assert subfolders(tmp_path) == [sub, sub + "-2"]
+    assert binlogs(tmp_path) == ["binlog.4", "binlog.5"]
+    again.close()
+
+
+@needs_amd64
+def test_version_5_files_are_imported(tmp_path, clock):
+    write_files(tmp_path, {1: head(5) + rec(1, bs.READY, b"old", b"five\r\n", version=5,
+                                            pri=2, ttr=9, created=1234) + bytes(100)})
+    srv = Server(tmp_path, clock)
+    assert snapshot(srv.queue) == {
+        1: (b"old", READY, 2, 0, 9, b"five\r\n", None, (0, 0, 0, 0, 0), 1234.0)}
+    srv.close()
+
+
+@needs_amd64
+def test_damage_is_reported_by_byte_range_and_later_files_still_count(tmp_path, clock):
+    damaged = bytearray(THEIRS[2])
+    start = 4 + len(rec(4, bs.READY, b"alpha", b"ready\r\n"))
+    damaged[start + 4] = ord("*")  # job 5's tube name
+    write_files(tmp_path, {2: bytes(damaged), 3: THEIRS[3]})
+    srv = Server(tmp_path, clock)
+    # job 4's record came before the damage; 5 to 8 were unreadable, but 8 has a
+    # full record (a copy) in binlog.3
+    assert sorted(srv.queue.jobs) == [4, 8]
+    notes = srv.journal.recovery.notes
+    assert notes[0] == ("error", f"binlog: binlog.2 (beanstalkd's): bytes {start}-{len(damaged)} "
+                                 f"of {len(damaged)} are damaged (invalid tube name); the format "
+                                 "has no way to find the next record, so the rest of the file "
+                                 "was skipped")
+    assert notes[1][0] == "error" and "imported 2 jobs" in notes[1][1]
+    assert "0 of them were last recorded before a damaged stretch" in notes[1][1]
+    assert srv.queue.jobs[4].state == BURIED  # binlog.3's record of it still counts
+    srv.close()
+
+
+def test_unknown_version_and_mixed_histories_are_refused(tmp_path, clock):
+    write_files(tmp_path, {1: head(6) + bytes(100)})
+    with pytest.raises(BinlogError) as e:
+        BinlogJournal(str(tmp_path), clock).open()
+    assert str(e.value) == (f"{tmp_path}/binlog.1 is a beanstalkd binlog file of format "
+                            "version 6, which cannot be read (versions 5 and 7 can): move it "
+                            "out of the directory")
+    os.unlink(tmp_path / "binlog.1")
+    srv = Server(tmp_path, clock)  # ours: binlog.1
+    srv.put(b"x")
+    srv.close()
+    write_files(tmp_path, {2: head() + bytes(100)})
+    with pytest.raises(BinlogError, match="holds beanstalkd binlog files newer than"):
+        BinlogJournal(str(tmp_path), clock).open()
+    assert binlogs(tmp_path) == ["binlog.1", "binlog.2"]  # nothing moved
