@@ -328,3 +328,322 @@ def test_unknown_version_and_mixed_histories_are_refused(tmp_path, clock):
     with pytest.raises(BinlogError, match="holds beanstalkd binlog files newer than"):
         BinlogJournal(str(tmp_path), clock).open()
     assert binlogs(tmp_path) == ["binlog.1", "binlog.2"]  # nothing moved
+
+
+# ------------------------------------------- against Debian's beanstalkd, over sockets
+
+needs_reference = pytest.mark.skipif(not REFERENCE, reason="beanstalkd is not installed")
+_servers: List[RunningServer] = []
+_wires: List[Wire] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_servers():
+    yield
+    while _wires:
+        _wires.pop().sock.close()
+    while _servers:
+        srv = _servers.pop()
+        srv.stop(signal.SIGKILL)
+        if srv.proc.stderr is not None:
+            srv.proc.stderr.close()
+
+
+def start(kind: str, *flags: str) -> Tuple[RunningServer, Wire]:
+    srv = _start_server(kind, *flags)
+    _servers.append(srv)
+    w = Wire(srv.connect())
+    _wires.append(w)
+    return srv, w
+
+
+def stop_and_read_log(srv: RunningServer, sig: int = signal.SIGTERM) -> str:
+    srv.stop(sig)
+    return srv.proc.stderr.read().decode()
+
+
+def ok(w: Wire, command: bytes, expect: bytes) -> bytes:
+    reply = w.ask(command)
+    assert reply.startswith(expect), (command, reply)
+    return reply
+
+
+def stats_job(w: Wire, jid: int) -> Optional[Dict[str, str]]:
+    reply = w.ask(b"stats-job %d\r\n" % jid)
+    if reply == b"NOT_FOUND\r\n":
+        return None
+    return dict(re.findall(r"^([a-z-]+): \"?([^\"\n]*)\"?$", reply.decode(), re.M))
+
+
+def body_of(w: Wire, jid: int) -> bytes:
+    reply = ok(w, b"peek %d\r\n" % jid, b"FOUND")
+    return reply.split(b"\r\n", 1)[1][:-2]
+
+
+#: stats-job fields that must come back exactly as beanstalkd itself restores them.
+EXACT = ("id", "tube", "state", "pri", "delay", "ttr", "reserves", "timeouts", "releases",
+         "buries", "kicks")
+TUBES = (b"default", b"emails", b"t-2", b"a.b+c$(d)_/;")
+
+
+def view(w: Wire, ids) -> Dict[int, Optional[Tuple]]:
+    """Every job as a client sees it: stats-job fields, body, and ``age`` and
+    ``time-left`` (compared by :func:`assert_same`, with some leeway)."""
+    out: Dict[int, Optional[Tuple]] = {}
+    for jid in ids:
+        s = stats_job(w, jid)
+        if s is None:
+            out[jid] = None
+            continue
+        out[jid] = (tuple(s[k] for k in EXACT), body_of(w, jid),
+                    (int(s["age"]), int(s["time-left"]) if s["state"] == "delayed" else 0))
+    return out
+
+
+def assert_same(got: Dict[int, Optional[Tuple]], want: Dict[int, Optional[Tuple]]) -> None:
+    """Equal views, but for ``age`` and ``time-left``, which may differ by the
+    seconds between the two reads."""
+    assert got.keys() == want.keys()
+    for jid, g in got.items():
+        w = want[jid]
+        assert (g is None) == (w is None), jid
+        if g is not None:
+            assert g[:2] == w[:2], jid
+            assert all(abs(a - b) <= 3 for a, b in zip(g[2], w[2])), (jid, g[2], w[2])
+
+
+def first_buried(w: Wire) -> Dict[bytes, bytes]:
+    out = {}
+    for tube in TUBES:
+        ok(w, b"use %s\r\n" % tube, b"USING")
+        out[tube] = w.ask(b"peek-buried\r\n").split(b"\r\n")[0]
+    return out
+
+
+def drive_reference(w: Wire) -> Tuple[Dict[int, Tuple], List[int]]:
+    """Put, delay, bury, kick, release, reserve and delete through a real
+    beanstalkd; returns what it acknowledged (id -> (tube, body, pri, state))
+    and the ids of the jobs still reserved."""
+    import random
+    rng = random.Random(23)
+    acked: Dict[int, Tuple] = {}
+    bodies = [b"", b"\r\n", bytes(range(256)), b"x" * 3000, b"\x00\r\n\x00", b"plain"]
+    for i in range(150):
+        tube = TUBES[i % len(TUBES)]
+        ok(w, b"use %s\r\n" % tube, b"USING")
+        body = bodies[i % len(bodies)] + rng.randbytes(rng.randrange(0, 40))
+        pri = rng.choice([0, 1023, 1024, 2**32 - 1, rng.randrange(2**32)])
+        delay = 3600 if i % 7 == 0 else 0
+        ttr = rng.choice([1, 60, 120, 3600])
+        jid = int(ok(w, b"put %d %d %d %d\r\n%s\r\n" % (pri, delay, ttr, len(body), body),
+                     b"INSERTED").split()[1])
+        acked[jid] = (tube, body, pri, "delayed" if delay else "ready")
+    for tube in TUBES:
+        ok(w, b"watch %s\r\n" % tube, b"WATCHING")
+    ready = [j for j, a in acked.items() if a[3] == "ready"]
+    rng.shuffle(ready)
+    for jid in ready[:30]:
+        ok(w, b"delete %d\r\n" % jid, b"DELETED")
+        del acked[jid]
+    held = []
+    for n, jid in enumerate(ready[30:75]):
+        ok(w, b"reserve-job %d\r\n" % jid, b"RESERVED")
+        tube, body, pri, _ = acked[jid]
+        if n % 3 == 0:
+            ok(w, b"bury %d %d\r\n" % (jid, n), b"BURIED")
+            acked[jid] = (tube, body, n, "buried")
+        elif n % 3 == 1:
+            ok(w, b"release %d %d 7200\r\n" % (jid, pri + 1 if pri < 2**32 - 1 else 0),
+               b"RELEASED")
+            acked[jid] = (tube, body, pri + 1 if pri < 2**32 - 1 else 0, "delayed")
+        else:
+            held.append(jid)  # still reserved at the kill
+    buried = [j for j, a in acked.items() if a[3] == "buried"]
+    for jid in buried[::4]:
+        ok(w, b"kick-job %d\r\n" % jid, b"KICKED")
+        acked[jid] = acked[jid][:3] + ("ready",)
+    delayed = [j for j, a in acked.items() if a[3] == "delayed"]
+    for jid in delayed[:3]:
+        ok(w, b"kick-job %d\r\n" % jid, b"KICKED")
+        acked[jid] = acked[jid][:3] + ("ready",)
+    for jid in ready[75:80]:
+        # Released at once with a new priority: beanstalkd writes nothing for
+        # that, so its files keep the old one unless compaction copied the job since.
+        ok(w, b"reserve-job %d\r\n" % jid, b"RESERVED")
+        ok(w, b"release %d 1 0\r\n" % jid, b"RELEASED")
+        tube, body, pri, state = acked[jid]
+        acked[jid] = (tube, body, (pri, 1), state)
+    for jid in ready[80:85]:
+        ok(w, b"delete %d\r\n" % jid, b"DELETED")
+        del acked[jid]
+    ok(w, b"use churn\r\n", b"USING")
+    for _ in range(300):  # garbage enough that beanstalkd compacts: copies in newer files
+        jid = int(ok(w, b"put 1 0 10 2000\r\n%s\r\n" % (b"c" * 2000), b"INSERTED").split()[1])
+        ok(w, b"delete %d\r\n" % jid, b"DELETED")
+    for jid in held:
+        acked[jid] = acked[jid][:3] + ("ready",)  # what a restart makes of it
+    return acked, held
+
+
+def beanstalkd_recounted(truth: Dict[int, Optional[Tuple]]) -> Dict[int, Optional[Tuple]]:
+    """beanstalkd's restart counts each buried job's burial once more
+    (``prot_replay`` calls ``bury_job``, which counts): ours keeps the count
+    the file recorded, which is what stats-job said before the crash."""
+    out = dict(truth)
+    for jid, v in truth.items():
+        if v is not None and v[0][2] == "buried":
+            fields = list(v[0])
+            fields[EXACT.index("buries")] = str(int(fields[EXACT.index("buries")]) - 1)
+            out[jid] = (tuple(fields),) + v[1:]
+    return out
+
+
+@needs_reference
+def test_every_job_beanstalkd_acknowledged_comes_back(tmp_path):
+    d = tmp_path / "binlog"
+    d.mkdir()
+    ref, w = start("reference", "-b", str(d), "-s", "16384")
+    acked, held = drive_reference(w)
+    assert held
+    ref.stop(signal.SIGKILL)
+    theirs = {n: (d / n).read_bytes() for n in binlogs(d)}
+    assert len(theirs) >= 3
+    seen, copies = set(), 0  # compaction's copies: a full record of a job seen before
+    for n in sorted(theirs, key=parse_file_name):
+        for r in bs.parse_file(theirs[n]).records:
+            copies += r.tube is not None and r.id in seen
+            seen.add(r.id)
+    assert copies
+    ids = list(range(1, max(acked) + 1))
+
+    # what beanstalkd itself restores from these files is the truth
+    copy = tmp_path / "copy"
+    shutil.copytree(d, copy)
+    ref2, w2 = start("reference", "-b", str(copy), "-s", "16384")
+    truth = view(w2, ids)
+    truth_buried = first_buried(w2)
+    truth_next = ok(w2, b"put 1 0 10 1\r\nn\r\n", b"INSERTED")
+    ref2.stop(signal.SIGKILL)
+
+    ours, w3 = start("ours", "-b", str(d))
+    got = view(w3, ids)
+    assert_same(got, beanstalkd_recounted(truth))
+    assert first_buried(w3) == truth_buried
+    assert ok(w3, b"put 1 0 10 1\r\nn\r\n", b"INSERTED") == truth_next
+    ids = [*ids, int(truth_next.split()[1])]
+    got = view(w3, ids)
+    # ... and it is what was acknowledged
+    live = {jid: v for jid, v in got.items() if v is not None and jid != ids[-1]}
+    assert sorted(live) == sorted(acked)
+    for jid, (fields, body, _) in live.items():
+        tube, sent, pri, state = acked[jid]
+        assert (fields[1], body, fields[2]) == (tube.decode(), sent, state)
+        assert int(fields[3]) in (pri if isinstance(pri, tuple) else (pri,))
+    log = stop_and_read_log(ours, signal.SIGKILL)
+    assert f"binlog: {len(acked)} jobs came from {len(theirs)} beanstalkd binlog files " \
+           f"(format version 7" in log
+    # nothing deleted: their files moved aside, byte for byte
+    (sub,) = subfolders(d)
+    assert {n: (d / sub / n).read_bytes() for n in os.listdir(d / sub)} == theirs
+    assert all(parse_file_name(n) > max(map(parse_file_name, theirs)) for n in binlogs(d))
+    # and it goes on in our own format: a crash now loses nothing either
+    again, w4 = start("ours", "-b", str(d))
+    assert_same(view(w4, ids), got)
+    assert subfolders(d) == [sub]
+
+
+def reference_files(d, *bodies: bytes) -> bytes:
+    """binlog.1 of a beanstalkd that put ``bodies`` in tube t and was killed."""
+    ref, w = start("reference", "-b", str(d), "-s", "65536")
+    ok(w, b"use t\r\n", b"USING")
+    for body in bodies:
+        ok(w, b"put 1 0 10 %d\r\n%s\r\n" % (len(body), body), b"INSERTED")
+    ref.stop(signal.SIGKILL)
+    return (d / "binlog.1").read_bytes()
+
+
+@needs_reference
+@pytest.mark.parametrize("how", ["truncated", "damaged"])
+def test_a_truncated_or_damaged_beanstalkd_file(tmp_path, how):
+    data = reference_files(tmp_path, b"one", b"two", b"three")
+    recs = bs.parse_file(data).records
+    assert [r.id for r in recs] == [1, 2, 3]
+    if how == "truncated":
+        cut = recs[2].offset + 50
+        (tmp_path / "binlog.1").write_bytes(data[:cut])
+        expect = (f"binlog.1 (beanstalkd's): dropped an incomplete record at the end "
+                  f"(bytes {recs[2].offset}-{cut}: incomplete record)")
+        live = [1, 2]
+    else:
+        damaged = bytearray(data)
+        damaged[recs[1].offset + 4] = ord("*")  # job 2's tube name
+        (tmp_path / "binlog.1").write_bytes(bytes(damaged))
+        expect = (f"binlog.1 (beanstalkd's): bytes {recs[1].offset}-{len(data)} of "
+                  f"{len(data)} are damaged (invalid tube name)")
+        live = [1]
+    ours, w = start("ours", "-b", str(tmp_path))
+    assert [jid for jid in (1, 2, 3) if stats_job(w, jid)] == live
+    assert [body_of(w, jid) for jid in live] == [b"one", b"two"][:len(live)]
+    log = stop_and_read_log(ours)
+    assert expect in log
+    assert f"{len(live)} jobs came from 1 beanstalkd binlog files" in log
+
+
+@needs_reference
+def test_unknown_version_is_refused_with_one_line(tmp_path):
+    data = bytearray(reference_files(tmp_path, b"job"))
+    data[0:4] = bytes(ctypes.c_int(8))
+    (tmp_path / "binlog.1").write_bytes(bytes(data))
+    line = (f"{tmp_path}/binlog.1 is a beanstalkd binlog file of format version 8, which "
+            "cannot be read (versions 5 and 7 can): move it out of the directory")
+    done = subprocess.run(ours_command(free_port(), "-b", str(tmp_path)), capture_output=True,
+                          timeout=30)
+    assert done.returncode != 0
+    assert done.stderr.decode().splitlines() == [f"stalkd: {line}"]
+    done = run_twistd("-b", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 10
+    assert done.stderr.decode().splitlines() == [f"twistd: {line}"]
+    assert (tmp_path / "binlog.1").read_bytes() == data  # left as it was
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_twistd(*args: str, cwd, port: int = 0) -> subprocess.CompletedProcess:
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    if not os.path.exists(twistd):
+        pytest.skip("no twistd script")
+    return subprocess.run([twistd, "-n", "--pidfile=", "beanstalk", "--port",
+                           f"tcp:{port or free_port()}:interface=127.0.0.1", *args],
+                          cwd=cwd, capture_output=True, timeout=30,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+@needs_reference
+def test_twistd_imports_too(tmp_path):
+    reference_files(tmp_path, b"a", b"bb")
+    port = free_port()
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    proc = subprocess.Popen([twistd, "-n", "--pidfile=", "beanstalk", "--port",
+                             f"tcp:{port}:interface=127.0.0.1", "-b", str(tmp_path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        srv = RunningServer("ours", port, proc)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                w = Wire(srv.connect())
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+        assert [body_of(w, 1), body_of(w, 2)] == [b"a", b"bb"]
+        w.sock.close()
+    finally:
+        srv.stop()
+    log = proc.stdout.read().decode()
+    proc.stdout.close()
+    assert "binlog: 2 jobs came from 1 beanstalkd binlog files (format version 7, 2 records)" \
+           in log, log
+    assert binlogs(tmp_path) == ["binlog.2"] and len(subfolders(tmp_path)) == 1
