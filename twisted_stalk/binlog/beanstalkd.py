@@ -11,7 +11,7 @@ The layout (beanstalkd's ``file.c`` and ``dat.h``; native byte order and
 alignment, read here as the little-endian 64-bit build, e.g. Debian amd64):
 
 * the file starts with the format version, a 4-byte ``int``: 7 (beanstalkd
-  1.5 to 1.13) or 5 (older; 1.10 to 1.13 still read it);
+  1.5 to 1.13) or 5 (1.4.x; 1.5 to 1.13 still read it);
 * then records, each ``namelen``, the tube name (``namelen`` bytes), a
   ``Jobrec`` and, if ``namelen`` is not 0, the body (``body_size`` bytes,
   with its trailing CRLF).  A record with a name is a *full* record (a put, or
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from ..protocol.commands import valid_tube_name
 
@@ -78,8 +78,7 @@ class UnknownVersion(ValueError):
         self.version = version
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """One record of a beanstalkd binlog file; times in nanoseconds.
 
     ``tube`` and ``body`` are None for a short record (a state change).
@@ -153,11 +152,14 @@ def parse_file(data: bytes) -> ParsedFile:
     unit = _NS[version]
     end = len(data)
     p = VERSION.size
-    while p < end and not _zeros_from(data, p):
-        why, extent = _read_record(data, p, namelen_s, rec_s, unit, out.records)
+    names: Set[bytes] = set()
+    while p < end:
+        why, extent = _read_record(data, p, namelen_s, rec_s, unit, out.records, names)
         if why is None:
             p = extent
             continue
+        if _zeros_from(data, p):  # the preallocated rest of the file: the end
+            break
         # Torn: the record runs past the end, or nothing but zeros follows
         # where it should have ended (a write cut short in preallocated space).
         torn = extent > end or _zeros_from(data, max(extent, p + 1))
@@ -168,9 +170,10 @@ def parse_file(data: bytes) -> ParsedFile:
 
 
 def _read_record(data: bytes, p: int, namelen_s: struct.Struct, rec_s: struct.Struct,
-                 unit: int, records: List[Record]) -> Tuple[Optional[str], int]:
+                 unit: int, records: List[Record], names: Set[bytes]) -> Tuple[Optional[str], int]:
     """Read the record at ``p`` into ``records``: ``(None, end)``, or ``(why, extent)``
-    when it is bad (``extent``: where it would end, as far as that is known)."""
+    when it is bad (``extent``: where it would end, as far as that is known).
+    ``names`` holds the tube names already found valid."""
     end = len(data)
     a = p + namelen_s.size
     if a > end:
@@ -183,8 +186,10 @@ def _read_record(data: bytes, p: int, namelen_s: struct.Struct, rec_s: struct.St
     if c > end:
         return "incomplete record", c
     tube = data[a:b] if namelen else None
-    if tube is not None and not valid_tube_name(tube):
-        return "invalid tube name", c
+    if tube is not None and tube not in names:
+        if not valid_tube_name(tube):
+            return "invalid tube name", c
+        names.add(tube)
     (jid, pri, delay, ttr, body_size, created, deadline,
      r, t, rl, bu, k, state) = rec_s.unpack_from(data, b)
     if jid == 0:
