@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -20,15 +19,17 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 from twisted.internet.task import Clock
 
-from servers import REFERENCE, RecordingListener, RunningServer, free_port, ours_command
-from servers import start_server as _start_server
+from servers import REFERENCE, RunningServer, free_port, ours_command
+from test_binlog import Server, buried_order, snapshot
+from test_binlog_server import (  # noqa: F401  (the fixture stops what a test started)
+    _close_connections_and_servers, connect, start_server, stats_job)
 from wire import Wire
 
 from twisted_stalk.binlog import BinlogError, BinlogJournal
 from twisted_stalk.binlog import beanstalkd as bs
 from twisted_stalk.binlog.format import parse_file_name
 from twisted_stalk.binlog.importer import SUBFOLDER
-from twisted_stalk.core import BURIED, DELAYED, READY, MemoryEngine
+from twisted_stalk.core import BURIED, DELAYED, READY
 
 NS = 1_000_000_000
 
@@ -91,10 +92,6 @@ def test_record_layout_is_the_c_compilers():
 
 
 # ------------------------------------------------------------- the reader
-
-
-def jobs_of(*files: bytes) -> Dict[int, bs.Job]:
-    return bs.replay([bs.parse_file(f) for f in files])[0]
 
 
 @needs_amd64
@@ -192,8 +189,6 @@ def test_damage_in_the_middle_is_reported_by_range_and_invents_nothing(damage):
 
 
 # ------------------------------------------------- the import, through the journal
-
-from test_binlog import Server, buried_order, snapshot  # noqa: E402
 
 T_NOW = 2000.0  # the Clock's wall-clock time in these tests
 
@@ -333,28 +328,11 @@ def test_unknown_version_and_mixed_histories_are_refused(tmp_path, clock):
 # ------------------------------------------- against Debian's beanstalkd, over sockets
 
 needs_reference = pytest.mark.skipif(not REFERENCE, reason="beanstalkd is not installed")
-_servers: List[RunningServer] = []
-_wires: List[Wire] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_servers():
-    yield
-    while _wires:
-        _wires.pop().sock.close()
-    while _servers:
-        srv = _servers.pop()
-        srv.stop(signal.SIGKILL)
-        if srv.proc.stderr is not None:
-            srv.proc.stderr.close()
 
 
 def start(kind: str, *flags: str) -> Tuple[RunningServer, Wire]:
-    srv = _start_server(kind, *flags)
-    _servers.append(srv)
-    w = Wire(srv.connect())
-    _wires.append(w)
-    return srv, w
+    srv = start_server(kind, *flags)
+    return srv, connect(srv)
 
 
 def stop_and_read_log(srv: RunningServer, sig: int = signal.SIGTERM) -> str:
@@ -366,13 +344,6 @@ def ok(w: Wire, command: bytes, expect: bytes) -> bytes:
     reply = w.ask(command)
     assert reply.startswith(expect), (command, reply)
     return reply
-
-
-def stats_job(w: Wire, jid: int) -> Optional[Dict[str, str]]:
-    reply = w.ask(b"stats-job %d\r\n" % jid)
-    if reply == b"NOT_FOUND\r\n":
-        return None
-    return dict(re.findall(r"^([a-z-]+): \"?([^\"\n]*)\"?$", reply.decode(), re.M))
 
 
 def body_of(w: Wire, jid: int) -> bytes:
@@ -392,7 +363,7 @@ def view(w: Wire, ids) -> Dict[int, Optional[Tuple]]:
     out: Dict[int, Optional[Tuple]] = {}
     for jid in ids:
         s = stats_job(w, jid)
-        if s is None:
+        if not s:
             out[jid] = None
             continue
         out[jid] = (tuple(s[k] for k in EXACT), body_of(w, jid),

@@ -7,8 +7,9 @@ import signal
 import subprocess
 
 from servers import free_port, ours_command
-from test_binlog_server import (  # noqa: F401  (tmpfs is a fixture)
-    connect, delete_all, put, put_until_refused, start_server, stats, tmpfs)
+from test_binlog_server import (  # noqa: F401  (fixtures: tmpfs; stopping what a test started)
+    _close_connections_and_servers, connect, delete_all, put, put_until_refused, start_server,
+    stats, tmpfs)
 
 
 def test_full_disk_of_live_jobs_refuses_the_restart_until_a_file_fits(tmpfs):

@@ -5,7 +5,7 @@ Pure functions, no I/O: :func:`parse_file` turns the bytes of one
 ``binlog.N`` written by beanstalkd into its records and, if the file ends
 badly, the byte range it could not read; :func:`replay` applies the records
 of a directory's files, oldest first, exactly as beanstalkd's ``readrec``
-does, and returns the live jobs.  :mod:`.importer` does the file handling.
+does, and returns the live jobs (each as its latest record).  :mod:`.importer` does the file handling.
 
 The layout (beanstalkd's ``file.c`` and ``dat.h``; native byte order and
 alignment, read here as the little-endian 64-bit build, e.g. Debian amd64):
@@ -214,30 +214,15 @@ def _read_record(data: bytes, p: int, namelen_s: struct.Struct, rec_s: struct.St
     return None, c
 
 
-@dataclass
-class Job:
-    """A live job after replay, as beanstalkd would restore it; times in nanoseconds.
+def apply(jobs: Dict[int, Record], records: Iterable[Record]) -> int:
+    """Apply one file's records to ``jobs`` as beanstalkd's ``readrec`` does;
+    returns the highest id of a job created here (0: none).
 
-    ``state`` is READY, BURIED or DELAYED: a job reserved when beanstalkd
-    stopped comes back ready, as in beanstalkd.
-    """
-
-    id: int
-    tube: bytes
-    body: bytes
-    pri: int
-    delay: int
-    ttr: int
-    created_at: int
-    deadline_at: int
-    counts: Tuple[int, int, int, int, int]
-    state: int
-
-
-def apply(jobs: Dict[int, Job], records: Iterable[Record]) -> int:
-    """Apply one file's records to ``jobs`` (id -> Job, in the order beanstalkd
-    restores them: that of each job's first record) as beanstalkd's
-    ``readrec`` does; returns the highest id of a job created here (0: none).
+    A live job is kept as its latest record, with the tube of its first full
+    record and the body of its latest; its ``state`` is READY, BURIED or
+    DELAYED (a job reserved when beanstalkd stopped comes back ready).
+    ``jobs`` (id -> record) is in the order beanstalkd restores them: that of
+    each job's first record.
 
     * a short record for a job not seen is ignored (its full record was in a
       file already removed: the job was deleted or copied on);
@@ -252,32 +237,26 @@ def apply(jobs: Dict[int, Job], records: Iterable[Record]) -> int:
             if job is not None:
                 del jobs[r.id]
             continue
-        if job is None and r.tube is None:
-            continue
-        state = READY if r.state == RESERVED else r.state
         if job is None:
-            assert r.tube is not None and r.body is not None
-            jobs[r.id] = Job(r.id, r.tube, r.body, r.pri, r.delay, r.ttr, r.created_at,
-                             r.deadline_at, r.counts, state)
+            if r.tube is None:
+                continue
             top = max(top, r.id)
-            continue
-        job.pri, job.delay, job.ttr = r.pri, r.delay, r.ttr
-        job.created_at, job.deadline_at = r.created_at, r.deadline_at
-        job.counts, job.state = r.counts, state
-        if r.body is not None:
-            job.body = r.body
+        else:
+            r = r._replace(tube=job.tube, body=job.body if r.body is None else r.body)
+        jobs[r.id] = r._replace(state=READY) if r.state == RESERVED else r
     return top
 
 
-def replay(files: Iterable[ParsedFile]) -> Tuple[Dict[int, Job], int]:
-    """The live jobs of a directory's files (oldest first) and the next job id."""
-    jobs: Dict[int, Job] = {}
+def replay(files: Iterable[ParsedFile]) -> Tuple[Dict[int, Record], int]:
+    """The live jobs of a directory's files (oldest first), see :func:`apply`,
+    and the next job id."""
+    jobs: Dict[int, Record] = {}
     top = 0
     for f in files:
         top = max(top, apply(jobs, f.records))
     return jobs, top + 1
 
 
-__all__ = ["BURIED", "DELAYED", "Damage", "INVALID", "Job", "JOBREC5", "JOBREC7", "ParsedFile",
+__all__ = ["BURIED", "DELAYED", "Damage", "INVALID", "JOBREC5", "JOBREC7", "ParsedFile",
            "READY", "RESERVED", "Record", "UnknownVersion", "VERSIONS", "apply", "file_version",
            "parse_file", "replay"]

@@ -106,7 +106,7 @@ def read_beanstalkd_files(directory: str) -> "BeanstalkdFiles | None":
 
 def _replay(out: BeanstalkdFiles) -> None:
     rec = out.recovery
-    jobs: Dict[int, beanstalkd.Job] = {}
+    jobs: Dict[int, beanstalkd.Record] = {}
     suspects: Set[int] = set()
     damaged = False
     top = 0
@@ -149,7 +149,7 @@ def _replay(out: BeanstalkdFiles) -> None:
                                    f"(a later change or delete may have been lost)"))
 
 
-def _job(b: beanstalkd.Job, names: Dict[bytes, bytes]) -> Job:
+def _job(b: beanstalkd.Record, names: Dict[bytes, bytes]) -> Job:
     """Our job for a job of beanstalkd's (``tube`` is the name until restored)."""
     tube = names.setdefault(b.tube, b.tube)
     job = Job(b.id, b.pri, b.delay // _NS, b.ttr // _NS, b.body, tube,  # type: ignore[arg-type]
