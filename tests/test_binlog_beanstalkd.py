@@ -29,7 +29,7 @@ from twisted_stalk.binlog import BinlogError, BinlogJournal
 from twisted_stalk.binlog import beanstalkd as bs
 from twisted_stalk.binlog.format import parse_file_name
 from twisted_stalk.binlog.importer import SUBFOLDER
-from twisted_stalk.core import BURIED, DELAYED, READY
+from twisted_stalk.core import BURIED, DELAYED, READY, MemoryEngine
 
 NS = 1_000_000_000
 
@@ -618,3 +618,46 @@ def test_twistd_imports_too(tmp_path):
     assert "binlog: 2 jobs came from 1 beanstalkd binlog files (format version 7, 2 records)" \
            in log, log
     assert binlogs(tmp_path) == ["binlog.2"] and len(subfolders(tmp_path)) == 1
+
+
+@needs_amd64
+def test_an_import_larger_than_a_file_spans_several(tmp_path, clock):
+    body = b"b" * 200 + b"\r\n"
+    write_files(tmp_path, {7: head() + b"".join(rec(i, bs.READY, b"t", body)
+                                                for i in range(1, 51))})
+    srv = Server(tmp_path, clock, max_size=4096)
+    assert sorted(srv.queue.jobs) == list(range(1, 51))
+    assert len(binlogs(tmp_path)) >= 3 and min(map(parse_file_name, binlogs(tmp_path))) == 8
+    before = snapshot(srv.queue)
+    srv.close()
+    again = Server(tmp_path, clock, max_size=4096)
+    assert snapshot(again.queue) == before
+    again.close()
+
+
+@needs_amd64
+def test_no_room_for_the_copies_stops_the_start_and_keeps_their_files(tmp_path, clock,
+                                                                       monkeypatch):
+    body = b"b" * 200 + b"\r\n"
+    files = {1: head() + b"".join(rec(i, bs.READY, b"t", body) for i in range(1, 51))}
+    write_files(tmp_path, files)
+    made = []
+
+    def fallocate(fd, offset, length, real=os.posix_fallocate):
+        made.append(fd)
+        if len(made) > 2:
+            raise OSError(28, "No space left on device")
+        return real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    journal = BinlogJournal(str(tmp_path), clock, max_size=4096).open()
+    with pytest.raises(BinlogError) as e:
+        journal.attach(MemoryEngine(clock, journal=journal))
+    assert str(e.value).startswith(f"cannot import beanstalkd's binlog files in {tmp_path}: ")
+    assert "No space left on device" in str(e.value)
+    assert (tmp_path / "binlog.1").read_bytes() == files[1] and not subfolders(tmp_path)
+    monkeypatch.undo()
+    srv = Server(tmp_path, clock)  # room again: the next start imports them
+    assert sorted(srv.queue.jobs) == list(range(1, 51))
+    assert subfolders(tmp_path)
+    srv.close()

@@ -217,11 +217,11 @@ class BinlogJournal:
         self._free = self.limit - HEADER_SIZE
         self._ok = True
         self._last_sync = self.clock.seconds()
+        self._finish_import()
         if self._want_sync_thread:
             self._syncer = Syncer(lambda: self.fd)
             self._syncer.start()
         self._sync_dir()
-        self._finish_import()
         self.recovery = rec
         self._recovery = None
         if rec.records:
@@ -253,6 +253,8 @@ class BinlogJournal:
                 self.sync()
             where = move_aside(found, self.clock.seconds(), not self.no_fsync)
         except (OSError, JournalError) as e:
+            os.close(self.fd)
+            self.fd = -1
             if self._lock is not None:
                 self._lock.release()
             raise BinlogError(f"cannot import beanstalkd's binlog files in {self.directory}: "
