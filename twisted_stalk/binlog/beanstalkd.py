@@ -5,7 +5,8 @@ Pure functions, no I/O: :func:`parse_file` turns the bytes of one
 ``binlog.N`` written by beanstalkd into its records and, if the file ends
 badly, the byte range it could not read; :func:`replay` applies the records
 of a directory's files, oldest first, exactly as beanstalkd's ``readrec``
-does, and returns the live jobs (each as its latest record).  :mod:`.importer` does the file handling.
+does, and returns the live jobs (each as its latest record).
+:mod:`.importer` does the file handling.
 
 The layout (beanstalkd's ``file.c`` and ``dat.h``; native byte order and
 alignment, read here as the little-endian 64-bit build, e.g. Debian amd64):
