@@ -518,8 +518,8 @@ def test_empty_directory_and_only_empty_files(tmp_path, clock):
 
 
 def test_foreign_files_stop_the_start(tmp_path, clock):
-    (tmp_path / "binlog.1").write_bytes(b"\x07\x00\x00\x00" + bytes(100))
-    with pytest.raises(BinlogError, match="beanstalkd binlog"):
+    (tmp_path / "binlog.1").write_bytes(b"\x09\x00\x00\x00" + bytes(100))  # version 9
+    with pytest.raises(BinlogError, match="beanstalkd binlog file of format version 9"):
         BinlogJournal(str(tmp_path), clock).open()
     (tmp_path / "binlog.1").write_bytes(b"hello, this is not a binlog at all" * 3)
     with pytest.raises(BinlogError, match="not a twisted-stalk binlog"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import os
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Collection, Dict, Iterator, List, Optional, Set, Tuple
 from zlib import crc32
 
 from ..core.job import BURIED, DELAYED, READY, Job
@@ -107,12 +107,20 @@ def list_files(directory: str) -> List[Tuple[int, str]]:
     return found
 
 
-def read_directory(directory: str) -> Recovery:
-    """Replay every ``binlog.N`` file of ``directory`` in order."""
-    rec = Recovery()
+def read_directory(directory: str, base: Optional[Recovery] = None,
+                   skip: Collection[int] = ()) -> Recovery:
+    """Replay every ``binlog.N`` file of ``directory`` in order.
+
+    ``base`` holds jobs read before (beanstalkd's files, see :mod:`.importer`):
+    the records are replayed on top of them.  Files numbered in ``skip`` are
+    not read (they are beanstalkd's).
+    """
+    rec = Recovery() if base is None else base
     names: Dict[bytes, bytes] = {}
     state = _ReplayState()
     for seq, path in list_files(directory):
+        if seq in skip:
+            continue
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -122,7 +130,7 @@ def read_directory(directory: str) -> Recovery:
         rec.files.append(info)
         _replay_file(data, info, rec, names, state)
         rec.records += info.records
-    rec.next_id = max(state.header_next_id, state.max_id + 1, 1)
+    rec.next_id = max(state.header_next_id, state.max_id + 1, rec.next_id)
     if state.suspects is not None:
         rec.uncertain = len(state.suspects.intersection(rec.jobs))
         rec.orphans = state.orphans

@@ -59,6 +59,7 @@ from .files import (
     round_size,
     sync_directory,
 )
+from .importer import BeanstalkdFiles, move_aside, read_beanstalkd_files
 from .format import (
     CRC,
     DELETE,
@@ -158,6 +159,8 @@ class BinlogJournal:
         self.migrated = 0
         self._lock: Optional[DirectoryLock] = None
         self._recovery: Optional[Recovery] = None
+        #: beanstalkd's files found by open(), moved aside by attach().
+        self._import: Optional[BeanstalkdFiles] = None
         self.recovery: Optional[Recovery] = None
         self.closed = False
 
@@ -170,7 +173,11 @@ class BinlogJournal:
         self._lock = DirectoryLock(d).acquire()
         try:
             with gc_paused():
-                self._recovery = read_directory(d)
+                found = self._import = read_beanstalkd_files(d)
+                if found is None:
+                    self._recovery = read_directory(d)
+                else:
+                    self._recovery = read_directory(d, found.recovery, found.seqs)
         except BinlogError:
             self._lock.release()
             raise
@@ -195,6 +202,8 @@ class BinlogJournal:
             (self.log.error if level == "error" else self.log.warn)(text.replace("{", "{{").replace("}", "}}"))
         self.live_bytes = restore_into(engine, rec)
         last = self.seq = self.old_files.adopt(rec.files)
+        if self._import is not None:  # new files are numbered after beanstalkd's
+            last = self.seq = max(last, self._import.last_seq)
         self.compactor.drop_dead_files_before_start()
         try:
             self.fd, self.limit = self._create_file(last + 1, 0)
@@ -208,6 +217,7 @@ class BinlogJournal:
         self._free = self.limit - HEADER_SIZE
         self._ok = True
         self._last_sync = self.clock.seconds()
+        self._finish_import()
         if self._want_sync_thread:
             self._syncer = Syncer(lambda: self.fd)
             self._syncer.start()
@@ -225,6 +235,35 @@ class BinlogJournal:
                           why=e.strerror or e)
         self.compactor.force = bool(self.old_files.damaged)
         self.compactor.schedule()
+
+    def _finish_import(self) -> None:
+        """Copy the jobs read from beanstalkd's files into our file, sync it,
+        then move their files aside (see :mod:`.importer`)."""
+        found, self._import = self._import, None
+        if found is None:
+            return
+        jobs = self.engine.jobs
+        imported = [jobs[jid] for jid in found.job_ids if jid in jobs]
+        try:
+            for job in imported:
+                if not job.binlog_file:  # else an earlier, cut-short start copied it
+                    self.migrate(job, 0)
+            self.write_out()
+            if not self.no_fsync:
+                self.sync()
+            where = move_aside(found, self.clock.seconds(), not self.no_fsync)
+        except (OSError, JournalError) as e:
+            os.close(self.fd)
+            self.fd = -1
+            if self._lock is not None:
+                self._lock.release()
+            raise BinlogError(f"cannot import beanstalkd's binlog files in {self.directory}: "
+                              f"{getattr(e, 'strerror', None) or e}")
+        # A warning, so that it shows without -V: the directory changed.
+        self.log.warn("binlog: {jobs} jobs came from {files} beanstalkd binlog files (format "
+                      "version {version}, {records} records); the files were moved to {where}",
+                      jobs=len(imported), files=len(found.files), version=found.versions,
+                      records=found.records, where=where)
 
     # ------------------------------------------------------- Journal protocol
 
