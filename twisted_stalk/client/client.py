@@ -19,6 +19,7 @@ order once connected.  Per-call tube targeting (``client.tube("x").put``,
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import (
     Any,
@@ -513,8 +514,7 @@ class BeanstalkClient:
             return fail(e)
         if timeout is None:
             return self._on_pool(lambda p, left: p.reserve(None, watching), None)
-        return self._on_pool(lambda p, left: p.reserve(left, watching),
-                             self.clock.seconds() + timeout)
+        return self._on_pool(lambda p, left: p.reserve(left, watching), timeout)
 
     def reserve_with_timeout(self, timeout: int,
                              tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
@@ -526,14 +526,22 @@ class BeanstalkClient:
         return self._on_pool(lambda p, left: p.reserve_job(job_id), None)
 
     def _on_pool(self, fn: Callable[[BeanstalkProtocol, int], "Deferred[Job]"],
-                 deadline: Optional[float]) -> "Deferred[Job]":
-        """Run ``fn(connection, seconds left)`` on a free reserve connection."""
+                 timeout: Optional[int]) -> "Deferred[Job]":
+        """Run ``fn(connection, seconds left)`` on a free reserve connection.
+
+        The wait for the connection comes out of ``timeout``; what is left is
+        rounded *up* to whole seconds (and never exceeds ``timeout``), so the
+        server's wait is never shorter than asked: a ``reserve(timeout=1)``
+        that got its connection after a millisecond still waits a second."""
         if self._closed:
             return fail(ClientClosed("the client is closed"))
         reserves = self._reserves
+        deadline = None if timeout is None else self.clock.seconds() + timeout
 
         def run(proto: BeanstalkProtocol) -> "Deferred[Job]":
-            left = 0 if deadline is None else max(0, int(deadline - self.clock.seconds()))
+            left = 0
+            if timeout is not None and deadline is not None:
+                left = min(timeout, max(0, math.ceil(deadline - self.clock.seconds())))
 
             def done(result: Any) -> Any:
                 reserves.release(proto)
