@@ -9,6 +9,7 @@ from typing import Protocol as _TypingProtocol
 from twisted.internet.defer import Deferred, fail
 from twisted.python.failure import Failure
 
+from ..protocol.constants import DEFAULT_PUT_PRIORITY, DEFAULT_PUT_TTR
 from ..protocol.yaml import StatValue
 from .errors import (
     BeanstalkConnectionError,
@@ -23,11 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .client import BeanstalkClient
     from .protocol import BeanstalkProtocol
 
-#: Default priority of put, release and bury (the middle of the range, as
-#: beanstalkd's own tools use).
-DEFAULT_PRIORITY = 2**31
-#: Default time to run of put, in seconds.
-DEFAULT_TTR = 120
+#: Default priority of put, release and bury (the project's one default,
+#: :data:`twisted_stalk.protocol.constants.DEFAULT_PUT_PRIORITY`).
+DEFAULT_PRIORITY = DEFAULT_PUT_PRIORITY
+#: Default time to run of put, in seconds (``DEFAULT_PUT_TTR``).
+DEFAULT_TTR = DEFAULT_PUT_TTR
 
 
 class Codec(_TypingProtocol):
