@@ -16,6 +16,9 @@ URGENT_THRESHOLD = 1024
 MAX_TUBE_NAME = 200
 #: The reserved job's last second: a reserve issued in it gets DEADLINE_SOON.
 SAFETY_MARGIN = 1.0
+#: Largest ``reserve-with-timeout`` the server takes as such (beanstalkd keeps
+#: it in a C int: larger values wrap).
+MAX_RESERVE_TIMEOUT = 2**31 - 1
 #: Largest u32 / u64 argument values.
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
