@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Dict, Optional
 from typing import Protocol as _TypingProtocol
 
 from twisted.internet.defer import Deferred, fail
+from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
 from ..protocol.constants import DEFAULT_PUT_PRIORITY, DEFAULT_PUT_TTR
@@ -19,10 +20,6 @@ from .errors import (
     JobLost,
     NotFound,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import BeanstalkClient
-    from .protocol import BeanstalkProtocol
 
 #: Default priority of put, release and bury (the project's one default,
 #: :data:`twisted_stalk.protocol.constants.DEFAULT_PUT_PRIORITY`).
@@ -39,6 +36,23 @@ class Codec(_TypingProtocol):
 
     def decode(self, body: bytes) -> Any:
         """The value of ``body``."""
+
+
+class JobConnection(_TypingProtocol):
+    """What a job needs of the connection it came from (a
+    :class:`~twisted_stalk.client.BeanstalkProtocol`): whether it is open, its
+    clock, a way to stop tracking the job, and the job commands (``delete``,
+    ``release``, ``bury``, ``touch``, ``kick_job``, ``stats_job``, sent by
+    name; a :class:`~twisted_stalk.client.BeanstalkClient` has them too)."""
+
+    connected: bool
+    clock: IReactorTime
+
+    def forget(self, job: "Job") -> None:
+        """Stop tracking ``job`` as held here (its reservation is over)."""
+
+    def stats_job(self, job_id: int) -> Deferred:
+        """The job's ``stats-job``."""
 
 
 class UTF8Codec:
@@ -89,8 +103,8 @@ class Job:
                  "stats_cache")
 
     def __init__(self, id: int, body: bytes, *, reserved: bool = False,
-                 proto: "Optional[BeanstalkProtocol]" = None,
-                 client: "Optional[BeanstalkClient]" = None,
+                 proto: Optional[JobConnection] = None,
+                 client: Any = None,
                  codec: Optional[Codec] = None, tube: Optional[str] = None) -> None:
         self.id = id
         self.body = body
@@ -133,6 +147,11 @@ class Job:
         return getattr(self._client, "name", None)
 
     @property
+    def connection(self) -> Optional[JobConnection]:
+        """The connection the job came from (None for a job made by hand)."""
+        return self._proto
+
+    @property
     def lost(self) -> bool:
         """True once the reservation is gone without this client disposing of
         the job: its connection closed, or its TTR ran out (:attr:`expired`)."""
@@ -165,12 +184,11 @@ class Job:
             return False
         self._lost = reason
         self._expired = True
-        proto = self._proto
-        if proto is not None and proto._jobs.get(self.id) is self:
-            del proto._jobs[self.id]
+        if self._proto is not None:
+            self._proto.forget(self)
         return True
 
-    def _bound(self) -> "BeanstalkProtocol":
+    def _bound(self) -> JobConnection:
         proto = self._proto
         if self._expired:
             raise JobExpired(self.id, self._lost or "")

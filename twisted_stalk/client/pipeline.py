@@ -181,6 +181,11 @@ class Pipeline(Protocol):
         return self.clock.seconds() - self._head_since
 
 
+    @property
+    def closed_reason(self) -> Optional[str]:
+        """Why the connection closed (or is closing), None while it is open."""
+        return self._closed_reason
+
     def when_lost(self) -> "Deferred[None]":
         """A Deferred that fires (with None) once the connection has closed."""
         d: Deferred = Deferred()

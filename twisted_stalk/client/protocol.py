@@ -119,6 +119,12 @@ class BeanstalkProtocol(ExtensionCommands):
         for job in jobs:
             job._mark_lost(reason)
 
+    def forget(self, job: Job) -> None:
+        """Stop tracking ``job`` as held here (its TTR ran out: the server
+        took it back); unlike a disposal, ``on_jobs_done`` is not called."""
+        if self._jobs.get(job.id) is job:
+            del self._jobs[job.id]
+
     def _job_done(self, job_id: Any) -> None:
         jobs = self._jobs
         job = jobs.pop(job_id.id if isinstance(job_id, Job) else job_id, None)
