@@ -99,7 +99,7 @@ class Job:
     """
 
     __slots__ = ("id", "body", "reserved", "finished", "pending", "tube", "priority", "ttr",
-                 "_lost", "_expired", "_granted_at", "_proto", "_client", "_codec",
+                 "granted_at", "_lost", "_expired", "_proto", "_client", "_codec",
                  "stats_cache")
 
     def __init__(self, id: int, body: bytes, *, reserved: bool = False,
@@ -119,7 +119,9 @@ class Job:
         #: When (client clock) the reservation was last granted: the reply to
         #: reserve or touch.  The server's TTR deadline is no later than this
         #: plus the TTR.
-        self._granted_at = 0.0
+        #: Clock time the reservation was last granted (reserved, or touched
+        #: and confirmed); 0.0 for a peeked job.
+        self.granted_at = 0.0
         self._proto = proto
         self._client = client
         self._codec = codec
@@ -158,12 +160,18 @@ class Job:
         return self._lost is not None
 
     @property
+    def lost_reason(self) -> Optional[str]:
+        """Why the job is :attr:`lost` (None while it is not)."""
+        return self._lost
+
+    @property
     def expired(self) -> bool:
         """True once the client knows the job's TTR ran out while it held it."""
         return self._expired
 
-    def _learn(self, stats: Dict[str, StatValue]) -> None:
-        """Keep what a ``stats-job`` reply says about the job."""
+    def learn(self, stats: Dict[str, StatValue]) -> None:
+        """Keep what a ``stats-job`` reply says about the job (its tube,
+        priority and TTR; :meth:`stats` does this)."""
         self.stats_cache = stats
         tube, pri, ttr = stats.get("tube"), stats.get("pri"), stats.get("ttr")
         if isinstance(tube, str):
@@ -173,13 +181,16 @@ class Job:
         if isinstance(ttr, int) and not isinstance(ttr, bool):
             self.ttr = ttr
 
-    def _mark_lost(self, reason: str) -> None:
+    def mark_lost(self, reason: str) -> None:
+        """The reservation is gone (its connection closed): the job's commands
+        now fail with :class:`JobLost` (called by the connection)."""
         if self.finished is None and self._lost is None:
             self._lost = reason
 
-    def _expire(self, reason: str) -> bool:
-        """The reservation certainly ended (TTR): forget the job on its
-        connection; False if it was disposed of or lost already."""
+    def expire(self, reason: str) -> bool:
+        """The reservation certainly ended (its TTR ran out): forget the job on
+        its connection, and fail its commands with :class:`JobExpired`; False
+        if it was disposed of or lost already (called by the client)."""
         if self.finished is not None or self.pending is not None or self._lost is not None:
             return False
         self._lost = reason
@@ -227,7 +238,7 @@ class Job:
             self.pending = None
             self.finished = finish
         elif self._proto is not None:  # touch: the TTR restarted
-            self._granted_at = self._proto.clock.seconds()
+            self.granted_at = self._proto.clock.seconds()
         return result
 
     def _refused(self, failure: Failure, finish: Optional[str], name: str) -> Failure:
@@ -245,7 +256,7 @@ class Job:
                 self._expired = True
             return Failure(JobExpired(self.id, reason, name))
         if failure.check(BeanstalkConnectionError):
-            self._mark_lost(failure.getErrorMessage())
+            self.mark_lost(failure.getErrorMessage())
         return failure
 
     def delete(self) -> "Deferred[None]":
@@ -278,6 +289,6 @@ class Job:
         d = target.stats_job(self.id)
 
         def keep(stats: Dict[str, StatValue]) -> Dict[str, StatValue]:
-            self._learn(stats)
+            self.learn(stats)
             return stats
         return d.addCallback(keep)

@@ -50,11 +50,11 @@ def _reserved(proto: "BeanstalkProtocol", reply: Reply, tube: Optional[str] = No
     assert job_id is not None and reply.body is not None
     job = Job(job_id, reply.body, reserved=True, proto=proto, client=proto.client,
               codec=proto.codec, tube=tube)
-    job._granted_at = proto.clock.seconds()
+    job.granted_at = proto.clock.seconds()
     jobs = proto._jobs
     old = jobs.get(job_id)
     if old is not None:  # reserved again here: the first reservation's TTR ran out
-        old._expire("its TTR ran out: the server took it back, and this connection "
+        old.expire("its TTR ran out: the server took it back, and this connection "
                     "reserved it again (as another Job)")
     jobs[job_id] = job
     return job
@@ -117,7 +117,12 @@ class BeanstalkProtocol(ExtensionCommands):
         jobs = list(self._jobs.values())
         self._jobs.clear()
         for job in jobs:
-            job._mark_lost(reason)
+            job.mark_lost(reason)
+
+    def held(self, job_id: int) -> Optional[Job]:
+        """The job with this id reserved on this connection and not yet
+        disposed of, if any."""
+        return self._jobs.get(job_id)
 
     def forget(self, job: Job) -> None:
         """Stop tracking ``job`` as held here (its TTR ran out: the server

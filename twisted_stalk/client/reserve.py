@@ -114,7 +114,7 @@ class ReserveConnections:
     def _free(self) -> Optional[BeanstalkProtocol]:
         busy = self.busy
         for proto in self.protos:
-            if proto not in busy and not proto._jobs and proto.usable:
+            if proto not in busy and not proto.reserved_jobs and proto.usable:
                 return proto
         return None
 
@@ -158,7 +158,7 @@ class ReserveConnections:
     def _too_late(self, waiter: _Waiter) -> None:
         waiter.timer = None
         self._forget(waiter)
-        held = sum(len(p._jobs) for p in self.protos)
+        held = sum(len(p.reserved_jobs) for p in self.protos)
         waiter.deferred.errback(TimedOut("reserve", (
             f"TIMED_OUT (client side: all {self.limit} reserve connections were in use, "
             f"{held} of them holding jobs, until the reserve's timeout)").encode()))
@@ -263,8 +263,8 @@ class ReserveConnections:
         job_id = job.id
         for other in self.protos:
             if other is not proto:
-                old = other._jobs.get(job_id)
-                if old is not None and old._expire(
+                old = other.held(job_id)
+                if old is not None and old.expire(
                         "its TTR ran out: the server took it back, and this client "
                         "reserved it again (as another Job)"):
                     self.wake()
@@ -272,7 +272,7 @@ class ReserveConnections:
     def holding(self, job_id: int) -> Optional[BeanstalkProtocol]:
         """The connection holding the reserved job ``job_id``, if any."""
         for proto in self.protos:
-            if job_id in proto._jobs:
+            if proto.held(job_id) is not None:
                 return proto
         return None
 
@@ -289,14 +289,14 @@ class ReserveConnections:
         for proto in list(self.protos):
             if proto in self.busy or not proto.connected:
                 continue
-            for job in list(proto._jobs.values()):
+            for job in proto.reserved_jobs:
                 if job.ttr is None:
                     self._ask_ttr(proto, job)
                     continue
-                due = job._granted_at + job.ttr + EXPIRY_MARGIN
+                due = job.granted_at + job.ttr + EXPIRY_MARGIN
                 if due <= now:
-                    freed = job._expire(f"its TTR of {job.ttr} s ran out (the client has held "
-                                        f"it {now - job._granted_at:.1f} s without touching "
+                    freed = job.expire(f"its TTR of {job.ttr} s ran out (the client has held "
+                                        f"it {now - job.granted_at:.1f} s without touching "
                                         "it): the server took it back") or freed
                 elif soonest is None or due < soonest:
                     soonest = due
@@ -311,15 +311,15 @@ class ReserveConnections:
         self._asking.add(job.id)
 
         def learnt(stats: Dict[str, Any]) -> None:
-            job._learn(stats)
+            job.learn(stats)
             if stats.get("state") != "reserved":
                 # Reserved by nobody: the reservation ended.
-                if job._expire("its TTR ran out: the server took it back (stats-job says "
+                if job.expire("its TTR ran out: the server took it back (stats-job says "
                                f"{stats.get('state')})"):
                     self.wake()
 
         def failed(f: Failure) -> None:
-            if f.check(NotFound) and job._expire("its TTR ran out and the job is gone "
+            if f.check(NotFound) and job.expire("its TTR ran out and the job is gone "
                                                  "(stats-job: NOT_FOUND)"):
                 self.wake()
 
