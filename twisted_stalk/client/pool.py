@@ -34,35 +34,18 @@ with backoff and replaying ``use``/``watch``) and offers the client's calls:
 """
 from __future__ import annotations
 
-from typing import (
-    Any,
-    Callable,
-    Collection,
-    Dict,
-    List,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-    Union,
-)
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from twisted.internet.defer import (
-    CancelledError,
-    Deferred,
-    DeferredList,
-    TimeoutError,
-    fail,
-    succeed,
-)
+from twisted.internet.defer import (CancelledError, Deferred, DeferredList, TimeoutError, fail,
+                                    succeed)
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ..protocol.constants import DEFAULT_TUBE, MAX_RESERVE_TIMEOUT
 from . import _validate as v
 from .aggregate import PoolStats
-from ..protocol.constants import DEFAULT_TUBE, MAX_RESERVE_TIMEOUT
 from .client import BeanstalkClient
 from .defaults import TubeDefaults
 from .errors import (
