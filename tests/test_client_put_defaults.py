@@ -73,3 +73,44 @@ class WireTests(unittest.TestCase):
             stats = yield self.client.stats_job(job_id)
             got.append((stats["pri"], stats["ttr"]))
         assert got == [(DEFAULT_PUT_PRIORITY, DEFAULT_PUT_TTR)] * 2
+
+
+def test_the_console_put_form_starts_with_the_defaults(tmp_path):
+    """The console's put form (a real Chromium) starts with the server's one
+    set of defaults and puts with them (the form said 1024 and 60 before)."""
+    import socket
+
+    import pytest
+    browser_test = pytest.importorskip("test_web_browser")
+    from selenium.webdriver.common.by import By
+    from web_harness import cheap_hash
+    from wire import Wire
+
+    auth = tmp_path / "console.auth"
+    auth.write_text(f"user alice admin {cheap_hash('wonderland')}\n")
+    server, base = browser_test._console(tmp_path, "--web-auth", str(auth))
+    browser = browser_test.browser.__wrapped__()  # the browser test's Chromium
+    driver = next(browser)
+    try:
+        w = Wire(socket.create_connection(server.address, timeout=5))
+        assert w.ask(b"use form\r\n") == b"USING form\r\n"
+        driver.get(base + "#/tube/form")
+        browser_test._wait(driver, lambda d: d.find_elements(By.ID, "login-user"))
+        driver.find_element(By.ID, "login-user").send_keys("alice")
+        driver.find_element(By.ID, "login-password").send_keys("wonderland")
+        driver.find_element(By.CSS_SELECTOR, "#login-form button").click()
+        browser_test._wait(driver, lambda d: "alice" in (browser_test._text(d, "#who") or ""))
+        driver.get(base + "#/tube/form")
+        browser_test._wait(driver, lambda d: d.find_elements(By.ID, "put-pri"))
+        values = [driver.find_element(By.ID, i).get_attribute("value")
+                  for i in ("put-pri", "put-delay", "put-ttr")]
+        assert values == [str(DEFAULT_PUT_PRIORITY), str(DEFAULT_PUT_DELAY), str(DEFAULT_PUT_TTR)]
+        driver.find_element(By.ID, "put-body").send_keys("from the console")
+        browser_test._click(driver, "button[data-action=put]")
+        browser_test._wait(driver, lambda d: b"FOUND" in w.ask(b"peek-ready\r\n"))
+        stats = w.ask(b"stats-job 1\r\n")
+        assert b"pri: %d\n" % DEFAULT_PUT_PRIORITY in stats and b"ttr: %d\n" % DEFAULT_PUT_TTR in stats
+        w.sock.close()
+    finally:
+        next(browser, None)  # quits Chromium
+        server.stop()
