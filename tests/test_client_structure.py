@@ -80,3 +80,24 @@ def test_small_modules():
     for m in MODULES:
         with open(os.path.join(CLIENT, m + ".py")) as f:
             assert sum(1 for _ in f) <= 700, m
+
+
+def test_arguments_are_checked_by_the_kinds_of_the_command_table():
+    import pytest
+
+    from twisted_stalk.client import InvalidArgument
+    from twisted_stalk.client._validate import KIND_CHECKS, command_args
+    from twisted_stalk.protocol.commands import COMMANDS, EXTENSION_COMMANDS
+
+    good = {"tube": b"emails", "state": "ready"}
+    bad = {"tube": "#", "state": "nope"}
+    for spec in COMMANDS + EXTENSION_COMMANDS:
+        args = [a for a in spec.args if a.kind != "bytes"]
+        assert all(a.kind in KIND_CHECKS for a in args), spec.name
+        values = [good.get(a.kind, 7) for a in args]
+        assert command_args(spec.name, values) == tuple(values)
+        for i, a in enumerate(args):
+            wrong = list(values)
+            wrong[i] = bad.get(a.kind, -1)
+            with pytest.raises(InvalidArgument):
+                command_args(spec.name, wrong)
