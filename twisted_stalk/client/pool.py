@@ -107,9 +107,9 @@ class BeanstalkPool:
                  **settings: Any) -> None:
         if isinstance(endpoints, (str, bytes)) or not endpoints:
             raise InvalidArgument("a pool needs a list of one or more endpoints")
-        if {"on_connect", "on_disconnect", "name"} & set(settings):
-            raise InvalidArgument("the pool sets each server's on_connect, on_disconnect and "
-                                  "name: use on_server_change")
+        if {"on_connect", "on_disconnect", "name", "defaults"} & set(settings):
+            raise InvalidArgument("the pool sets each server's on_connect, on_disconnect, name "
+                                  "and defaults: use on_server_change, use= and watch=")
         if reactor is None:
             from twisted.internet import reactor as _reactor
             reactor = _reactor  # type: ignore[assignment]
