@@ -69,6 +69,21 @@ class PoolWireTests(unittest.TestCase):
         return [s.name for s in self.pool.servers()]
 
     @inline
+    async def test_reserve_timeout_waits_as_asked(self):
+        # A pool reserve(timeout=1) on empty tubes asks each server with
+        # reserve-with-timeout 0, then races them for what is left of the
+        # second: that rest was truncated to 0 s, so it answered TimedOut
+        # at once.  Now it is rounded up.
+        from twisted_stalk.client import TimedOut
+        start = time.monotonic()
+        try:
+            await self.pool.reserve(timeout=1)
+            raise AssertionError("no TimedOut")
+        except TimedOut:
+            waited = time.monotonic() - start
+        assert 0.95 <= waited < 2.5, waited
+
+    @inline
     async def test_round_robin_spread(self):
         await defer.gatherResults([self.pool.put(b"x") for _ in range(600)])
         counts = await self.tube_counts("total-jobs")

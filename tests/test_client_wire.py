@@ -117,6 +117,25 @@ class _Suite:
         await c.delete(job_id)
 
     @inline
+    async def test_reserve_timeout_waits_as_asked(self):
+        # reserve(timeout=N) on an empty tube answers TimedOut after N
+        # seconds, not N-1 (the wait for a reserve connection once truncated
+        # 1-eps seconds to 0).  Both run at once, on two reserve connections.
+        c = self.client
+
+        async def waited(seconds):
+            start = time.monotonic()
+            try:
+                await c.reserve(timeout=seconds, tubes=[self.tube])
+                raise AssertionError("no TimedOut")
+            except TimedOut:
+                return time.monotonic() - start
+        one, two = await defer.gatherResults([defer.ensureDeferred(waited(1)),
+                                              defer.ensureDeferred(waited(2))])
+        assert 0.95 <= one < 1.9, one
+        assert 1.95 <= two < 2.9, two
+
+    @inline
     async def test_errors(self):
         c = self.client
         try:

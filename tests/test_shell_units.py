@@ -253,10 +253,10 @@ def test_put_with_explicit_bytes_sends_exactly_what_was_typed():
 def test_put_from_a_file_and_from_the_editor(tmp_path):
     f = tmp_path / "b.bin"
     f.write_bytes(b"\x00\x01\r\n")
-    assert build_request(f"put @{f}").wire() == b"put 1024 0 60 4\r\n\x00\x01\r\n\r\n"
+    assert build_request(f"put @{f}").wire() == b"put 2147483648 0 120 4\r\n\x00\x01\r\n\r\n"
     assert build_request(f"put 5 6 7 @{f}").line == b"put 5 6 7 4"
     req = build_request("put $EDITOR", editor=lambda initial: b"from editor")
-    assert req.wire() == b"put 1024 0 60 11\r\nfrom editor\r\n"
+    assert req.wire() == b"put 2147483648 0 120 11\r\nfrom editor\r\n"
     with pytest.raises(InputError, match="cannot read"):
         build_request(f"put @{tmp_path}/missing")
 

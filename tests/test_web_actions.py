@@ -188,7 +188,8 @@ def test_anonymous_gets_401_when_credentials_are_configured(h):
     assert h.get("overview").status == 401
     assert h.get("whoami").json == {"api": 1, "version": h.get("whoami").json["version"],
                                     "auth": True, "user": None, "role": None,
-                                    "can_act": False, "csrf": None, "host": None}
+                                    "can_act": False, "csrf": None, "host": None,
+                                    "put_defaults": {"pri": 2**31, "delay": 0, "ttr": 120}}
     assert h.post("jobs/delete", {"ids": [1]}).status == 401
     assert h.get("overview", headers={"Authorization": "Bearer wrong"}).status == 401
 

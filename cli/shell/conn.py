@@ -46,7 +46,7 @@ from twisted_stalk.protocol.reader import (
 )
 from twisted_stalk.protocol.replies import MAX_REPLY_LINE, Reply, UnexpectedReply
 
-from .errors import ConnectionFailed, ConnectionLost, oserror_text
+from .errors import ConnectionBroken, ConnectionFailed, oserror_text
 from .framing import Sent, ServerFraming
 from .target import Target, tls_context
 
@@ -127,18 +127,18 @@ class Connection:
             except OSError:
                 pass
 
-    def _lose(self, why: str) -> ConnectionLost:
+    def _lose(self, why: str) -> ConnectionBroken:
         """Close because the connection failed; the error to raise."""
         self.close()
         self.lost = why
-        return ConnectionLost(why)
+        return ConnectionBroken(why)
 
     def send(self, data: bytes) -> List[Sent]:
         """Send ``data``; returns the commands it completes (none when the
         server waits for the rest of one: :mod:`.framing`), whose replies the
         reader then expects, in order (``quit`` gets none)."""
         if self.sock is None:
-            raise ConnectionLost("not connected")
+            raise ConnectionBroken("not connected")
         if self.wire:
             self.wire("send", data)
         sent = self.framing.feed(data)
@@ -189,7 +189,7 @@ class Connection:
         if self._replies:
             return self._replies.popleft()
         if self.sock is None:
-            raise ConnectionLost("not connected")
+            raise ConnectionBroken("not connected")
         timeout = None if blocking else self.reply_timeout
         try:
             while not self._replies:

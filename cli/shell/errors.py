@@ -24,7 +24,7 @@ class ConnectionFailed(StalkError):
     """The server could not be reached."""
 
 
-class ConnectionLost(StalkError):
+class ConnectionBroken(StalkError):
     """The connection broke (or the server stopped answering) mid-request."""
 
 
@@ -60,6 +60,6 @@ class ToolError(Exception):
 
 __all__ = [
     "EXIT_CONNECTION", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_REPLY", "EXIT_USAGE",
-    "ConnectionFailed", "ConnectionLost", "InterruptedRequest", "StalkError", "ToolError",
+    "ConnectionBroken", "ConnectionFailed", "InterruptedRequest", "StalkError", "ToolError",
     "UsageError", "oserror_text",
 ]

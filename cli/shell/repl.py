@@ -20,7 +20,7 @@ from prompt_toolkit.key_binding import KeyBindings
 
 from twisted_stalk.protocol.replies import Reply
 
-from .errors import ConnectionLost, InterruptedRequest, StalkError
+from .errors import ConnectionBroken, InterruptedRequest, StalkError
 from .fit import continuation, cut, fit_prompt, prompt_variants
 from .help import help_text
 from .known import Known
@@ -394,7 +394,7 @@ class Shell:
             else:
                 self.error(e.error)
             return True
-        except ConnectionLost as e:
+        except ConnectionBroken as e:
             returned = self.session.drop()
             self.error(str(e))
             self.warn(f"no reply to {req.name or 'the request'}: it may or may not have taken effect")
@@ -410,7 +410,7 @@ class Shell:
                 for extra in self.session.conn.drain():
                     self.info("(another reply to the same bytes:)")
                     self._after([], extra)
-            except ConnectionLost as e:
+            except ConnectionBroken as e:
                 self.error(str(e))
                 self.reconnect(self.session.drop())
                 return True

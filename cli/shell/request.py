@@ -47,10 +47,15 @@ from twisted_stalk.protocol.commands import (
     command_spec,
     encode_command,
 )
-from twisted_stalk.protocol.constants import MAX_LINE_CONTENT
+from twisted_stalk.protocol.constants import (
+    DEFAULT_PUT_DELAY,
+    DEFAULT_PUT_PRIORITY,
+    DEFAULT_PUT_TTR,
+    MAX_LINE_CONTENT,
+)
 
-#: Default priority, delay and TTR for ``put`` without them.
-DEFAULT_PUT = (1024, 0, 60)
+#: Default priority, delay and TTR for ``put`` without them (the project's one set).
+DEFAULT_PUT = (DEFAULT_PUT_PRIORITY, DEFAULT_PUT_DELAY, DEFAULT_PUT_TTR)
 
 
 class InputError(Exception):

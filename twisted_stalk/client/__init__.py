@@ -25,6 +25,7 @@ from .client import (
     backoff_with_jitter,
     connect,
 )
+from .defaults import TubeDefaults
 from .errors import (
     BadFormat,
     BeanstalkConnectionError,
@@ -63,7 +64,7 @@ from .pool import BeanstalkPool, JobId, NoServerAvailable, PoolTube, ServerInfo
 from .worker import HandlerTimeout, Retry, Worker, WorkerStats, exponential_backoff
 
 __all__ = [
-    "BeanstalkClient", "Tube", "TubeSet", "connect", "DEFAULT_RETRY_POLICY",
+    "BeanstalkClient", "Tube", "TubeSet", "TubeDefaults", "connect", "DEFAULT_RETRY_POLICY",
     "BeanstalkPool", "PoolTube", "JobId", "ServerInfo", "PoolStats",
     "NoServerAvailable", "RoundRobin", "Weighted", "KeyHash",
     "backoff_with_jitter",

@@ -1,10 +1,22 @@
-"""Client-side argument checks: nothing malformed is ever sent."""
+"""Client-side argument checks: nothing malformed is ever sent.
+
+One check per argument *kind* of the command table
+(:data:`twisted_stalk.protocol.commands.COMMANDS`), as the server's parser
+reads them: :func:`command_args` checks a command's arguments by the kinds
+the table gives them, so no command method repeats a check.
+"""
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
-from ..protocol.commands import valid_tube_name
-from ..protocol.constants import JOB_STATES, MAX_TUBE_NAME, U32_MAX, U64_MAX
+from ..protocol.commands import COMMANDS, EXTENSION_COMMANDS, valid_tube_name
+from ..protocol.constants import (
+    JOB_STATES,
+    MAX_RESERVE_TIMEOUT,
+    MAX_TUBE_NAME,
+    U32_MAX,
+    U64_MAX,
+)
 from .errors import InvalidArgument
 
 TubeName = Union[str, bytes]
@@ -36,6 +48,8 @@ def tube_name(name: Any, what: str = "tube") -> bytes:
 
 def uint(value: Any, what: str, limit: int = U32_MAX) -> int:
     """A non-negative integer no larger than ``limit`` (floats only if whole)."""
+    if type(value) is int and 0 <= value <= limit:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"{what} must be an integer, not {type(value).__name__}")
     if isinstance(value, float):
@@ -78,3 +92,49 @@ def job_state(value: Any) -> str:
     if not isinstance(value, str) or value not in JOB_STATES:
         raise InvalidArgument(f"job state must be one of {', '.join(JOB_STATES)}, not {value!r}")
     return value
+
+
+# ------------------------------------------------------ driven by the table
+
+_Check = Callable[[Any, str], Any]
+
+
+def _u64(value: Any, what: str) -> int:
+    if type(value) is int and 0 <= value <= U64_MAX:  # job ids: the common case first
+        return value
+    return uint(value, what, U64_MAX)
+
+
+#: One check per argument kind of the command table ("bytes", put's byte
+#: count, is the body's length: :func:`body` checks the body itself).
+KIND_CHECKS: Dict[str, _Check] = {
+    "u32": uint,
+    "seconds": uint,
+    "bound": uint,
+    "u64": _u64,
+    # beanstalkd keeps the timeout in a C int: 2**31 and up would wrap.
+    "timeout": lambda value, what: uint(value, what, MAX_RESERVE_TIMEOUT),
+    "tube": lambda value, what: tube_name(value),
+    "state": lambda value, what: job_state(value),
+}
+
+#: How messages name an argument whose table name is terse (else its name).
+_LABELS = {"pri": "priority", "id": "job id", "bound": "kick bound",
+           "seconds": "reserve timeout"}
+
+_CHECKS: Dict[str, Tuple[Tuple[_Check, str], ...]] = {
+    spec.name: tuple((KIND_CHECKS[a.kind], _LABELS.get(a.name, a.name))
+                     for a in spec.args if a.kind != "bytes")
+    for spec in COMMANDS + EXTENSION_COMMANDS
+}
+
+
+def command_args(name: str, values: Sequence[Any]) -> Tuple[Any, ...]:
+    """``values`` (the leading arguments of command ``name``, in the table's
+    order) checked by their kinds: ints, tube names as bytes, states as str;
+    or :class:`InvalidArgument` naming the first bad one."""
+    checks = _CHECKS[name]
+    if len(values) == 1:  # most commands: one argument
+        check, what = checks[0]
+        return (check(values[0], what),)
+    return tuple([check(value, what) for (check, what), value in zip(checks, values)])

@@ -19,6 +19,7 @@ order once connected.  Per-call tube targeting (``client.tube("x").put``,
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import (
     Any,
@@ -40,7 +41,6 @@ from twisted.internet.defer import (
     DeferredList,
     TimeoutError,
     fail,
-    gatherResults,
     succeed,
 )
 from twisted.internet.endpoints import clientFromString
@@ -53,7 +53,8 @@ from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, DEFAULT_TUBE
 from ..protocol.replies import Reply
 from ..protocol.yaml import StatValue
 from . import _validate as v
-from .errors import ClientClosed, ConnectTimeout, InvalidArgument
+from .defaults import TubeDefaults
+from .errors import ClientClosed, ConnectionLost, ConnectTimeout, InvalidArgument
 from .job import DEFAULT_PRIORITY, DEFAULT_TTR, Codec, Job
 from .protocol import (
     DEFAULT_RESERVE_GRACE,
@@ -63,6 +64,7 @@ from .protocol import (
     BeanstalkProtocol,
 )
 from .reserve import ReserveConnections
+from .tubes import Tube, TubeSet
 
 T = TypeVar("T")
 TubeName = Union[str, bytes]
@@ -114,7 +116,7 @@ class _Link:
 
     def _prepare(self, connected: Any) -> Deferred:
         proto: BeanstalkProtocol = getattr(connected, "_protocol", connected)
-        d = self.client._replay(proto)
+        d = self.client.defaults.apply(proto)
 
         def ready(_: Any) -> None:
             if proto.connected:
@@ -127,7 +129,7 @@ class _Link:
     def _lost(self, _: Any, proto: BeanstalkProtocol) -> None:
         if self.proto is proto:
             self.proto = None
-        self.client._connection_lost(proto._closed_reason or "connection closed")
+        self.client._connection_lost(proto.closed_reason or "connection closed")
 
     def call(self, fn: Callable[[BeanstalkProtocol], "Deferred[T]"]) -> "Deferred[T]":
         """Run ``fn`` with the connected protocol, now or once connected."""
@@ -167,76 +169,6 @@ class _Link:
         return d.addCallback(fn)
 
 
-class Tube:
-    """A tube of a client: commands that target it without changing the client's
-    default tube (``client.tube("emails").put(body)``)."""
-
-    def __init__(self, client: "BeanstalkClient", name: TubeName) -> None:
-        self.client = client
-        self._raw = v.tube_name(name)
-        self.name = self._raw.decode("ascii")
-
-    def __repr__(self) -> str:
-        return f"<Tube {self.name!r}>"
-
-    def put(self, body: Any, priority: int = DEFAULT_PRIORITY, delay: int = 0,
-            ttr: int = DEFAULT_TTR) -> "Deferred[int]":
-        """Put a job into this tube; fires with its id."""
-        return self.client.put(body, priority, delay, ttr, tube=self._raw)
-
-    def peek_ready(self) -> "Deferred[Job]":
-        """The next ready job of this tube."""
-        return self.client.peek_ready(tube=self._raw)
-
-    def peek_delayed(self) -> "Deferred[Job]":
-        """The delayed job of this tube with the shortest delay left."""
-        return self.client.peek_delayed(tube=self._raw)
-
-    def peek_buried(self) -> "Deferred[Job]":
-        """The next buried job of this tube."""
-        return self.client.peek_buried(tube=self._raw)
-
-    def kick(self, bound: int) -> "Deferred[int]":
-        """Kick up to ``bound`` jobs of this tube; fires with the number kicked."""
-        return self.client.kick(bound, tube=self._raw)
-
-    def stats(self) -> "Deferred[Stats]":
-        """This tube's statistics."""
-        return self.client.stats_tube(self._raw)
-
-    def pause(self, delay: int) -> "Deferred[None]":
-        """Pause reserves from this tube for ``delay`` seconds."""
-        return self.client.pause_tube(self._raw, delay)
-
-    def list_jobs(self, state: str, limit: int) -> "Deferred[List[int]]":
-        """Ids of up to ``limit`` jobs of this tube in ``state`` (see
-        :meth:`BeanstalkClient.list_jobs`)."""
-        return self.client.list_jobs(self._raw, state, limit)
-
-    def flush(self, state: Optional[str] = None) -> "Deferred[int]":
-        """Delete this tube's jobs in ``state`` (None: ready, delayed and buried);
-        fires with the number deleted (see :meth:`BeanstalkClient.flush_tube`)."""
-        return self.client.flush_tube(self._raw, state)
-
-
-class TubeSet:
-    """A set of tubes to reserve from (``client.watching("a", "b").reserve()``)."""
-
-    def __init__(self, client: "BeanstalkClient", names: Sequence[TubeName]) -> None:
-        if not names:
-            raise InvalidArgument("watching() needs at least one tube")
-        self.client = client
-        self._raw = tuple(dict.fromkeys(v.tube_name(n) for n in names))
-        self.names = tuple(n.decode("ascii") for n in self._raw)
-
-    def __repr__(self) -> str:
-        return f"<TubeSet {self.names!r}>"
-
-    def reserve(self, timeout: Optional[int] = None) -> "Deferred[Job]":
-        """Reserve a job from these tubes (``timeout`` None waits forever)."""
-        return self.client.reserve(timeout, tubes=self._raw)
-
-
 class BeanstalkClient:
     """A Deferred-based beanstalk client that reconnects.
 
@@ -266,6 +198,9 @@ class BeanstalkClient:
         time the main connection closes (not after :meth:`close`).
     :param name: how logs and jobs (:attr:`Job.server`) name the server
         (default: the endpoint string).
+    :param defaults: a :class:`~twisted_stalk.client.defaults.TubeDefaults`
+        to share with other clients (a pool's servers share one); when given,
+        ``use`` and ``watch`` are ignored.
 
     The connections are opened on first use (or by :meth:`connect`); close
     them with :meth:`close`.
@@ -285,7 +220,8 @@ class BeanstalkClient:
                  max_reserve_connections: int = 64,
                  on_connect: Optional[Callable[["BeanstalkClient", bool], Any]] = None,
                  on_disconnect: Optional[Callable[["BeanstalkClient", str], Any]] = None,
-                 name: Optional[str] = None) -> None:
+                 name: Optional[str] = None,
+                 defaults: Optional[TubeDefaults] = None) -> None:
         if reactor is None:
             from twisted.internet import reactor as _reactor
             reactor = _reactor  # type: ignore[assignment]
@@ -306,12 +242,9 @@ class BeanstalkClient:
         self.retry_policy = retry_policy or DEFAULT_RETRY_POLICY
         self.max_job_size = max_job_size
         self.codec = codec
-        if isinstance(watch, (str, bytes)):
-            watch = (watch,)
-        self._use: bytes = v.tube_name(use)
-        self._watch: List[bytes] = list(dict.fromkeys(v.tube_name(t) for t in watch))
-        if not self._watch:
-            raise InvalidArgument("watch must name at least one tube")
+        #: The default tube and watch list of calls that name none (kept
+        #: across reconnects; shared by the servers of a pool).
+        self.defaults: TubeDefaults = defaults or TubeDefaults(use, watch)
         self._closed = False
         self._main = _Link(self)
         self._reserves = ReserveConnections(self, max_reserve_connections)
@@ -324,12 +257,17 @@ class BeanstalkClient:
     @property
     def used(self) -> str:
         """The default tube of puts, peeks and kicks."""
-        return self._use.decode("ascii")
+        return self.defaults.used
 
     @property
     def watched(self) -> Tuple[str, ...]:
         """The default watch list of reserves."""
-        return tuple(t.decode("ascii") for t in self._watch)
+        return self.defaults.watched
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
 
     @property
     def connected(self) -> bool:
@@ -341,6 +279,21 @@ class BeanstalkClient:
     def protocol(self) -> Optional[BeanstalkProtocol]:
         """The main connection's protocol, when connected."""
         return self._main.proto
+
+    @property
+    def main_wait(self) -> float:
+        """Seconds the oldest command on the main connection has waited for
+        its reply (0.0 when none waits or it is not connected): a server that
+        keeps this growing is stalled (the pool passes it over)."""
+        proto = self._main.proto
+        return proto.head_wait if proto is not None else 0.0
+
+    def first_attempt(self) -> "Deferred[None]":
+        """Start connecting; fires when the main connection is made, or fails
+        at the first attempt that does (later attempts go on)."""
+        d = self._main.service.whenConnected(failAfterFailures=1)
+        self.start()
+        return d.addCallback(lambda _: None)
 
     def start(self) -> None:
         """Start connecting (calls do this by themselves)."""
@@ -366,7 +319,7 @@ class BeanstalkClient:
             self._hook(self.on_connect, self, reconnected)
 
     def _connection_lost(self, reason: str) -> None:
-        self._reserves._wake()
+        self._reserves.wake()
         if self._closed:
             return
         self.log.info("connection to {server} lost: {reason}", server=self.name, reason=reason)
@@ -379,53 +332,33 @@ class BeanstalkClient:
         except Exception:
             self.log.failure("the {hook!r} hook failed", hook=hook)
 
-    def _replay(self, proto: BeanstalkProtocol) -> Deferred:
-        """Bring a fresh connection to the client's default use/watch state."""
-        ds: List[Deferred] = []
-        if self._use != proto._using:
-            ds.append(proto.use(self._use))
-        for tube in self._watch:
-            if tube not in proto._watching:
-                ds.append(proto.watch(tube))
-        for tube in list(proto._watching):
-            if tube not in self._watch:
-                ds.append(proto.ignore(tube))
-        if not ds:
-            return succeed(None)
-        return gatherResults(ds, consumeErrors=True)
-
     # --------------------------------------------------------- default state
 
     def use(self, tube: TubeName) -> "Deferred[str]":
         """Make ``tube`` the default for puts, peeks and kicks (kept across
         reconnects); fires with its name."""
         try:
-            raw = v.tube_name(tube)
+            raw = self.defaults.set_use(tube)
         except InvalidArgument as e:
             return fail(e)
-        self._use = raw
         return self._main.call(lambda p: p.use(raw))
 
     def watch(self, tube: TubeName) -> "Deferred[int]":
         """Add ``tube`` to the default watch list (kept across reconnects);
         fires with the list's length."""
         try:
-            raw = v.tube_name(tube)
+            raw = self.defaults.add_watch(tube)
         except InvalidArgument as e:
             return fail(e)
-        if raw not in self._watch:
-            self._watch.append(raw)
         return self._main.call(lambda p: p.watch(raw))
 
     def ignore(self, tube: TubeName) -> "Deferred[int]":
         """Remove ``tube`` from the default watch list; fires with its length.
         Errors: :class:`NotIgnored` if it is the only tube watched."""
         try:
-            raw = v.tube_name(tube)
+            raw = self.defaults.remove_watch(tube)
         except InvalidArgument as e:
             return fail(e)
-        if raw in self._watch and len(self._watch) > 1:
-            self._watch.remove(raw)
         return self._main.call(lambda p: p.ignore(raw))
 
     def tube(self, name: TubeName) -> Tube:
@@ -446,11 +379,21 @@ class BeanstalkClient:
         Errors: :class:`Buried` (``.job_id``), :class:`JobTooBig`,
         :class:`Draining`, :class:`InvalidArgument`.
         """
-        target = self._use if tube is None else tube
+        target = self.defaults.use if tube is None else tube
         proto = self._main.proto
         if proto is not None and proto.connected:
             return proto.put(body, priority, delay, ttr, target)
         return self._main.later(lambda p: p.put(body, priority, delay, ttr, target))
+
+    def put_now(self, body: Any, priority: int = DEFAULT_PRIORITY, delay: int = 0,
+                ttr: int = DEFAULT_TTR, tube: Optional[TubeName] = None) -> "Deferred[int]":
+        """:meth:`put` on the main connection as it is now: fails at once with
+        :class:`ConnectionLost` when it is not connected, instead of waiting
+        for a reconnect (a pool then tries another server)."""
+        proto = self._main.proto
+        if proto is None:
+            return fail(ConnectionLost(f"not connected to {self.name}"))
+        return proto.put(body, priority, delay, ttr, self.defaults.use if tube is None else tube)
 
     def peek(self, job_id: int) -> "Deferred[Job]":
         """The job with this id. Errors: :class:`NotFound`."""
@@ -458,22 +401,22 @@ class BeanstalkClient:
 
     def peek_ready(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
         """The next ready job of ``tube`` (default: the client's tube)."""
-        target = self._use if tube is None else tube
+        target = self.defaults.use if tube is None else tube
         return self._main.call(lambda p: p.peek_ready(target))
 
     def peek_delayed(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
         """The delayed job with the shortest delay left in ``tube``."""
-        target = self._use if tube is None else tube
+        target = self.defaults.use if tube is None else tube
         return self._main.call(lambda p: p.peek_delayed(target))
 
     def peek_buried(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
         """The next buried job of ``tube``."""
-        target = self._use if tube is None else tube
+        target = self.defaults.use if tube is None else tube
         return self._main.call(lambda p: p.peek_buried(target))
 
     def kick(self, bound: int, tube: Optional[TubeName] = None) -> "Deferred[int]":
         """Kick up to ``bound`` buried (else delayed) jobs of ``tube``."""
-        target = self._use if tube is None else tube
+        target = self.defaults.use if tube is None else tube
         return self._main.call(lambda p: p.kick(bound, target))
 
     def kick_job(self, job_id: Union[int, Job]) -> "Deferred[None]":
@@ -502,7 +445,7 @@ class BeanstalkClient:
             if timeout is not None:
                 timeout = v.uint(timeout, "reserve timeout", MAX_RESERVE_TIMEOUT)
             if tubes is None:
-                watching: Tuple[bytes, ...] = tuple(self._watch)
+                watching: Tuple[bytes, ...] = self.defaults.watch
             else:
                 if isinstance(tubes, (str, bytes)):
                     tubes = (tubes,)
@@ -513,8 +456,7 @@ class BeanstalkClient:
             return fail(e)
         if timeout is None:
             return self._on_pool(lambda p, left: p.reserve(None, watching), None)
-        return self._on_pool(lambda p, left: p.reserve(left, watching),
-                             self.clock.seconds() + timeout)
+        return self._on_pool(lambda p, left: p.reserve(left, watching), timeout)
 
     def reserve_with_timeout(self, timeout: int,
                              tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
@@ -526,14 +468,22 @@ class BeanstalkClient:
         return self._on_pool(lambda p, left: p.reserve_job(job_id), None)
 
     def _on_pool(self, fn: Callable[[BeanstalkProtocol, int], "Deferred[Job]"],
-                 deadline: Optional[float]) -> "Deferred[Job]":
-        """Run ``fn(connection, seconds left)`` on a free reserve connection."""
+                 timeout: Optional[int]) -> "Deferred[Job]":
+        """Run ``fn(connection, seconds left)`` on a free reserve connection.
+
+        The wait for the connection comes out of ``timeout``; what is left is
+        rounded *up* to whole seconds (and never exceeds ``timeout``), so the
+        server's wait is never shorter than asked: a ``reserve(timeout=1)``
+        that got its connection after a millisecond still waits a second."""
         if self._closed:
             return fail(ClientClosed("the client is closed"))
         reserves = self._reserves
+        deadline = None if timeout is None else self.clock.seconds() + timeout
 
         def run(proto: BeanstalkProtocol) -> "Deferred[Job]":
-            left = 0 if deadline is None else max(0, int(deadline - self.clock.seconds()))
+            left = 0
+            if timeout is not None and deadline is not None:
+                left = min(timeout, max(0, math.ceil(deadline - self.clock.seconds())))
 
             def done(result: Any) -> Any:
                 reserves.release(proto)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Dict, Optional
 from typing import Protocol as _TypingProtocol
 
 from twisted.internet.defer import Deferred, fail
+from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from ..protocol.constants import DEFAULT_PUT_PRIORITY, DEFAULT_PUT_TTR
 from ..protocol.yaml import StatValue
 from .errors import (
     BeanstalkConnectionError,
@@ -19,15 +21,11 @@ from .errors import (
     NotFound,
 )
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import BeanstalkClient
-    from .protocol import BeanstalkProtocol
-
-#: Default priority of put, release and bury (the middle of the range, as
-#: beanstalkd's own tools use).
-DEFAULT_PRIORITY = 2**31
-#: Default time to run of put, in seconds.
-DEFAULT_TTR = 120
+#: Default priority of put, release and bury (the project's one default,
+#: :data:`twisted_stalk.protocol.constants.DEFAULT_PUT_PRIORITY`).
+DEFAULT_PRIORITY = DEFAULT_PUT_PRIORITY
+#: Default time to run of put, in seconds (``DEFAULT_PUT_TTR``).
+DEFAULT_TTR = DEFAULT_PUT_TTR
 
 
 class Codec(_TypingProtocol):
@@ -38,6 +36,23 @@ class Codec(_TypingProtocol):
 
     def decode(self, body: bytes) -> Any:
         """The value of ``body``."""
+
+
+class JobConnection(_TypingProtocol):
+    """What a job needs of the connection it came from (a
+    :class:`~twisted_stalk.client.BeanstalkProtocol`): whether it is open, its
+    clock, a way to stop tracking the job, and the job commands (``delete``,
+    ``release``, ``bury``, ``touch``, ``kick_job``, ``stats_job``, sent by
+    name; a :class:`~twisted_stalk.client.BeanstalkClient` has them too)."""
+
+    connected: bool
+    clock: IReactorTime
+
+    def forget(self, job: "Job") -> None:
+        """Stop tracking ``job`` as held here (its reservation is over)."""
+
+    def stats_job(self, job_id: int) -> Deferred:
+        """The job's ``stats-job``."""
 
 
 class UTF8Codec:
@@ -84,12 +99,12 @@ class Job:
     """
 
     __slots__ = ("id", "body", "reserved", "finished", "pending", "tube", "priority", "ttr",
-                 "_lost", "_expired", "_granted_at", "_proto", "_client", "_codec",
+                 "granted_at", "_lost", "_expired", "_proto", "_client", "_codec",
                  "stats_cache")
 
     def __init__(self, id: int, body: bytes, *, reserved: bool = False,
-                 proto: "Optional[BeanstalkProtocol]" = None,
-                 client: "Optional[BeanstalkClient]" = None,
+                 proto: Optional[JobConnection] = None,
+                 client: Any = None,
                  codec: Optional[Codec] = None, tube: Optional[str] = None) -> None:
         self.id = id
         self.body = body
@@ -104,7 +119,9 @@ class Job:
         #: When (client clock) the reservation was last granted: the reply to
         #: reserve or touch.  The server's TTR deadline is no later than this
         #: plus the TTR.
-        self._granted_at = 0.0
+        #: Clock time the reservation was last granted (reserved, or touched
+        #: and confirmed); 0.0 for a peeked job.
+        self.granted_at = 0.0
         self._proto = proto
         self._client = client
         self._codec = codec
@@ -132,18 +149,29 @@ class Job:
         return getattr(self._client, "name", None)
 
     @property
+    def connection(self) -> Optional[JobConnection]:
+        """The connection the job came from (None for a job made by hand)."""
+        return self._proto
+
+    @property
     def lost(self) -> bool:
         """True once the reservation is gone without this client disposing of
         the job: its connection closed, or its TTR ran out (:attr:`expired`)."""
         return self._lost is not None
 
     @property
+    def lost_reason(self) -> Optional[str]:
+        """Why the job is :attr:`lost` (None while it is not)."""
+        return self._lost
+
+    @property
     def expired(self) -> bool:
         """True once the client knows the job's TTR ran out while it held it."""
         return self._expired
 
-    def _learn(self, stats: Dict[str, StatValue]) -> None:
-        """Keep what a ``stats-job`` reply says about the job."""
+    def learn(self, stats: Dict[str, StatValue]) -> None:
+        """Keep what a ``stats-job`` reply says about the job (its tube,
+        priority and TTR; :meth:`stats` does this)."""
         self.stats_cache = stats
         tube, pri, ttr = stats.get("tube"), stats.get("pri"), stats.get("ttr")
         if isinstance(tube, str):
@@ -153,23 +181,25 @@ class Job:
         if isinstance(ttr, int) and not isinstance(ttr, bool):
             self.ttr = ttr
 
-    def _mark_lost(self, reason: str) -> None:
+    def mark_lost(self, reason: str) -> None:
+        """The reservation is gone (its connection closed): the job's commands
+        now fail with :class:`JobLost` (called by the connection)."""
         if self.finished is None and self._lost is None:
             self._lost = reason
 
-    def _expire(self, reason: str) -> bool:
-        """The reservation certainly ended (TTR): forget the job on its
-        connection; False if it was disposed of or lost already."""
+    def expire(self, reason: str) -> bool:
+        """The reservation certainly ended (its TTR ran out): forget the job on
+        its connection, and fail its commands with :class:`JobExpired`; False
+        if it was disposed of or lost already (called by the client)."""
         if self.finished is not None or self.pending is not None or self._lost is not None:
             return False
         self._lost = reason
         self._expired = True
-        proto = self._proto
-        if proto is not None and proto._jobs.get(self.id) is self:
-            del proto._jobs[self.id]
+        if self._proto is not None:
+            self._proto.forget(self)
         return True
 
-    def _bound(self) -> "BeanstalkProtocol":
+    def _bound(self) -> JobConnection:
         proto = self._proto
         if self._expired:
             raise JobExpired(self.id, self._lost or "")
@@ -208,7 +238,7 @@ class Job:
             self.pending = None
             self.finished = finish
         elif self._proto is not None:  # touch: the TTR restarted
-            self._granted_at = self._proto.clock.seconds()
+            self.granted_at = self._proto.clock.seconds()
         return result
 
     def _refused(self, failure: Failure, finish: Optional[str], name: str) -> Failure:
@@ -226,7 +256,7 @@ class Job:
                 self._expired = True
             return Failure(JobExpired(self.id, reason, name))
         if failure.check(BeanstalkConnectionError):
-            self._mark_lost(failure.getErrorMessage())
+            self.mark_lost(failure.getErrorMessage())
         return failure
 
     def delete(self) -> "Deferred[None]":
@@ -259,6 +289,6 @@ class Job:
         d = target.stats_job(self.id)
 
         def keep(stats: Dict[str, StatValue]) -> Dict[str, StatValue]:
-            self._learn(stats)
+            self.learn(stats)
             return stats
         return d.addCallback(keep)

@@ -12,15 +12,30 @@ returns; :class:`JobId` is a job id that remembers its server.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
+from typing import Protocol as _Interface
 
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .client import BeanstalkClient
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .pool import BeanstalkPool
+
+class ServerHost(_Interface):
+    """What a :class:`PoolServer` reports to (its pool): the clock, the stall
+    timeout, the log, and two reports."""
+
+    clock: IReactorTime
+    stall_timeout: float
+    log: Logger
+
+    def server_up(self, server: "PoolServer") -> None:
+        """``server`` answered on a new connection: it is up."""
+
+    def server_changed(self, server: "PoolServer") -> None:
+        """``server`` went down (or its state changed otherwise)."""
 
 
 class JobId(int):
@@ -65,7 +80,7 @@ class ServerInfo:
 class PoolServer:
     """One server of a pool: its client and what the pool knows of it."""
 
-    def __init__(self, pool: "BeanstalkPool", index: int, client: BeanstalkClient) -> None:
+    def __init__(self, pool: ServerHost, index: int, client: BeanstalkClient) -> None:
         self.pool = pool
         self.index = index
         self.client = client
@@ -93,19 +108,16 @@ class PoolServer:
     @property
     def usable(self) -> bool:
         """Up, and no command waiting longer than the stall timeout."""
-        proto = self.client._main.proto
-        return (self.state == "up" and proto is not None and proto.connected
-                and proto.head_wait < self.pool.stall_timeout)
+        client = self.client
+        return (self.state == "up" and client.connected
+                and client.main_wait < self.pool.stall_timeout)
 
     def stored(self, job_id: int) -> "JobId":
         self.puts += 1
         return JobId(job_id, self.name)
 
     def start(self) -> None:
-        service = self.client._main.service
-        # (asked before starting: a first attempt may fail at once)
-        service.whenConnected(failAfterFailures=1).addErrback(self._first_failed)
-        self.client.start()
+        self.client.first_attempt().addErrback(self._first_failed)
 
     def _first_failed(self, failure: Failure) -> None:
         if failure.check(CancelledError):
@@ -135,7 +147,7 @@ class PoolServer:
         if was == "down":
             pool.log.info("beanstalk server {server} is back after {seconds:.1f} s",
                           server=self.name, seconds=self.since - down_since)
-        pool._member_up(self)
+        pool.server_up(self)
 
     def _down(self, client: BeanstalkClient, reason: str) -> None:
         self.last_error = reason
@@ -147,7 +159,7 @@ class PoolServer:
         self.downs += 1
         pool.log.warn("beanstalk server {server} is down: {reason}", server=self.name,
                       reason=reason)
-        pool._changed(self)
+        pool.server_changed(self)
 
 
 def follow(d: Deferred) -> Deferred:
@@ -162,4 +174,4 @@ def follow(d: Deferred) -> Deferred:
     return out
 
 
-__all__ = ["JobId", "PoolServer", "ServerInfo"]
+__all__ = ["JobId", "PoolServer", "ServerHost", "ServerInfo"]

@@ -34,35 +34,20 @@ with backoff and replaying ``use``/``watch``) and offers the client's calls:
 """
 from __future__ import annotations
 
-from typing import (
-    Any,
-    Callable,
-    Collection,
-    Dict,
-    List,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-    Union,
-)
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from twisted.internet.defer import (
-    CancelledError,
-    Deferred,
-    DeferredList,
-    TimeoutError,
-    fail,
-    succeed,
-)
+from twisted.internet.defer import (CancelledError, Deferred, DeferredList, TimeoutError, fail,
+                                    succeed)
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from ..protocol.constants import DEFAULT_TUBE, MAX_RESERVE_TIMEOUT
 from . import _validate as v
 from .aggregate import PoolStats
-from .client import BeanstalkClient, Tube, TubeSet
+from .client import BeanstalkClient
+from .defaults import TubeDefaults
 from .errors import (
     BeanstalkConnectionError,
     NoServerAvailable,
@@ -79,8 +64,8 @@ from .errors import (
 from .job import DEFAULT_PRIORITY, DEFAULT_TTR, Job
 from .members import JobId, PoolServer, ServerInfo, follow
 from .policy import KeyHash, Policy, RoundRobin
-from .protocol import MAX_RESERVE_TIMEOUT
 from .race import Race
+from .tubes import PoolTube, TubeSet
 
 TubeName = Union[str, bytes]
 Endpoint = Union[str, IStreamClientEndpoint]
@@ -122,9 +107,9 @@ class BeanstalkPool:
                  **settings: Any) -> None:
         if isinstance(endpoints, (str, bytes)) or not endpoints:
             raise InvalidArgument("a pool needs a list of one or more endpoints")
-        if {"on_connect", "on_disconnect", "name"} & set(settings):
-            raise InvalidArgument("the pool sets each server's on_connect, on_disconnect and "
-                                  "name: use on_server_change")
+        if {"on_connect", "on_disconnect", "name", "defaults"} & set(settings):
+            raise InvalidArgument("the pool sets each server's on_connect, on_disconnect, name "
+                                  "and defaults: use on_server_change, use= and watch=")
         if reactor is None:
             from twisted.internet import reactor as _reactor
             reactor = _reactor  # type: ignore[assignment]
@@ -138,7 +123,12 @@ class BeanstalkPool:
         self.retry_written = retry_written
         self.stall_timeout = stall_timeout
         self.on_server_change = on_server_change
-        self._members = [PoolServer(self, i, BeanstalkClient(e, reactor=reactor, **settings))
+        #: The tubes every server's calls use when they name none (one set).
+        self._defaults = TubeDefaults(settings.pop("use", DEFAULT_TUBE),
+                                      settings.pop("watch", (DEFAULT_TUBE,)))
+        self._host = _Host(self)
+        self._members = [PoolServer(self._host, i, BeanstalkClient(e, reactor=reactor,
+                                                             defaults=self._defaults, **settings))
                          for i, e in enumerate(endpoints)]
         names = [m.name for m in self._members]
         if len(set(names)) != len(names):
@@ -220,24 +210,22 @@ class BeanstalkPool:
         if self._health is not None and self._health.running:
             self._health.stop()
         for race in list(self._races):
-            race.done = True
-            race._stop()
-            race.result.errback(ClientClosed("the pool was closed"))
+            race.abort(ClientClosed("the pool was closed"))
         waiters, self._up_waiters = self._up_waiters, []
         for d in waiters:
             d.errback(ClientClosed("the pool was closed"))
         return DeferredList([m.client.close() for m in self._members],
                             consumeErrors=True).addCallback(lambda _: None)
 
-    def _changed(self, member: PoolServer) -> None:
+    def _server_changed(self, member: PoolServer) -> None:
         if self.on_server_change is not None:
             try:
                 self.on_server_change(member.info)
             except Exception:
                 self.log.failure("the on_server_change hook failed")
 
-    def _member_up(self, member: PoolServer) -> None:
-        self._changed(member)
+    def _server_up(self, member: PoolServer) -> None:
+        self._server_changed(member)
         for race in list(self._races):
             race.add(member)
         waiters, self._up_waiters = self._up_waiters, []
@@ -271,25 +259,8 @@ class BeanstalkPool:
                     proto.list_tube_used().addErrback(lambda f: None)
 
     def _usable(self) -> List[int]:
-        """Indices of the servers up and answering (``PoolServer.usable``, inlined:
-        every put asks)."""
-        limit = self.stall_timeout
-        now: Optional[float] = None
-        out = []
-        for m in self._members:
-            if m.state != "up":
-                continue
-            proto = m.client._main.proto
-            if proto is None or not proto.connected:
-                continue
-            inflight = proto._inflight
-            if inflight and not inflight[0].blocking:
-                if now is None:
-                    now = self.clock.seconds()
-                if now - proto._head_since >= limit:
-                    continue
-            out.append(m.index)
-        return out
+        """Indices of the servers up and answering (:attr:`PoolServer.usable`)."""
+        return [m.index for m in self._members if m.usable]
 
     # ------------------------------------------------------------ producing
 
@@ -321,9 +292,7 @@ class BeanstalkPool:
                 index = (first(self._names, usable, key) if first is not None
                          else policy.order(self._names, usable, key)[0])
                 member = self._members[index]
-                client = member.client
-                d = client._main.proto.put(  # type: ignore[union-attr]
-                    body, priority, delay, ttr, client._use if tube is None else tube)
+                d = member.client.put_now(body, priority, delay, ttr, tube)
                 return d.addCallbacks(member.stored, self._put_failed, errbackArgs=(
                     member, body, priority, delay, ttr, tube, key, written))
         return Deferred.fromCoroutine(
@@ -377,11 +346,8 @@ class BeanstalkPool:
                 continue
             member = self._members[order[0]]
             tried.add(member.index)
-            proto = member.client.protocol
-            assert proto is not None
-            target = member.client._use if tube is None else tube
             try:
-                job_id = await proto.put(body, priority, delay, ttr, target)
+                job_id = await member.client.put_now(body, priority, delay, ttr, tube)
             except (Draining, OutOfMemory) as e:  # not stored: the next server
                 errors[member.name] = e
                 continue
@@ -411,7 +377,7 @@ class BeanstalkPool:
             if timeout is not None:
                 timeout = v.uint(timeout, "reserve timeout", MAX_RESERVE_TIMEOUT)
             if tubes is None:
-                watching = tuple(self._members[0].client._watch)
+                watching = self._defaults.watch
             else:
                 if isinstance(tubes, (str, bytes)):
                     tubes = (tubes,)
@@ -449,7 +415,9 @@ class BeanstalkPool:
         if deadline is not None and self.clock.seconds() >= deadline:
             return fail(TimedOut("reserve", b"TIMED_OUT (no server had a job)"))
         # Nothing ready anywhere: wait on every server at once.
-        return Race(self, deadline, tubes).start()
+        race = Race(self._host, self._members, deadline, tubes)
+        self._races.add(race)
+        return race.start()
 
     @staticmethod
     def _polled(job: Job, member: PoolServer) -> Job:
@@ -482,7 +450,7 @@ class BeanstalkPool:
         counted)."""
         self.log.info("giving back job {id} of {server}: the reserve had a job already",
                       id=job.id, server=member.name)
-        proto = job._proto
+        proto = job.connection
         if proto is not None:
             proto.drop("connection closed to give back a job the pool did not need")
 
@@ -663,47 +631,53 @@ class BeanstalkPool:
             raw = v.tube_name(tube)
         except InvalidArgument as e:
             return fail(e)
-        for m in self._members:
-            m.client._use = raw
+        self._defaults.set_use(raw)
         return self._each(lambda c: c.use(raw)).addCallback(lambda r: raw.decode("ascii"))
 
     def watch(self, tube: TubeName) -> "Deferred[int]":
         """Add ``tube`` to the default watch list of reserves; fires with its length."""
         try:
-            raw = v.tube_name(tube)
+            self._defaults.add_watch(tube)
         except InvalidArgument as e:
             return fail(e)
-        for m in self._members:
-            if raw not in m.client._watch:
-                m.client._watch.append(raw)
-        return succeed(len(self._members[0].client._watch))
+        return succeed(len(self._defaults.watch))
 
     def ignore(self, tube: TubeName) -> "Deferred[int]":
         """Remove ``tube`` from the default watch list (not the last one)."""
         try:
-            raw = v.tube_name(tube)
+            self._defaults.remove_watch(tube)
         except InvalidArgument as e:
             return fail(e)
-        for m in self._members:
-            watch = m.client._watch
-            if raw in watch and len(watch) > 1:
-                watch.remove(raw)
-        return succeed(len(self._members[0].client._watch))
+        return succeed(len(self._defaults.watch))
 
 
-class PoolTube(Tube):
-    """A tube of a pool (``pool.tube("emails").put(body, key=user_id)``): the
-    calls of :class:`~twisted_stalk.client.Tube`, over every server."""
+class _Host:
+    """The pool as its servers and races see it
+    (:class:`~twisted_stalk.client.members.ServerHost`,
+    :class:`~twisted_stalk.client.race.RaceHost`)."""
 
-    def __repr__(self) -> str:
-        return f"<PoolTube {self.name!r}>"
+    def __init__(self, pool: BeanstalkPool) -> None:
+        self._pool = pool
+        self.clock = pool.clock
+        self.log = pool.log
 
-    def put(self, body: Any, priority: int = DEFAULT_PRIORITY, delay: int = 0,  # type: ignore[override]
-            ttr: int = DEFAULT_TTR, *, key: Optional[Any] = None,
-            retry_written: Optional[bool] = None) -> "Deferred[JobId]":
-        """Put a job into this tube on one server (see :meth:`BeanstalkPool.put`)."""
-        return self.client.put(body, priority, delay, ttr, self._raw, key=key,
-                               retry_written=retry_written)
+    stall_timeout = property(lambda self: self._pool.stall_timeout)
+    reserve_grace = property(lambda self: self._pool.reserve_grace)
+
+    def server_up(self, server: PoolServer) -> None:
+        self._pool._server_up(server)
+
+    def server_changed(self, server: PoolServer) -> None:
+        self._pool._server_changed(server)
+
+    def suspect(self, server: PoolServer, reason: str) -> None:
+        self._pool._suspect(server, reason)
+
+    def give_back(self, server: PoolServer, job: Job) -> None:
+        self._pool._give_back(server, job)
+
+    def race_over(self, race: Race) -> None:
+        self._pool._races.discard(race)
 
 
 __all__ = ["BeanstalkPool", "JobId", "NoServerAvailable", "PoolTube", "ServerInfo"]

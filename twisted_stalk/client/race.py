@@ -12,25 +12,44 @@ again after a second.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+import math
+from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Protocol as _Interface
 
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from .errors import ResponseTimeout, TimedOut
 from .job import Job
 from .members import PoolServer
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .pool import BeanstalkPool
+
+class RaceHost(_Interface):
+    """What a :class:`Race` reports to (its pool)."""
+
+    clock: IReactorTime
+    reserve_grace: float
+    log: Logger
+
+    def suspect(self, server: PoolServer, reason: str) -> None:
+        """``server`` stopped answering: drop its main connection."""
+
+    def give_back(self, server: PoolServer, job: Job) -> None:
+        """``job`` came for a race already over: make the server put it back."""
+
+    def race_over(self, race: "Race") -> None:
+        """``race`` is over (won, timed out, cancelled or aborted)."""
 
 
 class Race:
     """One pool reserve waiting on every usable server at once."""
 
-    def __init__(self, pool: "BeanstalkPool", deadline: Optional[float],
-                 tubes: Tuple[bytes, ...]) -> None:
+    def __init__(self, pool: RaceHost, servers: Sequence[PoolServer],
+                 deadline: Optional[float], tubes: Tuple[bytes, ...]) -> None:
         self.pool = pool
+        self.servers = servers
         self.deadline = deadline
         self.tubes = tubes
         self.pending: Dict[PoolServer, Deferred] = {}
@@ -41,13 +60,11 @@ class Race:
         self.timer: Any = None
 
     def start(self) -> "Deferred[Job]":
-        pool = self.pool
-        pool._races.add(self)
-        for member in pool._members:
+        for member in self.servers:
             if member.state == "up":
                 self.add(member)
         if self.deadline is not None:
-            self._arm(self.deadline + pool.reserve_grace)
+            self._arm(self.deadline + self.pool.reserve_grace)
         self._check()
         return self.result
 
@@ -69,7 +86,8 @@ class Race:
             return
         left: Optional[int] = None
         if self.deadline is not None:
-            left = int(self.deadline - self.pool.clock.seconds())
+            # Rounded up, as the client does: never a shorter wait than asked.
+            left = math.ceil(self.deadline - self.pool.clock.seconds())
             if left < 1:
                 return
         d = member.client.reserve(left, self.tubes)
@@ -84,14 +102,14 @@ class Race:
         if isinstance(result, Job):
             member.reserved += 1
             if self.done:
-                self.pool._give_back(member, result)
+                self.pool.give_back(member, result)
             else:
                 self._finish(result)
             return
         if isinstance(result, Failure) and not result.check(CancelledError, TimedOut):
             pool = self.pool
             if result.check(ResponseTimeout):
-                pool._suspect(member, f"no answer to a reserve: {result.value}")
+                pool.suspect(member, f"no answer to a reserve: {result.value}")
             pool.log.debug("reserve on {server} failed: {error}", server=member.name,
                            error=result.getErrorMessage())
             if not self.done:  # (a server that went down is added back when it is up)
@@ -118,8 +136,15 @@ class Race:
         else:
             self.result.callback(job)
 
+    def abort(self, error: Exception) -> None:
+        """End the race now with ``error`` (its pool is closing)."""
+        if not self.done:
+            self.done = True
+            self._stop()
+            self.result.errback(error)
+
     def _stop(self) -> None:
-        self.pool._races.discard(self)
+        self.pool.race_over(self)
         timers = [self.timer] + list(self.retries.values())
         self.timer = None
         self.retries.clear()
@@ -136,4 +161,4 @@ class Race:
         self._stop()
 
 
-__all__ = ["Race"]
+__all__ = ["Race", "RaceHost"]

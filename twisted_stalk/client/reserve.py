@@ -26,7 +26,8 @@ server is down wait for it as other calls do.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Set
+from typing import Any, Deque, Dict, List, Optional, Set
+from typing import Protocol as _Interface
 
 from twisted.internet.defer import (
     CancelledError,
@@ -35,16 +36,39 @@ from twisted.internet.defer import (
     fail,
     succeed,
 )
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime, IStreamClientEndpoint
 from twisted.python.failure import Failure
 
 from ..protocol.replies import NotFound
 from .errors import ClientClosed, ConnectionLost, ConnectTimeout, InvalidArgument, TimedOut
 from .job import Job
+from .defaults import TubeDefaults
 from .protocol import BeanstalkClientFactory, BeanstalkProtocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import BeanstalkClient
+
+class ReserveOwner(_Interface):
+    """What the reserve connections need of their client (a
+    :class:`~twisted_stalk.client.BeanstalkClient`): its settings, its
+    default tubes, whether it is connected or closed, and a way to wait for
+    its main connection."""
+
+    clock: IReactorTime
+    endpoint: IStreamClientEndpoint
+    name: str
+    timeout: Optional[float]
+    reserve_grace: float
+    connect_timeout: Optional[float]
+    max_job_size: Optional[int]
+    codec: Any
+    defaults: TubeDefaults
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def connect(self) -> Deferred: ...
 
 #: Seconds past a job's TTR after which the client treats the reservation as
 #: over (the server's deadline is earlier: it started the TTR before the
@@ -69,7 +93,7 @@ class ReserveConnections:
     gives it back; :meth:`reserved` tells it which job a reserve got.
     """
 
-    def __init__(self, client: "BeanstalkClient", limit: int) -> None:
+    def __init__(self, client: ReserveOwner, limit: int) -> None:
         if limit < 1:
             raise InvalidArgument("max_reserve_connections must be at least 1")
         self.client = client
@@ -90,7 +114,7 @@ class ReserveConnections:
     def _free(self) -> Optional[BeanstalkProtocol]:
         busy = self.busy
         for proto in self.protos:
-            if proto not in busy and not proto._jobs and proto.usable:
+            if proto not in busy and not proto.reserved_jobs and proto.usable:
                 return proto
         return None
 
@@ -119,7 +143,7 @@ class ReserveConnections:
                 clock = self.client.clock
                 waiter.timer = clock.callLater(max(0.0, deadline - clock.seconds()),
                                                self._too_late, waiter)
-            self._wake()
+            self.wake()
             if not waiter.deferred.called:
                 self._check_expiry()
         return waiter.deferred
@@ -134,7 +158,7 @@ class ReserveConnections:
     def _too_late(self, waiter: _Waiter) -> None:
         waiter.timer = None
         self._forget(waiter)
-        held = sum(len(p._jobs) for p in self.protos)
+        held = sum(len(p.reserved_jobs) for p in self.protos)
         waiter.deferred.errback(TimedOut("reserve", (
             f"TIMED_OUT (client side: all {self.limit} reserve connections were in use, "
             f"{held} of them holding jobs, until the reserve's timeout)").encode()))
@@ -144,7 +168,7 @@ class ReserveConnections:
         self.busy.add(proto)
         waiter.deferred.callback(proto)
 
-    def _wake(self, *_: Any) -> None:
+    def wake(self, *_: Any) -> None:
         """Serve waiters with free connections (or new ones, while allowed)."""
         waiters = self.waiters
         while waiters:
@@ -164,7 +188,7 @@ class ReserveConnections:
         self.busy.discard(proto)
         if not proto.connected and proto in self.protos:
             self.protos.remove(proto)
-        self._wake()
+        self.wake()
 
     # --------------------------------------------------------------- opening
 
@@ -184,7 +208,7 @@ class ReserveConnections:
         if not client.connected:
             # The server is down or not connected yet: wait for the main
             # connection (reconnecting with backoff, up to connect_timeout).
-            await client._main.later(lambda proto: succeed(None))
+            await client.connect()
         factory = BeanstalkClientFactory(
             client.clock, timeout=client.timeout, reserve_grace=client.reserve_grace,
             max_job_size=client.max_job_size, codec=client.codec, client=client)
@@ -201,7 +225,7 @@ class ReserveConnections:
         except Exception as e:
             raise ConnectionLost(f"could not open a reserve connection to {client.name}: "
                                  f"{e}") from None
-        await client._replay(proto)
+        await client.defaults.apply(proto)
         return proto
 
     def _opened(self, result: Any, waiter: _Waiter) -> None:
@@ -215,20 +239,20 @@ class ReserveConnections:
                 target.deferred.errback(result)
             return  # (with nobody waiting, the failure is dropped)
         proto: BeanstalkProtocol = result
-        if self._closed or self.client._closed:
+        if self._closed or self.client.closed:
             return proto.close()  # (close waits for this)
-        proto.on_jobs_done = self._wake
+        proto.on_jobs_done = self.wake
         self.protos.append(proto)
         proto.when_lost().addCallback(self._lost, proto)
         if waiter in self.waiters:
             self._give(waiter, proto)
         else:
-            self._wake()
+            self.wake()
 
     def _lost(self, _: Any, proto: BeanstalkProtocol) -> None:
         if proto in self.protos and proto not in self.busy:
             self.protos.remove(proto)
-        self._wake()
+        self.wake()
 
     # ---------------------------------------------------------------- jobs
 
@@ -239,16 +263,16 @@ class ReserveConnections:
         job_id = job.id
         for other in self.protos:
             if other is not proto:
-                old = other._jobs.get(job_id)
-                if old is not None and old._expire(
+                old = other.held(job_id)
+                if old is not None and old.expire(
                         "its TTR ran out: the server took it back, and this client "
                         "reserved it again (as another Job)"):
-                    self._wake()
+                    self.wake()
 
     def holding(self, job_id: int) -> Optional[BeanstalkProtocol]:
         """The connection holding the reserved job ``job_id``, if any."""
         for proto in self.protos:
-            if job_id in proto._jobs:
+            if proto.held(job_id) is not None:
                 return proto
         return None
 
@@ -265,19 +289,19 @@ class ReserveConnections:
         for proto in list(self.protos):
             if proto in self.busy or not proto.connected:
                 continue
-            for job in list(proto._jobs.values()):
+            for job in proto.reserved_jobs:
                 if job.ttr is None:
                     self._ask_ttr(proto, job)
                     continue
-                due = job._granted_at + job.ttr + EXPIRY_MARGIN
+                due = job.granted_at + job.ttr + EXPIRY_MARGIN
                 if due <= now:
-                    freed = job._expire(f"its TTR of {job.ttr} s ran out (the client has held "
-                                        f"it {now - job._granted_at:.1f} s without touching "
+                    freed = job.expire(f"its TTR of {job.ttr} s ran out (the client has held "
+                                        f"it {now - job.granted_at:.1f} s without touching "
                                         "it): the server took it back") or freed
                 elif soonest is None or due < soonest:
                     soonest = due
         if freed:
-            self._wake()
+            self.wake()
         if soonest is not None and self.waiters:
             self._timer = clock.callLater(soonest - now, self._check_expiry)
 
@@ -287,17 +311,17 @@ class ReserveConnections:
         self._asking.add(job.id)
 
         def learnt(stats: Dict[str, Any]) -> None:
-            job._learn(stats)
+            job.learn(stats)
             if stats.get("state") != "reserved":
                 # Reserved by nobody: the reservation ended.
-                if job._expire("its TTR ran out: the server took it back (stats-job says "
+                if job.expire("its TTR ran out: the server took it back (stats-job says "
                                f"{stats.get('state')})"):
-                    self._wake()
+                    self.wake()
 
         def failed(f: Failure) -> None:
-            if f.check(NotFound) and job._expire("its TTR ran out and the job is gone "
+            if f.check(NotFound) and job.expire("its TTR ran out and the job is gone "
                                                  "(stats-job: NOT_FOUND)"):
-                self._wake()
+                self.wake()
 
         def done(_: Any) -> None:
             self._asking.discard(job.id)

@@ -396,8 +396,8 @@ class Worker:
         if job.lost:
             self.stats.lost += 1
             self.log.warn("job {id} was lost while its handler ran: {why}", id=job.id,
-                          why=job._lost)
-            self._hook(self.on_lost, job, job._lost or "")
+                          why=job.lost_reason)
+            self._hook(self.on_lost, job, job.lost_reason or "")
             return
         if job.finished is not None or job.pending is not None:
             self.stats.self_disposed += 1

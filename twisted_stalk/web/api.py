@@ -26,7 +26,13 @@ from ..core import outcomes as o
 from ..core.engine import JOB_SORTS
 from ..core.job import Job
 from ..protocol.commands import valid_tube_name
-from ..protocol.constants import JOB_STATES, UNRESERVED_STATES
+from ..protocol.constants import (
+    DEFAULT_PUT_DELAY,
+    DEFAULT_PUT_PRIORITY,
+    DEFAULT_PUT_TTR,
+    JOB_STATES,
+    UNRESERVED_STATES,
+)
 from . import actions
 from .auth import Identity
 from .console import Console, ConsoleListener
@@ -47,6 +53,9 @@ log = Logger(namespace="twisted_stalk.web")
 
 API_VERSION = 1
 U32 = 2 ** 32 - 1
+#: What the put form starts with (``whoami``): the project's one set of defaults.
+_PUT_DEFAULTS = {"pri": DEFAULT_PUT_PRIORITY, "delay": DEFAULT_PUT_DELAY,
+                 "ttr": DEFAULT_PUT_TTR}
 MAX_IDS = 1000
 MAX_PAGE = 500
 SEARCHES_AT_ONCE = 2
@@ -155,6 +164,7 @@ class Api:
         data: Dict[str, Any] = {
             "api": API_VERSION, "version": __version__, "auth": logins.enabled,
             "user": None, "role": None, "can_act": False, "csrf": None, "host": None,
+            "put_defaults": _PUT_DEFAULTS,
         }
         if identity is not None:  # the host name only for those who may look
             data.update(user=identity.name, role=identity.role, can_act=identity.can_act,
@@ -377,9 +387,9 @@ class Api:
     async def put(self, request, identity, tube: bytes) -> Tuple[int, Any]:
         data = read_json(request)
         body = decode_body(data)
-        pri = checked_int(data.get("pri", 1024), "pri", 0, U32)
-        delay = checked_int(data.get("delay", 0), "delay", 0, U32)
-        ttr = checked_int(data.get("ttr", 60), "ttr", 0, U32)
+        pri = checked_int(data.get("pri", DEFAULT_PUT_PRIORITY), "pri", 0, U32)
+        delay = checked_int(data.get("delay", DEFAULT_PUT_DELAY), "delay", 0, U32)
+        ttr = checked_int(data.get("ttr", DEFAULT_PUT_TTR), "ttr", 0, U32)
         return await self._run(identity, "put", _text(tube), 1, lambda task, s, sl: actions.put(
             self.engine, task, s, sl, tube, pri, delay, ttr, body))
 

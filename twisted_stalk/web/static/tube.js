@@ -228,9 +228,10 @@ function tubeActions(name, enc) {
   const encoding = el("select", { id: "put-encoding" },
     el("option", { value: "text", text: "text (UTF-8)" }),
     el("option", { value: "hex", text: "hex" }));
-  const pri = el("input", { id: "put-pri", type: "number", min: 0, value: 1024, size: 8 });
-  const delay = el("input", { id: "put-delay", type: "number", min: 0, value: 0, size: 6 });
-  const ttr = el("input", { id: "put-ttr", type: "number", min: 0, value: 60, size: 6 });
+  const defaults = S.me.put_defaults;  // the server's one set (whoami)
+  const pri = el("input", { id: "put-pri", type: "number", min: 0, value: defaults.pri, size: 10 });
+  const delay = el("input", { id: "put-delay", type: "number", min: 0, value: defaults.delay, size: 6 });
+  const ttr = el("input", { id: "put-ttr", type: "number", min: 0, value: defaults.ttr, size: 6 });
   const kickN = el("input", { id: "kick-bound", type: "number", min: 1, value: 10, size: 6 });
   const pauseFor = el("input", { id: "pause-seconds", type: "number", min: 1, value: 60, size: 6 });
   const flushState = el("select", { id: "flush-state" },
