@@ -1,0 +1,423 @@
+"""``stalkd``: a drop-in for the ``beanstalkd`` command line.
+
+Accepts beanstalkd's flags (``-b -f -F -l -p -u -z -s -v -V -h``) so scripts and
+test suites that start ``beanstalkd`` can start this instead.  The listening
+socket is bound before Twisted is imported, so connections are accepted (into
+the kernel's backlog) within a few milliseconds of launch; the reactor adopts
+the socket once it is loaded.
+
+Exit status follows beanstalkd: 5 for a bad flag, 111 when the address (or
+the ``--metrics`` endpoint) cannot be bound, 10 for a binlog directory that
+cannot be used, 0 after SIGTERM or SIGINT, from the moment the port is bound.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+USAGE = """Use: stalkd [OPTIONS]
+
+Options:
+ -b DIR   write-ahead log directory
+ -f MS    fsync at most once every MS milliseconds (default is 50ms);
+          use -f0 for "always fsync"
+ -F       never fsync
+ -l ADDR  listen on address (default is 0.0.0.0); unix:PATH for a unix socket
+ -p PORT  listen on port (default is 11300)
+ -u USER  become user and group
+ -z BYTES set the maximum job size in bytes (default is 65535);
+          max allowed is 1073741824 bytes
+ -s BYTES set the size of each write-ahead log file (default is 10485760);
+          will be rounded up to a multiple of 4096 bytes
+ -v       show version information
+ -V       increase verbosity
+ -h       show this help
+
+Operations (twisted-stalk extensions to beanstalkd's flags):
+ --tls-cert FILE        serve TLS on the -l/-p socket with this PEM certificate
+ --tls-key FILE         its PEM private key (default: in the certificate file)
+ --tls-ca FILE          require client certificates signed by these CAs (mutual TLS)
+ --metrics ENDPOINT     serve /metrics, /healthz, /readyz over HTTP, e.g.
+                        tcp:9100:interface=127.0.0.1
+ --web ENDPOINT         serve the web console (docs/web.md), e.g.
+                        tcp:8080:interface=127.0.0.1
+ --web-auth FILE        credentials that let the console act (else read-only)
+ --metrics-tubes N      tubes with their own /metrics series at most (default
+                        100: the busiest active ones; the rest are summed)
+ --metrics-tube-pattern REGEX
+                        only tubes whose names match get their own series
+ --max-connections N    at N connections stop accepting until one closes
+                        (default: as many as the open-file limit allows)
+ --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
+ --extensions           serve list-jobs, flush-tube and capabilities
+ --stats-yaml 1.12      print stats string values bare, as beanstalkd 1.12 did
+                        (default 1.13: in double quotes)
+ --shutdown-grace SECS  SIGTERM/SIGINT waits this long for workers still holding
+                        jobs (default 0: exit at once, as beanstalkd does;
+                        twistd beanstalk defaults to 10)
+ --tls-handshake-timeout SECS
+                        a TLS client that has not completed its handshake by
+                        then is disconnected (default 5; 0: no limit)
+ --engine CONNINFO      keep the queue in PostgreSQL (a libpq connection string,
+                        docs/ha.md): several servers then serve one queue
+ --engine-init          create or migrate --engine's schema, then exit
+ --busy-poll USEC       before sleeping, look for new input for up to USEC
+                        microseconds (default 0: off; a shorter round trip
+                        for more CPU: docs/operations.md, "Busy polling")
+"""
+
+_WITH_VALUE = set("bflpuzs")
+_FLAGS = set("FvVh")
+_LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
+                    "max-memory", "shutdown-grace", "tls-handshake-timeout", "metrics-tubes",
+                    "metrics-tube-pattern", "stats-yaml", "web", "web-auth", "engine",
+                    "busy-poll"}
+#: beanstalkd's JOB_DATA_SIZE_LIMIT_MAX: a larger -z is capped with a warning.
+MAX_JOB_SIZE = 1073741824
+_LONG_FLAGS = {"extensions", "engine-init"}
+
+
+class UsageError(Exception):
+    pass
+
+
+def fail(message: str, status: int) -> "SystemExit":
+    sys.stderr.write(f"stalkd: {message}\n")
+    return SystemExit(status)
+
+
+def parse_argv(argv: list[str]) -> dict[str, object]:
+    """Parse beanstalkd-style flags: ``-p 11300``, ``-p11300``, ``-VV``."""
+    opts: dict[str, object] = {"V": 0}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if not arg.startswith("-") or arg == "-":
+            raise UsageError(f"unknown argument: {arg}")
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if name in _LONG_FLAGS and not eq:
+                opts[name] = True
+            elif name in _LONG_WITH_VALUE:
+                if not eq:
+                    if i >= len(argv):
+                        raise UsageError(f"option requires an argument: --{name}")
+                    value = argv[i]
+                    i += 1
+                opts[name] = value
+            else:
+                raise UsageError(f"unknown option: {arg}")
+            continue
+        j = 1
+        while j < len(arg):
+            flag = arg[j]
+            j += 1
+            if flag in _FLAGS:
+                if flag == "V":
+                    opts["V"] = int(opts["V"]) + 1  # type: ignore[arg-type]
+                else:
+                    opts[flag] = True
+            elif flag in _WITH_VALUE:
+                value = arg[j:]
+                if not value:
+                    if i >= len(argv):
+                        raise UsageError(f"flag requires an argument: -{flag}")
+                    value = argv[i]
+                    i += 1
+                opts[flag] = value
+                break
+            else:
+                raise UsageError(f"unknown flag: -{flag}")
+    return opts
+
+
+def _int_option(opts: dict[str, object], flag: str, default: int, low: int, high: int) -> int:
+    text = opts.get(flag)
+    if text is None:
+        return default
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise UsageError(f"{_dash(flag)} needs a whole number, got {text!r}")
+    if not low <= value <= high:
+        raise UsageError(f"{_dash(flag)} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _dash(flag: str) -> str:
+    return f"-{flag}" if len(flag) == 1 else f"--{flag}"
+
+
+def bind_listener(address: str, port: int) -> tuple[socket.socket, int]:
+    """Bind and listen before anything heavy is imported; returns (socket, family)."""
+    if address.startswith("unix:"):
+        path = address[len("unix:"):]
+        try:
+            if os.path.exists(path) and not os.path.isdir(path):
+                os.unlink(path)
+        except OSError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+    else:
+        infos = socket.getaddrinfo(address or None, port, socket.AF_UNSPEC,
+                                   socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+        family, kind, proto, _, sockaddr = infos[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock, sock.family
+
+
+def become_user(name: str) -> None:
+    import grp
+    import pwd
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise fail(f"getpwnam(\"{name}\"): no such user", 1)
+    try:
+        os.setgroups([g.gr_gid for g in grp.getgrall() if name in g.gr_mem] + [entry.pw_gid])
+        os.setgid(entry.pw_gid)
+        os.setuid(entry.pw_uid)
+    except OSError as e:
+        raise fail(f"cannot become user {name}: {e.strerror}", 1)
+
+
+def job_size_limit(opts: dict[str, object]) -> int:
+    """``-z``, capped at 1 GiB with a warning as beanstalkd does."""
+    size = _int_option(opts, "z", 65535, 0, 2**63 - 1)
+    if size > MAX_JOB_SIZE:
+        sys.stderr.write(f"stalkd: maximum job size was set to {MAX_JOB_SIZE}\n")
+        size = MAX_JOB_SIZE
+    return size
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .boot import EarlySignals
+    early = EarlySignals().install()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse_argv(argv)
+        port = _int_option(opts, "p", 11300, 0, 65535)
+        max_job_size = job_size_limit(opts)
+        fsync_ms = _int_option(opts, "f", 50, 0, 2**31 - 1)
+        binlog_size = _int_option(opts, "s", 10485760, 1, 2**31 - 1)
+        for name in ("max-connections", "max-memory"):
+            opts[name] = _int_option(opts, name, 0, 0, 2**63 - 1)
+        # Like beanstalkd, the drop-in exits at once unless asked to wait:
+        # test suites stop it between tests while workers hold jobs.
+        opts["shutdown-grace"] = _seconds(opts, "shutdown-grace", 0.0)
+        opts["tls-handshake-timeout"] = _seconds(opts, "tls-handshake-timeout", 5.0)
+        opts["metrics-tubes"] = _int_option(opts, "metrics-tubes", 100, 0, 2**31 - 1)
+        if opts.get("web-auth") and not opts.get("web"):
+            raise UsageError("--web-auth goes with --web")
+        if opts.get("engine") and opts.get("b"):
+            from twisted_stalk.pg import ENGINE_WITH_BINLOG
+            raise UsageError(ENGINE_WITH_BINLOG)
+    except UsageError as e:
+        sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
+        return 5
+    if opts.get("h"):
+        sys.stdout.write(USAGE)
+        return 0
+    if opts.get("engine-init"):
+        return _engine_init(opts)
+    if opts.get("v"):
+        from twisted_stalk import PROTOCOL_VERSION, __version__
+        sys.stdout.write(f"stalkd {__version__} (beanstalkd {PROTOCOL_VERSION} compatible)\n")
+        return 0
+    address = str(opts.get("l", "0.0.0.0"))
+    try:
+        sock, family = bind_listener(address, port)
+    except OSError as e:
+        where = address if address.startswith("unix:") else f"{address}:{port}"
+        raise fail(f"cannot listen on {where}: {e.strerror or e}", 111)
+    except UnicodeError:
+        raise fail(f"bad listen address: {address}", 111)
+    return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size, early)
+
+
+def _engine_init(opts: dict[str, object]) -> int:
+    """``--engine-init``: create or migrate the schema; 0, or 10 if it cannot."""
+    if not opts.get("engine"):
+        sys.stderr.write("stalkd: --engine-init goes with --engine (stalkd -h lists the flags)\n")
+        return 5
+    from twisted_stalk.pg import EngineError, init_schema
+    try:
+        sys.stdout.write(init_schema(str(opts["engine"])) + "\n")
+    except EngineError as e:
+        sys.stderr.write(f"stalkd: {e}\n")
+        return 10
+    return 0
+
+
+def _seconds(opts: dict[str, object], name: str, default: float) -> float:
+    text = opts.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(str(text))
+    except ValueError:
+        raise UsageError(f"--{name} needs a number of seconds, got {text!r}")
+    if not value >= 0:
+        raise UsageError(f"--{name} must not be negative, got {text}")
+    return value
+
+
+def _serve(sock: socket.socket, family: int, opts: dict[str, object],
+           max_job_size: int, fsync_ms: int, binlog_size: int, early) -> int:
+    """Everything after the bind, in the order daemons do it: import, read the
+    secrets, bind the other listeners, drop privileges (``-u``), open the
+    binlog as that user, serve."""
+    config: dict[str, object] = {
+        "max-job-size": max_job_size,
+        "binlog-dir": opts.get("b"),
+        "fsync-ms": fsync_ms,
+        "no-fsync": bool(opts.get("F")),
+        "binlog-size": binlog_size,
+    }
+    for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
+                 "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
+                 "metrics-tubes", "metrics-tube-pattern", "stats-yaml", "engine", "busy-poll"):
+        config[name] = opts.get(name)
+    tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
+
+    # Heavy imports only now that the socket is listening, and only those
+    # the flags need (see boot.py).
+    from .boot import lean_imports
+    with lean_imports(tls=tls_wanted):
+        from twisted_stalk.server import reactor as lean
+        try:
+            lean.install()
+        except Exception:  # pragma: no cover - another reactor already installed
+            pass
+        from twisted.internet import reactor
+        from twisted.logger import (FilteringLogObserver, LogLevel, LogLevelFilterPredicate,
+                                    globalLogBeginner, textFileLogObserver)
+
+        from twisted_stalk.server import ops
+        if config["binlog-dir"]:
+            import twisted_stalk.binlog  # noqa: F401  (imported before -u drops privileges)
+        if config["metrics"] or opts.get("web"):
+            from twisted_stalk.server.listening import ListenError, listen_now
+        if config["metrics"]:
+            from twisted_stalk.server import metrics  # noqa: F401
+        if opts.get("web"):
+            from twisted_stalk import web
+            from twisted_stalk.web.auth import AuthFileError
+
+    try:  # the flags checked by the modules that use them
+        ops.stats_quoted(config["stats-yaml"])  # type: ignore[arg-type]
+        policy = ops.tube_policy(config)
+        ops.busy_poll_window(config)
+    except ValueError as e:
+        sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
+        return 5
+
+    verbosity = int(opts["V"])  # type: ignore[arg-type]
+    level = LogLevel.warn if verbosity == 0 else (LogLevel.info if verbosity == 1 else LogLevel.debug)
+    observer = FilteringLogObserver(textFileLogObserver(sys.stderr),
+                                    [LogLevelFilterPredicate(defaultLogLevel=level)])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+    tls = None
+    if tls_wanted:  # read the certificate and key while still privileged
+        import twisted.protocols.tls  # noqa: F401  (wrap_factory's, before -u)
+        from twisted_stalk.server.tls import TLSConfigError, wrap_factory
+        try:
+            tls = ops.tls_options(config)
+        except TLSConfigError as e:
+            raise fail(str(e), 1)
+    site = None
+    if config["metrics"]:
+        site = ops.metrics_site()  # served once the queue exists, before the reactor runs
+        try:
+            listen_now(reactor, str(config["metrics"]), site, "--metrics")
+        except ListenError as e:
+            raise fail(str(e), 111)
+    credentials = None
+    if opts.get("web-auth"):  # a secret: read it while still privileged
+        try:
+            credentials = web.load_credentials(str(opts["web-auth"]))
+        except AuthFileError as e:
+            raise fail(str(e), 1)
+    if opts.get("u"):
+        become_user(str(opts["u"]))
+    try:
+        factory = ops.make_factory(config, reactor)
+    except Exception as e:  # a binlog directory that cannot be used
+        raise fail(str(e) or e.__class__.__name__, 10)
+    if early.drain_requested:
+        ops.enter_drain(factory)
+    ops.install_drain_signal(factory)
+    factory.doStart()
+    listening = factory
+    if tls is not None:
+        listening = wrap_factory(factory, tls, float(config["tls-handshake-timeout"]), reactor)
+    port = reactor.adoptStreamPort(sock.fileno(), family, listening)
+    limit = factory.connection_limit
+    if limit is not None:
+        limit.watch(port)
+    accept_backlog(sock, reactor, listening,
+                   limit.maximum - len(factory.connections) if limit is not None else 1 << 30)
+    sock.close()
+    shutdown = ops.make_shutdown(factory, reactor, port.stopListening, config)
+    ops.install_signals_when_running(reactor, shutdown)
+    if site is not None:
+        site.attach(factory, shutdown, lambda: port.connected, policy)
+    if opts.get("web"):  # bound as the -u user: the console needs the engine
+        try:
+            web.listen(factory, reactor, str(opts["web"]), credentials)
+        except ListenError as e:
+            raise fail(str(e), 111)
+    reactor.run()
+    return 0
+
+
+def accept_backlog(sock: socket.socket, reactor, factory, room: int) -> int:
+    """Adopt up to ``room`` connections the kernel queued while Twisted was
+    loading; returns how many.  A connection whose client has already gone (a
+    readiness probe that connected and closed) is closed here, never counted
+    as open, as a server running from the start would have done; it still
+    counts in total-connections, as there (a session opened and closed)."""
+    adopted = 0
+    while adopted < room:
+        try:
+            conn, _ = sock.accept()
+        except OSError:  # EAGAIN: none left; anything else: the reactor's accept deals with it
+            break
+        try:
+            conn.setblocking(False)
+            if _peer_gone(conn):
+                engine = factory_of(factory).engine
+                engine.close_session(engine.open_session(None))
+                continue
+            reactor.adoptStreamConnection(conn.fileno(), conn.family, factory)
+            adopted += 1
+        finally:
+            conn.close()  # the reactor holds its own duplicate
+    return adopted
+
+
+def factory_of(listening):
+    """The beanstalk factory behind ``listening`` (itself, or what TLS wraps)."""
+    return getattr(listening, "wrappedFactory", listening)
+
+
+def _peer_gone(conn: socket.socket) -> bool:
+    """True when the peer has closed (EOF with nothing to read) or reset."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
