@@ -17,7 +17,7 @@ import select
 import socket
 from typing import List, Optional, Sequence
 
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from twisted.internet import tcp
 from twisted.internet.error import ConnectionDone
@@ -25,14 +25,12 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactor
 from twisted.python.failure import Failure
 
-from twisted_stalk import PROTOCOL_VERSION
 from twisted_stalk.core.memory import MemoryEngine
 from twisted_stalk.core.outcomes import BAD_FORMAT as BAD_FORMAT_OUTCOME
 from twisted_stalk.core.outcomes import JOB_TOO_BIG
 from twisted_stalk.protocol.commands import COMMANDS, CommandError, parse_command
 from twisted_stalk.protocol.constants import BAD_FORMAT, MAX_LINE
 from twisted_stalk.protocol.framing import Sent, ServerFraming
-from twisted_stalk.server.facts import ProcessFacts
 from twisted_stalk.server.factory import BeanstalkServerFactory
 from twisted_stalk.server.protocol import RENDER
 
@@ -49,8 +47,7 @@ class NoWaitEngine(MemoryEngine):
 
 
 def _engine(clock: Clock, max_job_size: int) -> NoWaitEngine:
-    return NoWaitEngine(clock, max_job_size=max_job_size,
-                        facts=ProcessFacts(PROTOCOL_VERSION, clock.seconds()))
+    return NoWaitEngine(clock, max_job_size=max_job_size)  # fixed process facts: stats agree
 
 
 # ------------------------------------------------------------------ the two sides
@@ -62,7 +59,7 @@ def reference_replies(chunks: Sequence[bytes], max_job_size: int) -> bytes:
     sent: List[Sent] = []
     for chunk in chunks:
         sent += framing.feed(chunk)
-    assert not framing.closing  # the streams hold no quit
+    assume(not framing.closing)  # quit: the server reads no further (the framer does)
     engine = _engine(Clock(), max_job_size)
     session = engine.open_session(None)
     return b"".join(_reply(engine, session, s) for s in sent)
@@ -96,6 +93,7 @@ def server_replies(chunks: Sequence[bytes], max_job_size: int, direct_io: bool) 
     factory.direct_io = direct_io
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each chunk now
         conn, addr = listener.accept()
     conn.setblocking(False)
     client.setblocking(False)
@@ -128,7 +126,7 @@ def server_replies(chunks: Sequence[bytes], max_job_size: int, direct_io: bool) 
 
 # ------------------------------------------------------------------ the streams
 
-_WORDS = [spec.name.encode() for spec in COMMANDS if spec.name not in ("quit", "stats")]
+_WORDS = [spec.name.encode() for spec in COMMANDS if spec.name != "quit"]
 _NUMBER = st.one_of(st.integers(0, 5), st.integers(0, 2**64 + 1),
                     st.sampled_from([2**31 - 1, 2**32 - 1, 2**32, 2**64 - 1])).map(
                         lambda n: str(n).encode())
@@ -186,7 +184,7 @@ def _agree(chunks: List[bytes], max_job_size: int, direct_io: bool) -> None:
     assert server_replies(chunks, max_job_size, direct_io) == expected
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(_streams(), st.sampled_from([0, 10, 1500]), st.booleans())
 @example([b"put 0 0 60 20 x\r\n", b"0123456789" * 2 + b"\r\n"], 10, True)  # JOB_TOO_BIG first
 @example([b"a" * (MAX_LINE - 1) + b"\r", b"\nstats-tube default\r\n"], 1500, True)

@@ -45,9 +45,9 @@ class Sent:
     name: Optional[str]
     #: True when its reply may take any time (a reserve that parses).
     blocks: bool = False
-    #: The command line as framed, without its CRLF (None: a line longer than
-    #: ``MAX_LINE`` with its CRLF, which the server answers BAD_FORMAT).  What was framed,
-    #: not which reply to expect: left out of comparisons, as is ``body``.
+    #: The command line as framed, without its CRLF (None: a line over
+    #: ``MAX_LINE`` bytes with its CRLF, answered BAD_FORMAT).  What was
+    #: framed, not which reply to expect: left out of comparisons, as is ``body``.
     line: Optional[bytes] = field(default=None, compare=False, repr=False)
     #: A put's body as read, ``<bytes>`` + 2 bytes (kept only when the
     #: framing was asked to keep bodies).
