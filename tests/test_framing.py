@@ -210,3 +210,38 @@ def test_framing_names_lines_and_keeps_bodies():
     assert [(s.name, s.line, s.body) for s in sent] == [
         ("put", b"put 1 2 3 4", b"abcd\r\n"), (None, b"x", None), (None, None, None)]
     assert ServerFraming().feed(b"put 0 0 1 1\r\nz\r\n")[0].body is None  # not kept by default
+
+
+#: Streams at the framing's edges, each ended by list-tube-used, with the
+#: replies beanstalkd 1.12 gives them when started with ``-z 10``.
+_EDGES = [
+    # a too-big put's body is discarded even after trailing bytes on its line
+    (b"put 0 0 60 20 x\r\n" + b"reserve\r\n" * 2 + b"ab\r\n", [b"JOB_TOO_BIG\r\n"]),
+    # trailing bytes on a put line that fits: BAD_FORMAT, the body is read as commands
+    (b"put 0 0 60 2 x\r\nhi\r\n", [b"BAD_FORMAT\r\n", b"UNKNOWN_COMMAND\r\n"]),
+    # a line over 224 bytes is answered once its CRLF comes
+    (b"use " + b"b" * 300 + b"\r\n", [b"BAD_FORMAT\r\n"]),
+    # a body longer than its count: EXPECTED_CRLF, the rest read as a command
+    (b"put 0 0 60 2\r\nhello\r\n", [b"EXPECTED_CRLF\r\n", b"UNKNOWN_COMMAND\r\n"]),
+    (b"put 0 0 60 2\r\nhi\n\r", [b"EXPECTED_CRLF\r\n"]),
+]
+
+
+def test_framing_edges_as_beanstalkd():
+    """The reference framer, the server and beanstalkd agree at the edges:
+    the replies the C reference gives, one per command the framer finds."""
+    from servers import REFERENCE, start_server
+    from wire import Wire
+
+    for kind in ["ours"] + (["reference"] if REFERENCE else []):
+        server = start_server(kind, "-z", "10")
+        try:
+            for stream, replies in _EDGES:
+                sent = ServerFraming(max_job_size=10).feed(stream + b"list-tube-used\r\n")
+                w = Wire(server.connect())
+                w.send(stream + b"list-tube-used\r\n")
+                got = [w.reply() for _ in sent]
+                assert got == replies + [b"USING default\r\n"], (kind, stream)
+                w.sock.close()
+        finally:
+            server.stop()
