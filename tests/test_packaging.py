@@ -1,6 +1,8 @@
-"""The twistd plugin is discoverable and the wheel ships it correctly."""
+"""The package layout: the twistd plugin is discoverable, the wheel, the sdist
+and the editable install ship what they should, and the library stands alone."""
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -55,8 +57,87 @@ def test_wheel_ships_plugin_without_twisted_init(tmp_path):
     assert "twisted_stalk_cli/stalkd.py" in names
     assert "twisted_stalk_cli/shell/__init__.py" in names
     assert "twisted_stalk_cli/shell/tools/flush.py" in names
+    assert "twisted_stalk/stalkd.py" in names and "twisted_stalk/boot.py" in names
     assert not any(n.startswith("cli/") for n in names)
     assert "twisted_stalk/py.typed" in names
+    _installed_wheel_runs(os.path.join(tmp_path, wheel), tmp_path)
+
+
+def _installed_wheel_runs(wheel: str, tmp_path) -> None:
+    """The wheel, installed on its own (``pip install --target``, this
+    environment supplying its dependencies), runs its commands from outside
+    the tree: ``stalkd``, ``stalk``, ``python -m twisted_stalk`` and twistd's plugin."""
+    target = str(tmp_path / "site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--target", target, wheel], check=True, capture_output=True)
+    env = dict(_user_env(), PYTHONPATH=target)
+    cwd = str(tmp_path)
+
+    def run(*argv: str) -> str:
+        result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, (argv, result.stderr)
+        return result.stdout
+
+    where = run(sys.executable, "-c", "import twisted_stalk, twisted_stalk_cli.shell, "
+                "twisted.plugins.twisted_stalk_plugin as p; print(twisted_stalk.__file__); "
+                "print(twisted_stalk_cli.shell.__file__); print(p.__file__)")
+    assert all(line.startswith(target + os.sep) for line in where.split()), where
+    version = run(sys.executable, "-m", "twisted_stalk", "-v")
+    assert version.startswith("stalkd ")
+    assert run(os.path.join(target, "bin", "stalkd"), "-v") == version
+    assert run(os.path.join(target, "bin", "stalk"), "--help").startswith("usage: stalk")
+    twistd = run(sys.executable, "-c", "import sys; sys.argv[0] = 'twistd'; "
+                 "from twisted.scripts.twistd import run; run()", "--help")
+    assert "A beanstalkd-compatible" in twistd
+
+
+def test_editable_install_is_a_path_not_an_import_hook(tmp_path):
+    """The editable wheel puts this tree on sys.path with a .pth line:
+    twistd finds plugins by scanning sys.path for twisted/plugins/, and
+    PYTHONPATH=. works alike.  (A package_dir mapping would make setuptools
+    install an import hook instead, which twistd cannot see.)"""
+    subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
+                    "build_meta.build_editable(sys.argv[1])", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True)
+    wheel = next(p for p in os.listdir(tmp_path) if p.endswith(".whl"))
+    with zipfile.ZipFile(os.path.join(tmp_path, wheel)) as z:
+        pth = [n for n in z.namelist() if n.endswith(".pth")]
+        assert not [n for n in z.namelist() if n.endswith(".py")], z.namelist()
+        assert len(pth) == 1, z.namelist()
+        lines = z.read(pth[0]).decode().split()
+    assert [os.path.realpath(line) for line in lines] == [os.path.realpath(ROOT)]
+
+
+def test_no_symlink_in_the_repository():
+    """Every package is the folder of its name: nothing is a symlink (tools
+    that read the tree, sdists and PYTHONPATH=. all see the same files)."""
+    links = []
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "dist")
+                   and not d.endswith(".egg-info")]
+        links += [os.path.join(top, n) for n in dirs + files
+                  if os.path.islink(os.path.join(top, n))]
+    assert links == []
+
+
+def test_the_library_does_not_import_the_application():
+    """Nothing in twisted_stalk/ imports twisted_stalk_cli: the server, client
+    and ``python -m twisted_stalk`` stand without the shell."""
+    offenders = []
+    for top, _, files in os.walk(os.path.join(ROOT, "twisted_stalk")):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(top, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                           else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                offenders += [f"{path}:{node.lineno}" for m in modules
+                              if m.split(".")[0] == "twisted_stalk_cli"]
+    assert offenders == []
 
 
 def _user_env() -> dict:
@@ -105,9 +186,16 @@ def test_twistd_beanstalk_runs(tmp_path):
 
 
 def test_python_m_twisted_stalk_is_the_server():
-    result = subprocess.run([sys.executable, "-m", "twisted_stalk", "-v"], capture_output=True,
-                            text=True, timeout=60)
-    assert result.returncode == 0 and result.stdout.startswith("stalkd "), result
+    """``python -m twisted_stalk``, ``python -m twisted_stalk_cli.stalkd`` and
+    ``stalkd`` are one program, whose flags are the library's."""
+    for module in ("twisted_stalk", "twisted_stalk_cli.stalkd"):
+        result = subprocess.run([sys.executable, "-m", module, "-x"], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 5 and result.stderr == (
+            "stalkd: unknown flag: -x (stalkd -h lists the flags)\n"), result
+        result = subprocess.run([sys.executable, "-m", module, "-v"], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 0 and result.stdout.startswith("stalkd "), result
 
 
 def test_sdist_runs_its_own_tests(tmp_path):
@@ -125,7 +213,8 @@ def test_sdist_runs_its_own_tests(tmp_path):
     tree = os.path.join(tmp_path, top)
     for path in ("LICENSE", "tests/conftest.py", "tests/servers.py", "tests/wire.py",
                  "docs/examples/producer.py", "bench/held_load.py",
-                 "twisted_stalk_cli/stalkd.py", "twisted/plugins/twisted_stalk_plugin.py"):
+                 "twisted_stalk_cli/stalkd.py", "twisted_stalk/stalkd.py",
+                 "twisted/plugins/twisted_stalk_plugin.py"):
         assert os.path.isfile(os.path.join(tree, path)), path
     with open(os.path.join(tree, "PKG-INFO")) as f:
         info = f.read()

@@ -487,7 +487,7 @@ def test_toolbar_fits_the_window():
 # What the server makes of the bytes sent
 
 def test_framing_counts_the_commands_the_bytes_complete():
-    from twisted_stalk_cli.shell.framing import Sent, ServerFraming
+    from twisted_stalk.protocol.framing import Sent, ServerFraming
     f = ServerFraming()
     assert f.feed(b"use fo") == [] and f.waiting and "'use fo'" in f.describe()
     assert f.feed(b"o\r\nstats\r\n") == [Sent("use"), Sent("stats")] and not f.waiting

@@ -2,7 +2,7 @@
 """``python -m twisted_stalk``: the server, as ``stalkd`` (beanstalkd's flags)."""
 import sys
 
-from twisted_stalk_cli.stalkd import main
+from .stalkd import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,7 @@
 # -*- test-case-name: tests.test_protocol_reader -*-
 """The beanstalk wire codec: the command table and its encoder, argument
-parsing, reply decoding, the reply reader and the peek-and-delete flush.
+parsing, reply decoding, the reply reader, the peek-and-delete flush and the
+framing rules (:mod:`.framing`).
 
 Pure Python with no Twisted import and no I/O, shared by the server, the client
 and the shell.  The client-side pieces (:class:`~.reader.ReplyReader`,

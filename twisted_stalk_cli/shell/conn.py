@@ -13,9 +13,10 @@ Commands are encoded from the shared command table
 (:func:`~twisted_stalk.protocol.commands.encode_command`) and replies are read
 by the shared :class:`~twisted_stalk.protocol.reader.ReplyReader`, as the
 client library reads them.  Which replies to expect comes from the bytes
-sent (:mod:`.framing`): one per command they complete, named from the table,
-none for a command the server has only part of (a line without CRLF, a put
-body shorter than its count), so no reply that cannot come is waited for.
+sent (:mod:`twisted_stalk.protocol.framing`): one per command they complete,
+named from the table, none for a command the server has only part of (a line
+without CRLF, a put body shorter than its count), so no reply that cannot come
+is waited for.
 Each reply is decoded once, here, against the command it answers: the
 :class:`~twisted_stalk.protocol.replies.Reply` says whether it is a success
 (``BURIED`` after ``bury`` is, after ``put`` it means out of memory), carries
@@ -38,6 +39,7 @@ from typing import Callable, Deque, List, Optional, Sequence, Union
 
 from twisted_stalk.protocol.commands import encode_command
 from twisted_stalk.protocol.flush import Command
+from twisted_stalk.protocol.framing import Sent, ServerFraming
 from twisted_stalk.protocol.reader import (
     BODY_NOT_CRLF,
     BODY_TOO_LARGE,
@@ -47,7 +49,6 @@ from twisted_stalk.protocol.reader import (
 from twisted_stalk.protocol.replies import MAX_REPLY_LINE, Reply, UnexpectedReply
 
 from .errors import ConnectionBroken, ConnectionFailed, oserror_text
-from .framing import Sent, ServerFraming
 from .target import Target, tls_context
 
 WireHook = Callable[[str, bytes], None]
@@ -69,7 +70,8 @@ class Connection:
         #: Bytes read by :meth:`poll_closed` and not decoded yet.
         self._early = b""
         self._reader = ReplyReader(lenient=True)
-        #: What the server has made of the bytes sent (:mod:`.framing`).
+        #: What the server has made of the bytes sent
+        #: (:mod:`twisted_stalk.protocol.framing`).
         self.framing = ServerFraming()
         #: Replies decoded and not read yet (a chunk may complete several).
         self._replies: Deque[Reply] = deque()
@@ -135,8 +137,9 @@ class Connection:
 
     def send(self, data: bytes) -> List[Sent]:
         """Send ``data``; returns the commands it completes (none when the
-        server waits for the rest of one: :mod:`.framing`), whose replies the
-        reader then expects, in order (``quit`` gets none)."""
+        server waits for the rest of one:
+        :mod:`twisted_stalk.protocol.framing`), whose replies the reader then
+        expects, in order (``quit`` gets none)."""
         if self.sock is None:
             raise ConnectionBroken("not connected")
         if self.wire:

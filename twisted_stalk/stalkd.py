@@ -198,7 +198,7 @@ def job_size_limit(opts: dict[str, object]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from twisted_stalk_cli.boot import EarlySignals
+    from .boot import EarlySignals
     early = EarlySignals().install()
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -288,8 +288,8 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
     tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
 
     # Heavy imports only now that the socket is listening, and only those
-    # the flags need (see cli/boot.py).
-    from twisted_stalk_cli.boot import lean_imports
+    # the flags need (see boot.py).
+    from .boot import lean_imports
     with lean_imports(tls=tls_wanted):
         from twisted_stalk.server import reactor as lean
         try:

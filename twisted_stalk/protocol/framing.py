@@ -1,5 +1,11 @@
-# -*- test-case-name: tests.test_shell_units -*-
-"""What the server makes of the bytes the shell sends.
+# -*- test-case-name: tests.test_framing,tests.test_shell_units -*-
+"""beanstalkd's framing rules, stated once: what a server makes of the bytes it is sent.
+
+This is the reference statement of the framing, written for clarity, not
+speed: the server's tuned input loop (``dataReceived`` in
+:mod:`twisted_stalk.server.protocol`, with its fast paths) is property-tested
+against it (tests/test_framing.py), and the shell uses it to know which
+replies to expect.
 
 A server answers each command once it has all of it: a line up to its CRLF,
 and for ``put`` the body of ``<bytes>`` bytes and its CRLF.  Bytes sent in
@@ -17,7 +23,7 @@ reader expects exactly one reply per command, decoded against that command.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 from twisted_stalk.protocol.commands import (
@@ -39,12 +45,28 @@ class Sent:
     name: Optional[str]
     #: True when its reply may take any time (a reserve that parses).
     blocks: bool = False
+    #: The command line as framed, without its CRLF (None: a line over
+    #: ``MAX_LINE`` bytes with its CRLF, answered BAD_FORMAT).  What was
+    #: framed, not which reply to expect: left out of comparisons, as is ``body``.
+    line: Optional[bytes] = field(default=None, compare=False, repr=False)
+    #: A put's body as read, ``<bytes>`` + 2 bytes (kept only when the
+    #: framing was asked to keep bodies).
+    body: Optional[bytes] = field(default=None, compare=False, repr=False)
 
 
 class ServerFraming:
-    """Follows what a server has made of the bytes sent so far."""
+    """Follows what a server has made of the bytes sent so far.
 
-    def __init__(self) -> None:
+    ``max_job_size`` is the server's ``-z`` if known: a put line announcing
+    more is followed by its body all the same (the server discards it and
+    answers ``JOB_TOO_BIG``), even with trailing bytes after the count, which
+    otherwise make the line BAD_FORMAT with no body.  ``keep_bodies`` keeps
+    each put's body in its :attr:`Sent.body`.
+    """
+
+    def __init__(self, max_job_size: Optional[int] = None, keep_bodies: bool = False) -> None:
+        self.max_job_size = max_job_size
+        self.keep_bodies = keep_bodies
         self.reset()
 
     def reset(self) -> None:
@@ -55,6 +77,10 @@ class ServerFraming:
         self.missing = 0
         #: The byte count of that put.
         self.announced = 0
+        #: That put's line, and the pieces of its body read so far (kept
+        #: only with ``keep_bodies``).
+        self._put_line = b""
+        self._body: List[bytes] = []
         #: True after ``quit``: the server closes the connection.
         self.closing = False
         self._skipping = False
@@ -98,10 +124,14 @@ class ServerFraming:
         while pos < end:
             if self.missing:
                 take = min(self.missing, end - pos)
+                if self.keep_bodies:
+                    self._body.append(data[pos:pos + take])
                 self.missing -= take
                 pos += take
                 if not self.missing:
-                    done.append(Sent("put"))
+                    body = b"".join(self._body) if self.keep_bodies else None
+                    self._body = []
+                    done.append(Sent("put", line=self._put_line, body=body))
                 continue
             i = data.find(b"\r\n", pos)
             if i < 0:
@@ -125,26 +155,31 @@ class ServerFraming:
 
     def _line(self, line: bytes) -> List[Sent]:
         """A complete command line: the command it makes, if it is answered now."""
-        if len(line) > MAX_LINE_CONTENT or b"\0" in line:
-            return [Sent(None)]  # BAD_FORMAT
+        if len(line) > MAX_LINE_CONTENT:
+            return [Sent(None)]  # over-long: BAD_FORMAT
+        if b"\0" in line:
+            return [Sent(None, line=line)]  # BAD_FORMAT
         spec, text = identify(line)
         if spec is None:
             spec, _ = identify_extension(line)
-            return [Sent(spec.name if spec is not None else None)]
+            return [Sent(spec.name if spec is not None else None, line=line)]
         if spec.name == "quit":
             self.closing = True
             return []
         try:
             args = parse_args(spec, text)
         except CommandError:
-            return [Sent(spec.name)]  # BAD_FORMAT, and no body follows
+            return [Sent(spec.name, line=line)]  # BAD_FORMAT, and no body follows
         if spec.has_body:
-            if not args[-1]:  # trailing bytes after the count: BAD_FORMAT
-                return [Sent(spec.name)]
-            self.announced = int(args[-2])  # type: ignore[arg-type]
-            self.missing = self.announced + 2
+            size = int(args[-2])  # type: ignore[arg-type]
+            too_big = self.max_job_size is not None and size > self.max_job_size
+            if not args[-1] and not too_big:  # trailing bytes after the count: BAD_FORMAT
+                return [Sent(spec.name, line=line)]
+            self.announced = size
+            self.missing = size + 2
+            self._put_line = line
             return []
-        return [Sent(spec.name, spec.blocks)]
+        return [Sent(spec.name, spec.blocks, line=line)]
 
 
 __all__ = ["Sent", "ServerFraming"]
