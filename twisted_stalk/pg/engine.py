@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import socket
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, Iterable, List, Optional
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -34,7 +34,7 @@ from twisted.logger import Logger
 from ..core.facts import Facts
 from ..core.job import STATE_BY_NAME
 from ..core.journal import NullJournal
-from ..core.memory import MemoryEngine
+from ..core.sessions import SessionRules
 from ..core.outcomes import (
     BAD_FORMAT,
     BURIED,
@@ -48,7 +48,7 @@ from ..core.outcomes import (
     TOUCHED,
     Outcome,
 )
-from ..protocol.commands import COUNTED_COMMANDS, valid_tube_name
+from ..protocol.commands import valid_tube_name
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, UNRESERVED_STATES
 from .batch import Batcher, bytea_array, int_array, text_array
 from .config import EngineConfig
@@ -68,7 +68,7 @@ _CRLF = b"\r\n"
 _MAX_ID = 2**63 - 1
 
 
-class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
+class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     """One node's engine on a PostgreSQL queue (see the module docstring)."""
 
     def __init__(self, reactor: Any, config: EngineConfig,
@@ -88,22 +88,13 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         self.listener = Listener(reactor, config.conninfo, self.channel,
                                  on_event=self._event, on_up=self._resync)
         self.node_id: Optional[int] = None
-        self.wakeups: List[Any] = []
-        self.wake_changed = False
-        self.notify: Any = None
-        self.draining = False
-        self.held = False
-        self.sessions: Set[PgSession] = set()
+        # Sessions, waits, wake-ups, drain and the connection and command
+        # counters (core.sessions.SessionRules).
+        self._init_sessions()
         self._by_conn: Dict[int, PgSession] = {}
         self._next_conn = 0
-        self.cmd_counts: Dict[str, int] = dict.fromkeys(COUNTED_COMMANDS, 0)
         self.job_timeouts = 0
         self.total_jobs = 0
-        self.current_connections = 0
-        self.total_connections = 0
-        self.producers = 0
-        self.workers = 0
-        self.waiting_count = 0
         self._init_tubes()
         self._init_upkeep()
         self._puts = Batcher(reactor, self._put_many)
@@ -157,27 +148,17 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
     # ------------------------------------------------------------ sessions
 
     def open_session(self, listener: Any) -> PgSession:
+        """A new client, numbered on this node; it uses and watches ``default``."""
         self._next_conn += 1
         s = PgSession(listener, self.default_tube, self._next_conn)
-        self.default_tube.using_count += 1
-        self.default_tube.watching_count += 1
-        self.current_connections += 1
-        self.total_connections += 1
-        self.sessions.add(s)
         self._by_conn[s.conn_id] = s
-        return s
+        return self._opened(s)
 
-    def close_session(self, s: PgSession) -> None:
-        if s.closed:
-            return
-        s.closed = True
-        self.sessions.discard(s)
+    def return_reservations(self, s: PgSession) -> None:
+        """A closing session's jobs go back to ready (in the background)."""
         self._by_conn.pop(s.conn_id, None)
-        self._stop_waiting(s)
         if s.is_worker:
             self._give_back(s)
-        s.ttr_heap.clear()
-        self._leave(s)
 
     def next_deadline(self) -> None:
         """None: this engine keeps its own timers."""
@@ -239,25 +220,6 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         return self.pool.execute("take_id").addCallbacks(lambda _: outcome,
                                                          self._internal_error)
 
-    # ------------------------------------------------------------ a session's own state
-    #
-    # These rules touch only the session, the node's tube records and its
-    # counters: they are the in-memory engine's, shared as they are.
-
-    reject_put = MemoryEngine.reject_put
-    use = MemoryEngine.use
-    watch = MemoryEngine.watch
-    ignore = MemoryEngine.ignore
-    list_tube_used = MemoryEngine.list_tube_used
-    list_tubes_watched = MemoryEngine.list_tubes_watched
-    cancel_wait = MemoryEngine.cancel_wait
-    take_wakeups = MemoryEngine.take_wakeups
-    drain = MemoryEngine.drain
-    hold = MemoryEngine.hold
-    _set_producer = MemoryEngine._set_producer
-    _set_worker = MemoryEngine._set_worker
-    _leave = MemoryEngine._leave
-
     # ------------------------------------------------------------ reserves
 
     def reserve(self, s: PgSession) -> Any:
@@ -305,7 +267,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
                 t.cmd_delete += 1
                 if not remaining and t.seen <= since:
                     t.has_jobs = False
-                    self._maybe_drop_tube(t)
+                    self.drop_tube_if_unused(t)
             return DELETED
         return d.addCallbacks(deleted, self._internal_error)
 
@@ -482,7 +444,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         t = self.tubes.get(name)
         if t is not None and not remaining:
             t.has_jobs = False
-            self._maybe_drop_tube(t)
+            self.drop_tube_if_unused(t)
         return count
 
     # ------------------------------------------------------------ console

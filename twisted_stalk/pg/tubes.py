@@ -104,7 +104,8 @@ class TubeRegistry:
         t.has_jobs = True
         t.seen = self._epoch
 
-    def _maybe_drop_tube(self, t: NodeTube) -> None:
+    def drop_tube_if_unused(self, t: NodeTube) -> None:
+        """Forget tube ``t`` if nothing keeps it (never ``default``)."""
         if t.unused and t is not self.default_tube and t.index >= 0:
             drop_tube(self.tubes, self.tube_list, t)
             self._tube_dropped(t)
@@ -127,7 +128,7 @@ class TubeRegistry:
             elif t.has_jobs and (since is None or t.seen < since):
                 t.has_jobs = False
         for t in [t for t in self.tube_list if t.unused and t.name not in others]:
-            self._maybe_drop_tube(t)
+            self.drop_tube_if_unused(t)
         for name in sorted((jobs | others) - set(self.tubes)):
             t = self.tube(name)
             if name in jobs:

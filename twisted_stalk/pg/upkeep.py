@@ -51,10 +51,8 @@ class Upkeep:
     """Timers, heartbeat and notifications (a part of :class:`~.engine.PgEngine`)."""
 
     def _init_upkeep(self) -> None:
-        self.wait_heap: List[Tuple[float, int, Any]] = []
         self.ttr_heap: List[Tuple[float, int, Any]] = []
         self.pause_heap: List[Tuple[float, bytes]] = []
-        self._wait_seq = 0
         #: When the next delayed job is due, as far as this node knows (local clock).
         self._delay_at: Optional[float] = None
         self._timer: Any = None
@@ -79,7 +77,7 @@ class Upkeep:
 
     # ------------------------------------------------------------ the timer
 
-    def _arm(self, when: float) -> None:
+    def arm(self, when: float) -> None:
         """Make sure the timer fires no later than ``when`` (local clock)."""
         if when >= self._timer_at:
             return
@@ -120,19 +118,19 @@ class Upkeep:
         if self._delay_at is not None:
             candidates.append(self._delay_at)
         if candidates:
-            self._arm(min(candidates))
+            self.arm(min(candidates))
 
     def _schedule_ttr(self, s: Any, job: Any) -> None:
         # A little after the deadline, so the database agrees it has passed.
         heapq.heappush(self.ttr_heap, (job.deadline_at, job.id, s))
-        self._arm(job.deadline_at + 0.002)
+        self.arm(job.deadline_at + 0.002)
 
     def _delayed_due_in(self, seconds: float, tell: bool = True) -> None:
         """A delayed job is due ``seconds`` from now (tell other nodes)."""
         at = self._now() + max(0.0, seconds) + 0.002
         if self._delay_at is None or at < self._delay_at:
             self._delay_at = at
-            self._arm(at)
+            self.arm(at)
         if tell:
             self._note("d %d %.3f" % (self.node_id, max(0.0, seconds)))
 
@@ -181,7 +179,7 @@ class Upkeep:
                     job = s.reserved.get(job_id)
                     if job is not None:
                         heapq.heappush(self.ttr_heap, (job.deadline_at, job_id, s))
-                self._arm(self._now() + 0.5)
+                self.arm(self._now() + 0.5)
         d.addCallbacks(expired, failed)
 
     def _check_held(self, due: Dict[int, Any]) -> defer.Deferred:
@@ -289,7 +287,7 @@ class Upkeep:
             return
         at = self._now() + seconds + 0.002
         heapq.heappush(self.pause_heap, (at, t.name))
-        self._arm(at)
+        self.arm(at)
 
     def _resync(self) -> None:
         """Notifications may have been missed (a connection came back): look again."""
@@ -426,7 +424,7 @@ class Upkeep:
                 at = now + left + 0.002
                 if not any(n == name and abs(a - at) < 0.5 for a, n in self.pause_heap):
                     heapq.heappush(self.pause_heap, (at, name))
-                    self._arm(at)
+                    self.arm(at)
 
     def _read_others(self, rows: Any) -> None:
         self.others = {node: (json.loads(figures), json.loads(tubes))

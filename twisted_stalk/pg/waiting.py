@@ -28,7 +28,6 @@ from twisted.internet import defer
 from ..core.job import READY, RESERVED, Job
 from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
 from ..core.session import Session
-from ..core.states import JobStates
 from ..protocol.constants import SAFETY_MARGIN
 from .batch import text_array
 
@@ -85,7 +84,7 @@ class Reserving:
             return DEADLINE_SOON
         if timeout == 0:
             return TIMED_OUT
-        self._start_waiting(s, timeout)
+        self._start_waiting(s, self._now(), timeout)
         if marks is not None and [t.events for t in s.watch] != marks:
             self._attempt(s)  # jobs came while the statement was out
         return WAITING
@@ -150,36 +149,6 @@ class Reserving:
             heapq.heappush(heap, (deadline, job.id))
         reserved[job.id] = job
         self._schedule_ttr(s, job)
-
-    # ------------------------------------------------------------ waiting
-
-    def _start_waiting(self, s: PgSession, timeout: Optional[int]) -> None:
-        s.waiting = True
-        self.waiting_count += 1
-        for t in s.watch:
-            t.waiting[s] = None
-        s.wait_deadline = (self._now() + timeout if timeout is not None and timeout > 0
-                           else None)
-        self._schedule_wait(s)
-
-    def _schedule_wait(self, s: PgSession) -> None:
-        wake = s.wait_wake_time()
-        self._wait_seq += 1
-        s.wait_token = self._wait_seq
-        if wake is not None:
-            heapq.heappush(self.wait_heap, (wake, s.wait_token, s))
-            self._arm(wake)
-
-    def _stop_waiting(self, s: PgSession) -> None:
-        if not s.waiting:
-            return
-        s.waiting = False
-        s.wait_token = 0
-        self.waiting_count -= 1
-        for t in s.watch:
-            t.waiting.pop(s, None)
-
-    _waits_due = JobStates._waits_due
 
     # ------------------------------------------------------------ wake-ups
 
