@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from servers import RecordingListener
+from servers import RecordingFrontEnd
 from twisted_stalk.core import BURIED, DELAYED, READY, RESERVED, MemoryEngine
 from twisted_stalk.core.outcomes import (
     BURIED as BURIED_OUTCOME,
@@ -49,7 +49,7 @@ def q(clock):
 def deliver(q: MemoryEngine) -> None:
     """Deliver the engine's wake-ups, as the server does after each command."""
     for s, outcome in q.take_wakeups():
-        s.listener.wake(outcome)
+        s.frontend.wake(outcome)
 
 
 def advance(q: MemoryEngine, clock: FakeClock, seconds: float) -> None:
@@ -66,8 +66,8 @@ def advance(q: MemoryEngine, clock: FakeClock, seconds: float) -> None:
 
 
 def session(q: MemoryEngine):
-    listener = RecordingListener()
-    return q.open_session(listener), listener.events
+    frontend = RecordingFrontEnd()
+    return q.open_session(frontend), frontend.events
 
 
 def put(q, s, pri=0, delay=0, ttr=10, body=b"x"):

@@ -10,7 +10,7 @@ the optional binlog as its journal); an engine backed by a database
 implements the same methods.
 
 **Sessions.**  A front end opens a :class:`~twisted_stalk.core.session.Session`
-per client with :meth:`Engine.open_session` (giving its listener, which
+per client with :meth:`Engine.open_session` (giving its front end, which
 hears wake-ups) and closes it with :meth:`Engine.close_session` (its
 reserved jobs go back to ready, its wait ends).  Every command method takes
 the session first.
@@ -24,7 +24,7 @@ listed on each method below.  A reserve that has to wait returns ``WAITING``.
 **Wake-ups.**  A command or a timer can settle *another* session's waiting
 reserve.  The engine never calls into that session's front end while a
 command runs: it queues ``(session, result)`` in :attr:`Engine.wakeups`,
-and the front end delivers them (``session.listener.wake(result)``) after
+and the front end delivers them (``session.frontend.wake(result)``) after
 the current command's own reply is written.  So the producer's ``INSERTED``
 goes out before the worker's ``RESERVED`` it caused.
 
@@ -77,7 +77,7 @@ except ImportError:  # pragma: no cover - Python < 3.8
 from ..protocol.yaml import StatPairs
 from .job import Job
 from .outcomes import Outcome
-from .session import Session, SessionListener
+from .session import Session, FrontEnd
 
 #: The orders :meth:`Engine.jobs_page` can sort by.
 JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
@@ -106,7 +106,7 @@ class Engine(Protocol):
 
     # Sessions and time.
 
-    def open_session(self, listener: SessionListener) -> Session:
+    def open_session(self, frontend: FrontEnd) -> Session:
         """A new client; it uses and watches ``default``."""
 
     def close_session(self, s: Session) -> None:

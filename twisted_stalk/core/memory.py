@@ -76,7 +76,7 @@ from .outcomes import (
 )
 from .outcomes import BURIED as BURIED_OUTCOME
 from .outcomes import KICKED as KICKED_OUTCOME
-from .session import Session, SessionListener
+from .session import Session, FrontEnd
 from .sessions import SessionRules, WakeUp
 from .states import JobStates
 from .tube import Tube, drop_tube
@@ -162,9 +162,9 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
     # The rules about sessions are SessionRules' (core/sessions.py); these
     # are its hooks.
 
-    def open_session(self, listener: SessionListener) -> Session:
+    def open_session(self, frontend: FrontEnd) -> Session:
         """Register a new client; it uses and watches ``default``."""
-        return self._opened(Session(listener, self.default_tube))
+        return self._opened(Session(frontend, self.default_tube))
 
     def return_reservations(self, s: Session) -> None:
         """A closing session's reserved jobs go back to ready."""

@@ -57,21 +57,21 @@ class Stats:
 
     def _read_fresh(self) -> defer.Deferred:
         """Other nodes' figures and the retired totals, read now."""
-        pool = self.pool
+        db = self.db
         return gather([
-            pool.execute("others", [self.node_id]).addCallback(self._read_others),
-            pool.execute("retired").addCallback(self._read_retired),
+            db.execute("others", [self.node_id]).addCallback(self._read_others),
+            db.execute("retired").addCallback(self._read_retired),
         ])
 
     # ------------------------------------------------------------ the commands
 
     def stats(self, s: Any) -> Any:
         self.cmd_counts["stats"] += 1
-        pool = self.pool
+        db = self.db
         since = self._epoch
         d = gather([
-            pool.execute("counts_all"),
-            pool.execute("tubes_with_jobs"),
+            db.execute("counts_all"),
+            db.execute("tubes_with_jobs"),
             self._read_fresh(),
         ])
 
@@ -84,8 +84,8 @@ class Stats:
 
     def stats_tube(self, s: Any, name: bytes) -> Any:
         self.cmd_counts["stats-tube"] += 1
-        pool = self.pool
-        d = gather([pool.execute("counts_tube", [name]), self._read_fresh()])
+        db = self.db
+        d = gather([db.execute("counts_tube", [name]), self._read_fresh()])
 
         def build(results: Any) -> Any:
             row = results[0][0]
@@ -123,7 +123,7 @@ class Stats:
     def list_tubes(self, s: Any) -> Any:
         self.cmd_counts["list-tubes"] += 1
         since = self._epoch
-        d = gather([self.pool.execute("tubes_with_jobs"), self._read_fresh()])
+        d = gather([self.db.execute("tubes_with_jobs"), self._read_fresh()])
 
         def build(results: Any) -> List[bytes]:
             self.reconcile([r[0] for r in results[0]], self._elsewhere(), since)
@@ -176,7 +176,7 @@ class Stats:
                 ("file", 0), ("reserves", reserves), ("timeouts", timeouts),
                 ("releases", releases), ("buries", buries), ("kicks", kicks),
             ]
-        return self.pool.execute("stats_job", [job_id]).addCallbacks(build, self._internal_error)
+        return self.db.execute("stats_job", [job_id]).addCallbacks(build, self._internal_error)
 
     def _internal_error(self, failure: Any) -> Any:
         self._failed(failure)

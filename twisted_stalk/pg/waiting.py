@@ -40,8 +40,8 @@ class PgSession(Session):
 
     __slots__ = ("conn_id", "attempting")
 
-    def __init__(self, listener: Any, default: Any, conn_id: int) -> None:
-        super().__init__(listener, default)
+    def __init__(self, frontend: Any, default: Any, conn_id: int) -> None:
+        super().__init__(frontend, default)
         #: The connection's number on this node: reservations belong to (node, conn_id).
         self.conn_id = conn_id
         #: True while a reserve statement for this session is out.
@@ -97,7 +97,7 @@ class Reserving:
         if len(watch) == 1:  # the common case: batched with others (batch.py)
             d = self._reserves.add((watch[0].name, s.conn_id))
         else:
-            d = self.pool.execute("reserve", [text_array([t.name for t in watch]), self.node_id,
+            d = self.db.execute("reserve", [text_array([t.name for t in watch]), self.node_id,
                                               s.conn_id]).addCallback(
                 lambda rows: rows[0] if rows else None)
 
@@ -115,7 +115,7 @@ class Reserving:
 
     def _reserve_many(self, items: List[Tuple[bytes, int]]) -> defer.Deferred:
         """Run a batch of one-tube reserves: a job row or None per item."""
-        d = self.pool.execute("reserve_many", [text_array([t for t, _ in items]),
+        d = self.db.execute("reserve_many", [text_array([t for t, _ in items]),
                                                b"{" + b",".join(b"%d" % c for _, c in items)
                                                + b"}", self.node_id])
 
@@ -189,13 +189,13 @@ class Reserving:
     def _unreserve(self, s: PgSession, job: Job) -> None:
         """Give back a job a reserve got for a session that no longer waits."""
         s.reserved.pop(job.id, None)
-        self.pool.execute("unreserve", [job.id, self.node_id, s.conn_id]).addCallbacks(
+        self.db.execute("unreserve", [job.id, self.node_id, s.conn_id]).addCallbacks(
             self._tubes_ready, self._failed)
 
     def _give_back(self, s: PgSession) -> None:
         """Every job (node, ``s``) holds goes back to ready (``s`` closed)."""
         s.reserved.clear()
-        self.pool.first("give_back", [self.node_id, s.conn_id]).addCallbacks(
+        self.db.first("give_back", [self.node_id, s.conn_id]).addCallbacks(
             self._tubes_ready, self._failed)
 
     def _tubes_ready(self, rows: Any) -> None:

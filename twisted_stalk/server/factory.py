@@ -95,7 +95,7 @@ class BeanstalkServerFactory(Factory):
                 for s, outcome in wakeups:
                     if not s.closed:
                         try:
-                            s.listener.wake(outcome)
+                            s.frontend.wake(outcome)
                         except Exception:  # one connection's failure is not another's
                             self.log.failure("delivering a wake-up")
         finally:

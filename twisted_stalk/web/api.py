@@ -28,7 +28,7 @@ from ..protocol.commands import valid_tube_name
 from ..protocol.constants import JOB_STATES, UNRESERVED_STATES
 from . import actions
 from .auth import Identity
-from .console import Console, ConsoleListener
+from .console import Console, ConsoleFrontEnd
 from .http import ApiError, bad_request, error_data, read_json, send_json
 from .tasks import answer
 from .views import (
@@ -326,11 +326,11 @@ class Api:
     def _holder(self, session, facts) -> Optional[Dict[str, Any]]:
         if session is None:
             return None
-        listener = session.listener
-        if isinstance(listener, ConsoleListener):
-            peer = f"web console ({listener.identity.name})"
+        frontend = session.frontend
+        if isinstance(frontend, ConsoleFrontEnd):
+            peer = f"web console ({frontend.identity.name})"
         else:
-            transport = getattr(listener, "transport", None)
+            transport = getattr(frontend, "transport", None)
             peer = peer_text(transport) if transport is not None else "?"
         return {"peer": peer, "ttr_left": facts["time-left"],
                 "jobs_held": len(session.reserved)}

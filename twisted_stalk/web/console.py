@@ -12,8 +12,8 @@ from .sampler import Sampler
 from .tasks import Tasks
 
 
-class ConsoleListener:
-    """The listener of a console session.  A console never waits in a
+class ConsoleFrontEnd:
+    """The front end of a console session.  A console never waits in a
     reserve, so no wake-up comes; it names who acts, for the connections list."""
 
     def __init__(self, identity: Identity) -> None:
@@ -42,7 +42,7 @@ class Console:
 
     def open_session(self, identity: Identity):
         """An engine session for one action of ``identity`` (close it after)."""
-        return self.engine.open_session(ConsoleListener(identity))
+        return self.engine.open_session(ConsoleFrontEnd(identity))
 
     def close_session(self, session) -> None:
         self.engine.close_session(session)
@@ -68,4 +68,4 @@ class Console:
         self.sampler.stop()
 
 
-__all__ = ["Console", "ConsoleListener"]
+__all__ = ["Console", "ConsoleFrontEnd"]
