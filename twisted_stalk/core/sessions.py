@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.constants import SAFETY_MARGIN
-from .outcomes import DEADLINE_SOON, NOT_IGNORED, TIMED_OUT, Outcome
+from .outcomes import DEADLINE_SOON, JOB_TOO_BIG, NOT_IGNORED, TIMED_OUT, Outcome
 from .session import Session
 
 heappush = heapq.heappush
@@ -71,6 +71,7 @@ class SessionRules:
     wake_changed: bool
     notify: Any
     default_tube: Any
+    max_job_size: int
 
     def _init_sessions(self) -> None:
         """Set the state these rules keep (from the engine's constructor)."""
@@ -194,6 +195,16 @@ class SessionRules:
         arguments (BAD_FORMAT).  beanstalkd counts these puts too."""
         self.cmd_counts["put"] += 1
         return reason
+
+    def refuse_oversized(self, s: Session, size: int) -> Optional[Outcome]:
+        """The one size rule of a put body (without its CRLF): JOB_TOO_BIG,
+        counted as a put, when ``size`` passes ``max_job_size``; None when
+        the body may be put.  Every front end asks this (the wire protocol
+        once it has compared the size to decide between reading and
+        discarding the body)."""
+        if size > self.max_job_size:
+            return self.reject_put(s, JOB_TOO_BIG)
+        return None
 
     def use(self, s: Session, name: bytes) -> bytes:
         """Use tube ``name`` for puts (created if needed); returns its name."""

@@ -78,9 +78,9 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         self._now = reactor.seconds
         self.config = config
         self.max_job_size = max_job_size
-        #: Not applied: job bodies are stored by the database (docs/compat.md).
+        #: Set by ``--max-memory`` (server/limits.py) but not applied: job
+        #: bodies are stored by the database (docs/compat.md); see :meth:`memory`.
         self.max_memory = 0
-        self.job_bytes = 0
         self.facts = facts or Facts(reactor.seconds())
         self.journal = NullJournal()
         self.channel = channel(config.schema)

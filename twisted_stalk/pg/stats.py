@@ -23,6 +23,7 @@ from twisted.internet import defer
 from ..core.inspection import server_stat_pairs
 from ..core.job import STATE_NAMES
 from ..core.outcomes import INTERNAL_ERROR, NOT_FOUND
+from ..core.readmodel import MemoryUse, TubeFigures
 from ..protocol.yaml import StatPairs
 from .util import gather
 
@@ -98,22 +99,10 @@ class Stats:
                 (t.urgent_count, t.ready_count, t.reserved_count, t.delayed_count,
                  t.buried_count) = urgent, ready, reserved, delayed, buried
             pause = pause or 0
-            return [
-                ("name", name),
-                ("current-jobs-urgent", urgent),
-                ("current-jobs-ready", ready),
-                ("current-jobs-reserved", reserved),
-                ("current-jobs-delayed", delayed),
-                ("current-jobs-buried", buried),
-                ("total-jobs", sums[3]),
-                ("current-using", sums[0]),
-                ("current-watching", sums[1]),
-                ("current-waiting", sums[2]),
-                ("cmd-delete", sums[4]),
-                ("cmd-pause-tube", sums[5]),
-                ("pause", pause),
-                ("pause-time-left", max(0, int(left)) if pause and left is not None else 0),
-            ]
+            return TubeFigures(name, urgent, ready, reserved, delayed, buried, sums[3], sums[0],
+                               sums[1], sums[2], sums[4], sums[5], pause,
+                               max(0, int(left)) if pause and left is not None else 0
+                               ).stat_pairs()
         return d.addCallbacks(build, self._internal_error)
 
     def stats_job(self, s: Any, job_id: int) -> Any:
@@ -146,15 +135,23 @@ class Stats:
         t = self.tubes.get(name)
         if t is None:
             return NOT_FOUND
-        sums = self._tube_sums(t)
-        return [
-            ("name", name), ("current-jobs-urgent", t.urgent_count),
-            ("current-jobs-ready", t.ready_count), ("current-jobs-reserved", t.reserved_count),
-            ("current-jobs-delayed", t.delayed_count), ("current-jobs-buried", t.buried_count),
-            ("total-jobs", sums[3]), ("current-using", sums[0]), ("current-watching", sums[1]),
-            ("current-waiting", sums[2]), ("cmd-delete", sums[4]), ("cmd-pause-tube", sums[5]),
-            ("pause", t.pause), ("pause-time-left", 0),
-        ]
+        return self._figures(t).stat_pairs()
+
+    def tube_figures(self) -> List[TubeFigures]:
+        """Every tube's figures: job counts as of the last heartbeat, the
+        rest summed over the nodes (as :meth:`tube_stats`)."""
+        self._inspected_at = time.monotonic()
+        return [self._figures(t) for t in self.tube_list]
+
+    def _figures(self, t: Any) -> TubeFigures:
+        using, watching, waiting, total, deletes, pauses = self._tube_sums(t)
+        return TubeFigures(t.name, t.urgent_count, t.ready_count, t.reserved_count,
+                           t.delayed_count, t.buried_count, total, using, watching, waiting,
+                           deletes, pauses, t.pause, 0)
+
+    def memory(self) -> MemoryUse:
+        """The bodies are the database's: not counted here, and no ceiling applied."""
+        return MemoryUse(None, 0)
 
     def server_stats(self) -> StatPairs:
         """The server's stats: job counts as last read, counters summed over nodes."""

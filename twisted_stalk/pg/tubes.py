@@ -63,11 +63,6 @@ class NodeTube:
         self.unpause_at = 0.0
 
     @property
-    def buried(self) -> range:
-        """Sized like the in-memory tube's buried list (metrics take its length)."""
-        return range(self.buried_count)
-
-    @property
     def referenced(self) -> bool:
         return bool(self.using_count or self.watching_count or self.waiting)
 

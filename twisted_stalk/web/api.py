@@ -330,8 +330,7 @@ class Api:
         if isinstance(frontend, ConsoleFrontEnd):
             peer = f"web console ({frontend.identity.name})"
         else:
-            transport = getattr(frontend, "transport", None)
-            peer = peer_text(transport) if transport is not None else "?"
+            peer = self.console.factory.peer_of(session) or "?"
         return {"peer": peer, "ttr_left": facts["time-left"],
                 "jobs_held": len(session.reserved)}
 
@@ -345,12 +344,7 @@ class Api:
     async def connections(self, request, identity) -> Tuple[int, Any]:
         offset = int_arg(request, "offset", 0, 0, 10 ** 9)
         limit = int_arg(request, "limit", 100, 1, MAX_PAGE)
-        rows = []
-        for proto in list(self.console.factory.connections):
-            session = getattr(proto, "session", None)
-            if session is None or session.closed:
-                continue
-            rows.append(session_view(session, peer_text(proto.transport)))
+        rows = [session_view(facts) for facts in self.console.factory.connection_facts()]
         rows.sort(key=lambda r: r["peer"])
         return 200, {"total": len(rows), "offset": offset, "limit": limit,
                      "connections": rows[offset:offset + limit]}

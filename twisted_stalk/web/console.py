@@ -6,6 +6,7 @@ from typing import Optional
 
 from twisted.internet.defer import Deferred
 
+from ..core.engine import Engine
 from .auth import Credentials, Identity
 from .login import Logins
 from .sampler import Sampler
@@ -29,7 +30,7 @@ class Console:
     def __init__(self, factory, reactor, credentials: Optional[Credentials] = None,
                  slice_budget: float = 0.004, run_check=None) -> None:
         self.factory = factory
-        self.engine = factory.engine
+        self.engine: Engine = factory.engine
         self.reactor = reactor
         self.sampler = Sampler(self.engine)
         self.tasks = Tasks(self, slice_budget)
