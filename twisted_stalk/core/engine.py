@@ -64,6 +64,12 @@ page by page (:meth:`Engine.jobs_page`), finds who holds a reservation
 (:meth:`Engine.search_bodies`); these answer at once in the in-memory engine
 and may answer with a Deferred elsewhere.
 
+**One base.**  The rules about sessions (use, watch, ignore, waiting
+reserves and their deadlines, wake-ups, drain, the connection and command
+counters) are the same in every engine and are written once, in
+:class:`~twisted_stalk.core.sessions.SessionRules`, which engines derive
+from; ``tests/test_engine_contract.py`` is the suite every engine passes.
+
 Nothing here is specific to an in-memory engine: no method hands out
 internal structures that a database engine could not produce (jobs are
 :class:`~twisted_stalk.core.job.Job` records; a database engine builds them
