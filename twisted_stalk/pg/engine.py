@@ -84,10 +84,12 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         self.facts = facts or Facts(reactor.seconds())
         self.journal = NullJournal()
         self.channel = channel(config.schema)
+        #: The statement connections (pipelined, reconnected).
         self.db = Connections(reactor, config.conninfo, statements(config.schema),
-                         size=config.pool, wait=config.wait, on_up=self._resync)
+                              size=config.pool, wait=config.wait, on_up=self._resync)
+        #: The LISTEN connection: other nodes' notices.
         self.notifications = Notifications(reactor, config.conninfo, self.channel,
-                                 on_event=self._event, on_up=self._resync)
+                                           on_event=self._event, on_up=self._resync)
         self.node_id: Optional[int] = None
         # Sessions, waits, wake-ups, drain and the connection and command
         # counters (core.sessions.SessionRules).
@@ -121,7 +123,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         self.node_id = row[0]
 
     def start(self) -> defer.Deferred:
-        """Connect the statement connections and the LISTEN connection and start the heartbeat (after :meth:`register`)."""
+        """Connect the statement and LISTEN connections and start the
+        heartbeat (after :meth:`register`)."""
         self._start_heartbeat()
         self.reactor.addSystemEventTrigger("before", "shutdown", self.stop)
         return gather([self.db.start(), self.notifications.start()])
