@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import resource
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 from twisted.web.resource import Resource
 from twisted.web.server import Site
@@ -34,6 +34,9 @@ from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.yaml import as_dict
 from .limits import open_fds
 from .metrics_tubes import OTHER, TUBE_METRICS, TubePolicy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .factory import BeanstalkServerFactory
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -95,8 +98,8 @@ def _number(value) -> str:
 class Readiness:
     """Why the server is not ready (an empty list: ready)."""
 
-    def __init__(self, factory, shutdown=None, listening: Optional[Callable[[], bool]] = None
-                 ) -> None:
+    def __init__(self, factory: BeanstalkServerFactory, shutdown=None,
+                 listening: Optional[Callable[[], bool]] = None) -> None:
         self.factory = factory
         self.shutdown = shutdown
         self.listening = listening or (lambda: factory.numPorts > 0)
@@ -119,7 +122,7 @@ class Readiness:
 class Collector:
     """Renders the metrics of one server."""
 
-    def __init__(self, factory, shutdown=None, start_time: Optional[float] = None,
+    def __init__(self, factory: BeanstalkServerFactory, shutdown=None, start_time: Optional[float] = None,
                  policy: Optional[TubePolicy] = None) -> None:
         self.factory = factory
         self.shutdown = shutdown

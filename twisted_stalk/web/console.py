@@ -2,7 +2,7 @@
 """The console's state next to the server: engine, rate sampler, tasks, logins."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from twisted.internet.defer import Deferred
 
@@ -11,6 +11,9 @@ from .auth import Credentials, Identity
 from .login import Logins
 from .sampler import Sampler
 from .tasks import Tasks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..server.factory import BeanstalkServerFactory
 
 
 class ConsoleFrontEnd:
@@ -27,7 +30,7 @@ class ConsoleFrontEnd:
 class Console:
     """One server's console: what every resource of the site reads and uses."""
 
-    def __init__(self, factory, reactor, credentials: Optional[Credentials] = None,
+    def __init__(self, factory: BeanstalkServerFactory, reactor, credentials: Optional[Credentials] = None,
                  slice_budget: float = 0.004, run_check=None) -> None:
         self.factory = factory
         self.engine: Engine = factory.engine
