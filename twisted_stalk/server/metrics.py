@@ -122,8 +122,8 @@ class Readiness:
 class Collector:
     """Renders the metrics of one server."""
 
-    def __init__(self, factory: BeanstalkServerFactory, shutdown=None, start_time: Optional[float] = None,
-                 policy: Optional[TubePolicy] = None) -> None:
+    def __init__(self, factory: BeanstalkServerFactory, shutdown=None,
+                 start_time: Optional[float] = None, policy: Optional[TubePolicy] = None) -> None:
         self.factory = factory
         self.shutdown = shutdown
         self.start_time = time.time() if start_time is None else start_time
