@@ -55,6 +55,8 @@ TUBE_METRICS: Tuple[Tuple[str, str, str, str], ...] = (
 )
 #: Where each metric's field lies in a TubeFigures (its first field is the name).
 _COLUMNS = tuple(TubeFigures._fields.index(field) for _, _, _, field in TUBE_METRICS)
+assert TubeFigures._fields[2:6] == ("ready", "reserved", "delayed", "buried")
+assert TubeFigures._fields[9] == "waiting" and TubeFigures._fields[12] == "pause"
 
 
 class TubeSeries:
@@ -82,19 +84,21 @@ class TubePolicy:
         """Pick the tubes with their own series and sum the rest."""
         match = self.pattern.fullmatch if self.pattern is not None else None
         candidates = []
+        # By position (name, urgent, ready, reserved, delayed, buried, ...,
+        # waiting at 9, pause at 12): a scrape runs this for every tube.
         for t in tubes:
-            jobs = t.jobs
-            if (jobs or t.waiting or t.pause or t.name == b"default") and (
-                    match is None or match(t.name.decode("latin-1"))):
-                candidates.append((jobs, t.name, t))
+            jobs = t[2] + t[3] + t[4] + t[5]
+            if (jobs or t[9] or t[12] or t[0] == b"default") and (
+                    match is None or match(t[0].decode("latin-1"))):
+                candidates.append((jobs, t[0], t))
         if len(candidates) > self.limit:
             candidates = heapq.nsmallest(self.limit, candidates,
                                          key=lambda c: (-c[0], c[1]))
         own = sorted((c[2] for c in candidates), key=lambda t: t.name)
         if len(own) == len(tubes):
             return TubeSeries(own, None, 0)
-        chosen = {t.name for t in own}
-        rest = [t for t in tubes if t.name not in chosen]
+        chosen = {t[0] for t in own}
+        rest = [t for t in tubes if t[0] not in chosen]
         columns = list(zip(*rest))  # transposed in C: one tuple per field
         sums = [sum(columns[i]) for i in _COLUMNS]
         return TubeSeries(own, sums, len(rest))
