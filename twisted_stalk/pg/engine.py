@@ -203,14 +203,14 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         """Run a batch of puts (batch.py): one job id per item."""
         tubes, pris, delays, ttrs, bodies = zip(*items)
         d = self.db.execute("put_many", [text_array(list(tubes)), int_array(list(pris)),
-                                           int_array(list(delays)), int_array(list(ttrs)),
-                                           bytea_array(list(bodies))])
+                                         int_array(list(delays)), int_array(list(ttrs)),
+                                         bytea_array(list(bodies))])
         return d.addCallback(lambda rows: [job_id for job_id, _ in rows])
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
         """Run a batch of deletes: (tube, state, tube keeps jobs) or None per item."""
         d = self.db.execute("delete_many", [int_array([i for i, _ in items]),
-                                              int_array([c for _, c in items]), self.node_id])
+                                            int_array([c for _, c in items]), self.node_id])
 
         def answers(rows: Any) -> List[Any]:
             out: List[Any] = [None] * len(items)
@@ -222,7 +222,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     def _refused(self, outcome: Outcome) -> defer.Deferred:
         """A refused put still takes a job id, as in beanstalkd."""
         return self.db.execute("take_id").addCallbacks(lambda _: outcome,
-                                                         self._internal_error)
+                                                       self._internal_error)
 
     # ------------------------------------------------------------ reserves
 
@@ -333,7 +333,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
                 self._ready_by_name(name, len(rows))
             return len(rows)
         return self.db.execute("kick", [name, bound]).addCallbacks(kicked,
-                                                                    self._internal_error)
+                                                                  self._internal_error)
 
     def kick_job(self, s: PgSession, job_id: int) -> Any:
         if job_id > _MAX_ID:
@@ -344,7 +344,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
             self._ready_by_name(rows[0][0])
             return KICKED
         return self.db.execute("kick_job", [job_id]).addCallbacks(kicked,
-                                                                   self._internal_error)
+                                                                 self._internal_error)
 
     # ------------------------------------------------------------ peeks
 
@@ -409,8 +409,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         """Whether tube ``name`` exists: known here, holding jobs, or used by another node."""
         if name in self.tubes:
             return defer.succeed(True)
-        d = gather([self.db.execute("tube_has_jobs", [name]),
-                                 self._read_fresh()])
+        d = gather([self.db.execute("tube_has_jobs", [name]), self._read_fresh()])
         return d.addCallback(lambda results: bool(results[0][0][0])
                              or name in self._elsewhere())
 
@@ -421,7 +420,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
             if not yes:
                 return NOT_FOUND
             return self.db.execute("list_jobs", [name, STATE_BY_NAME[state], limit]
-                                     ).addCallback(lambda rows: [r[0] for r in rows])
+                                   ).addCallback(lambda rows: [r[0] for r in rows])
         return self._tube_exists(name).addCallback(listed).addErrback(self._internal_error)
 
     def flush_tube(self, s: PgSession, name: bytes,

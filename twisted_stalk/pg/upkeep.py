@@ -249,7 +249,7 @@ class Upkeep:
         if not notes:
             return
         self.db.execute("notify", [self.channel.encode(),
-                                     payload_array(merged(notes))]).addErrback(self._failed)
+                                   payload_array(merged(notes))]).addErrback(self._failed)
 
     def _event(self, payload: bytes) -> None:
         """A notification from a node (see the module docstring)."""
@@ -312,7 +312,7 @@ class Upkeep:
         # The heartbeat first: a node back from an outage must renew its own
         # row before it looks for silent nodes, or it would find itself.
         d = db.execute("heartbeat", [self.node_id, json.dumps(self.figures()).encode(),
-                                       json.dumps(self.referenced_tubes()).encode()])
+                                     json.dumps(self.referenced_tubes()).encode()])
         d.addCallback(self._alive, self._now())
         d.addCallback(lambda _: self._sweeps(since))
 
@@ -340,7 +340,7 @@ class Upkeep:
             # others: after an outage every node gets stalk_dead_after to
             # come back before its reservations are given up.
             steps.append(db.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id]
-                                      ).addCallback(self._reclaimed))
+                                    ).addCallback(self._reclaimed))
         steps += [
             db.execute("promote").addCallback(self._tubes_ready),
             db.execute("next_delayed").addCallback(self._next_delayed),
@@ -398,7 +398,7 @@ class Upkeep:
             s.reserved.clear()
             s.ttr_heap.clear()
         self.db.execute("register", [socket.gethostname().encode(), self.facts.pid()]
-                          ).addCallbacks(self._registered, self._failed)
+                        ).addCallbacks(self._registered, self._failed)
 
     def _registered(self, rows: Any) -> None:
         self.node_id = rows[0][0]

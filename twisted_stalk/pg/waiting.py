@@ -98,7 +98,7 @@ class Reserving:
             d = self._reserves.add((watch[0].name, s.conn_id))
         else:
             d = self.db.execute("reserve", [text_array([t.name for t in watch]), self.node_id,
-                                              s.conn_id]).addCallback(
+                                            s.conn_id]).addCallback(
                 lambda rows: rows[0] if rows else None)
 
         def done(row: Any) -> Any:
@@ -116,8 +116,8 @@ class Reserving:
     def _reserve_many(self, items: List[Tuple[bytes, int]]) -> defer.Deferred:
         """Run a batch of one-tube reserves: a job row or None per item."""
         d = self.db.execute("reserve_many", [text_array([t for t, _ in items]),
-                                               b"{" + b",".join(b"%d" % c for _, c in items)
-                                               + b"}", self.node_id])
+                                             b"{" + b",".join(b"%d" % c for _, c in items)
+                                             + b"}", self.node_id])
 
         def answers(rows: Any) -> List[Any]:
             out: List[Any] = [None] * len(items)
