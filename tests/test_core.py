@@ -291,6 +291,22 @@ def test_stale_heap_entries_are_compacted(q, clock):
     assert [q.reserve_with_timeout(s, 0) for _ in keep] == keep
 
 
+def test_a_sessions_own_deadline_heap_stays_bounded_and_right(q, clock):
+    """A session holding jobs while it reserves and releases others: its
+    DEADLINE_SOON heap is compacted and still gives the soonest deadline."""
+    s, _ = session(q)
+    held = [put(q, s, ttr=100 + i) for i in range(3)]
+    for job in held:
+        q.reserve_job(s, job.id)
+    for i in range(2000):
+        job = put(q, s, ttr=50 + i % 7)
+        q.reserve_job(s, job.id)
+        q.release(s, job.id, 0, 0)
+        q.delete(s, job.id)
+    assert len(s.ttr_heap) <= 2 * len(s.reserved) + 33
+    assert s.soonest_deadline() == held[0].deadline_at
+
+
 def test_million_delayed_jobs_keep_put_reserve_cheap(q, clock):
     """Delayed jobs sit in heaps: a reserve does not scan them."""
     s, _ = session(q)

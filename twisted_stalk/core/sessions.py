@@ -256,6 +256,28 @@ class SessionRules:
 
     # ------------------------------------------------------------ waiting reserves
 
+    def _track_session_deadline(self, s: Session, job_id: int, deadline: float) -> None:
+        """Record a new reservation's deadline in the session's own heap (for
+        DEADLINE_SOON), before the job joins ``s.reserved``.
+
+        A session holding one job needs no heap (its soonest deadline is that
+        job's); the heap is kept only while it holds more, so when a second
+        job arrives the first one's entry goes in too.  Stale entries (a job
+        given back, touched, timed out) are dropped when they outnumber the
+        live ones.
+        """
+        heap = s.ttr_heap
+        reserved = s.reserved
+        if len(reserved) == 1:
+            for other in reserved.values():
+                heappush(heap, (other.deadline_at, other.id))
+        heappush(heap, (deadline, job_id))
+        if len(heap) > 2 * len(reserved) + 32:
+            live = [e for e in heap if e[1] == job_id and e[0] == deadline
+                    or (e[1] in reserved and reserved[e[1]].deadline_at == e[0])]
+            heapq.heapify(live)
+            s.ttr_heap = live
+
     def _start_waiting(self, s: Session, now: float, timeout: Optional[int]) -> None:
         s.waiting = True
         self.waiting_count += 1

@@ -102,22 +102,6 @@ class JobStates:
         if len(ttrs) > 2 * self.reserved_count + 32:
             self.ttr_heap = self._live_deadlines(ttrs, RESERVED)
 
-    def _track_session_deadline(self, s: Session, job_id: int, deadline: float) -> None:
-        """Record a deadline in the session's own heap (for DEADLINE_SOON).
-
-        A session holding one job needs no heap (its soonest deadline is that
-        job's); the heap is kept only while it holds more, so when a second
-        job arrives the first one's entry goes in too.
-        """
-        heap = s.ttr_heap
-        reserved = s.reserved
-        if len(reserved) == 1:
-            for other in reserved.values():
-                heappush(heap, (other.deadline_at, other.id))
-        heappush(heap, (deadline, job_id))
-        if len(heap) > 2 * len(reserved) + 32:
-            s.ttr_heap = self._live_deadlines(heap, RESERVED)
-
     def _touch_deadline(self, s: Session, job: Job, deadline: float) -> None:
         job.deadline_at = deadline
         heappush(self.ttr_heap, (deadline, job.id, s))

@@ -20,7 +20,6 @@ engine.
 """
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from twisted.internet import defer
@@ -142,11 +141,7 @@ class Reserving:
         job.deadline_at = deadline
         reserved = s.reserved
         if reserved:
-            heap = s.ttr_heap
-            if len(reserved) == 1:
-                for other in reserved.values():
-                    heapq.heappush(heap, (other.deadline_at, other.id))
-            heapq.heappush(heap, (deadline, job.id))
+            self._track_session_deadline(s, job.id, deadline)
         reserved[job.id] = job
         self._schedule_ttr(s, job)
 
