@@ -317,16 +317,6 @@ def test_a_reserve_with_timeout_times_out(h):
     assert h.wakeups(1) == [(s, o.TIMED_OUT)]
 
 
-def test_a_ttr_runs_out_and_the_job_is_ready_again(h):
-    e, s = h.engine, h.open()
-    job_id = h(e.put(s, 0, 0, 1, b"x\r\n"))
-    assert h(e.reserve(s)).id == job_id
-    assert h(e.peek_ready(s)) is o.NOT_FOUND
-    h.advance(1.3)
-    assert h(e.peek_ready(s)).id == job_id
-    assert h(e.delete(s, job_id)) is o.DELETED  # ready: anyone may delete it
-
-
 def test_deadline_soon_ends_a_wait_a_second_before_the_ttr(h):
     e, s = h.engine, h.open()
     job_id = h(e.put(s, 0, 0, 2, b"x\r\n"))
@@ -336,10 +326,16 @@ def test_deadline_soon_ends_a_wait_a_second_before_the_ttr(h):
     assert h.wakeups(1) == [(s, o.DEADLINE_SOON)]
 
 
-def test_a_delayed_job_becomes_ready_after_its_delay(h):
+@pytest.mark.parametrize("held_by", ["ttr", "delay"])
+def test_a_job_is_ready_again_once_its_ttr_or_delay_has_passed(h, held_by):
     e, s = h.engine, h.open()
-    job_id = h(e.put(s, 0, 1, 60, b"x\r\n"))
-    assert h(e.peek_delayed(s)).id == job_id
+    if held_by == "ttr":
+        job_id = h(e.put(s, 0, 0, 1, b"x\r\n"))
+        assert h(e.reserve(s)).id == job_id
+    else:
+        job_id = h(e.put(s, 0, 1, 60, b"x\r\n"))
+        assert h(e.peek_delayed(s)).id == job_id
     assert h(e.peek_ready(s)) is o.NOT_FOUND
     h.advance(1.3)
     assert h(e.peek_ready(s)).id == job_id
+    assert h(e.delete(s, job_id)) is o.DELETED  # ready: anyone may delete it
