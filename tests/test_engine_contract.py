@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
 
 import pytest
 from twisted.internet import defer
