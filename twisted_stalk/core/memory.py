@@ -1,9 +1,13 @@
-# -*- test-case-name: tests.test_core,tests.test_engine -*-
-"""The in-memory engine: every command's rules, counters, sessions and tubes.
+# -*- test-case-name: tests.test_core,tests.test_engine,tests.test_engine_contract -*-
+"""The in-memory engine: every command's rules, counters and tubes.
 
+The rules about sessions that every engine shares (use, watch, ignore,
+waiting reserves, wake-ups, the connection and command counters) are
+:class:`~.sessions.SessionRules`, its base; this module gives that base its
+hooks (``tube``, ``drop_tube_if_unused``, ``arm``, ``return_reservations``).
 The job state machine and deadlines are in :mod:`.states`, what can be read
-without being a client (stats, listings) in :mod:`.inspection`; both are parts
-of :class:`MemoryEngine`.
+without being a client (stats, listings, the read model) in
+:mod:`.inspection`; both are parts of :class:`MemoryEngine`.
 
 :class:`MemoryEngine` implements :class:`~twisted_stalk.core.engine.Engine`,
 the seam every front end (wire protocol, web console, metrics) uses: one
