@@ -107,8 +107,8 @@ def start_server(kind: str, *extra: str, port: Optional[int] = None,
     return RunningServer(kind, port, proc, list(extra))
 
 
-class RecordingListener:
-    """A core SessionListener that records the wake-ups delivered to it."""
+class RecordingFrontEnd:
+    """A core FrontEnd that records the wake-ups delivered to it."""
 
     def __init__(self) -> None:
         self.events: List[object] = []

@@ -17,7 +17,7 @@ from twisted.internet.task import Clock
 from twisted_stalk.binlog import BinlogError, BinlogJournal
 from twisted_stalk.binlog import format as fmt
 from twisted_stalk.binlog.writer import ROOM_RETRY_SECONDS, RETRY_SECONDS
-from servers import RecordingListener
+from servers import RecordingFrontEnd
 from twisted_stalk.core import BURIED, DELAYED, READY, RESERVED, JournalError, MemoryEngine
 from twisted_stalk.core.outcomes import INTERNAL_ERROR, NOT_FOUND, Outcome
 
@@ -34,7 +34,7 @@ class Server:
         self.journal = BinlogJournal(str(directory), clock, **options).open()
         self.queue = MemoryEngine(clock, journal=self.journal)
         self.journal.attach(self.queue)
-        self.s = self.queue.open_session(RecordingListener())
+        self.s = self.queue.open_session(RecordingFrontEnd())
 
     def put(self, body: bytes, pri: int = 10, delay: int = 0, ttr: int = 60,
             tube: bytes = b"default") -> int:

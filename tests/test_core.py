@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from servers import RecordingListener
+from servers import RecordingFrontEnd
 from twisted_stalk.core import BURIED, DELAYED, READY, RESERVED, MemoryEngine
 from twisted_stalk.core.outcomes import (
     BURIED as BURIED_OUTCOME,
@@ -49,7 +49,7 @@ def q(clock):
 def deliver(q: MemoryEngine) -> None:
     """Deliver the engine's wake-ups, as the server does after each command."""
     for s, outcome in q.take_wakeups():
-        s.listener.wake(outcome)
+        s.frontend.wake(outcome)
 
 
 def advance(q: MemoryEngine, clock: FakeClock, seconds: float) -> None:
@@ -66,8 +66,8 @@ def advance(q: MemoryEngine, clock: FakeClock, seconds: float) -> None:
 
 
 def session(q: MemoryEngine):
-    listener = RecordingListener()
-    return q.open_session(listener), listener.events
+    frontend = RecordingFrontEnd()
+    return q.open_session(frontend), frontend.events
 
 
 def put(q, s, pri=0, delay=0, ttr=10, body=b"x"):
@@ -289,6 +289,22 @@ def test_stale_heap_entries_are_compacted(q, clock):
     assert t.ready_entries <= 2 * t.ready_count + 65
     assert len(q.ttr_heap) <= 2 * q.reserved_count + 33
     assert [q.reserve_with_timeout(s, 0) for _ in keep] == keep
+
+
+def test_a_sessions_own_deadline_heap_stays_bounded_and_right(q, clock):
+    """A session holding jobs while it reserves and releases others: its
+    DEADLINE_SOON heap is compacted and still gives the soonest deadline."""
+    s, _ = session(q)
+    held = [put(q, s, ttr=100 + i) for i in range(3)]
+    for job in held:
+        q.reserve_job(s, job.id)
+    for i in range(2000):
+        job = put(q, s, ttr=50 + i % 7)
+        q.reserve_job(s, job.id)
+        q.release(s, job.id, 0, 0)
+        q.delete(s, job.id)
+    assert len(s.ttr_heap) <= 2 * len(s.reserved) + 33
+    assert s.soonest_deadline() == held[0].deadline_at
 
 
 def test_million_delayed_jobs_keep_put_reserve_cheap(q, clock):

@@ -13,7 +13,7 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from servers import RecordingListener
+from servers import RecordingFrontEnd
 from twisted_stalk.core import MemoryEngine
 from twisted_stalk.core import outcomes as o
 from twisted_stalk.protocol.commands import COMMANDS, EXTENSION_COMMANDS, command_spec
@@ -42,12 +42,12 @@ def _engine():
 
 def test_wake_ups_are_queued_not_delivered_during_the_command():
     engine, _ = _engine()
-    worker_listener = RecordingListener()
-    worker = engine.open_session(worker_listener)
-    producer = engine.open_session(RecordingListener())
+    worker_frontend = RecordingFrontEnd()
+    worker = engine.open_session(worker_frontend)
+    producer = engine.open_session(RecordingFrontEnd())
     assert engine.reserve(worker) is o.WAITING
     job_id = engine.put(producer, 0, 0, 10, b"x\r\n")
-    assert worker_listener.events == []  # nothing called back into the worker
+    assert worker_frontend.events == []  # nothing called back into the worker
     [(session, job)] = engine.take_wakeups()
     assert session is worker and job.id == job_id
     assert engine.wakeups == []
@@ -56,7 +56,7 @@ def test_wake_ups_are_queued_not_delivered_during_the_command():
 def test_put_rules_live_in_the_engine():
     engine, _ = _engine()
     engine.max_memory = 10
-    s = engine.open_session(RecordingListener())
+    s = engine.open_session(RecordingFrontEnd())
     assert engine.put(s, 0, 0, 1, b"1234\r\n") == 1
     assert engine.put(s, 0, 0, 1, b"12345\r\n") is o.OUT_OF_MEMORY  # 6 + 7 > 10
     assert engine.put(s, 0, 0, 1, b"1234XX") is o.EXPECTED_CRLF
@@ -72,7 +72,7 @@ def test_reserve_with_timeout_zero_reports_deadline_soon_over_paused_ready_jobs(
     """beanstalkd answers a zero timeout from its wait, where a reservation in
     its last second wins: DEADLINE_SOON, even with ready jobs in a paused tube."""
     engine, clock = _engine()
-    s = engine.open_session(RecordingListener())
+    s = engine.open_session(RecordingFrontEnd())
     engine.put(s, 0, 0, 1, b"x\r\n")
     engine.put(s, 0, 0, 60, b"y\r\n")
     assert engine.pause_tube(s, b"default", 3600) is o.PAUSED
@@ -82,8 +82,8 @@ def test_reserve_with_timeout_zero_reports_deadline_soon_over_paused_ready_jobs(
 
 def test_closing_drops_unused_tubes_in_the_reference_order():
     engine, _ = _engine()
-    a = engine.open_session(RecordingListener())
-    b = engine.open_session(RecordingListener())
+    a = engine.open_session(RecordingFrontEnd())
+    b = engine.open_session(RecordingFrontEnd())
     engine.watch(a, b"a")
     engine.watch(a, b"b")
     for name in (b"c", b"d"):

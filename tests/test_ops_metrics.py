@@ -179,12 +179,14 @@ def test_collector_renders_parseable_text_with_odd_tube_names():
 
 
 class _BrokenJournal:
-    directory = "/nowhere"
-    broken = "No space left on device"
     pending = False
 
     def stats(self):
         return {"oldest": 1, "current": 2, "migrated": 0, "written": 9, "max_size": 100}
+
+    def health(self):
+        from twisted_stalk.core.journal import JournalHealth
+        return JournalHealth(True, "/nowhere", "No space left on device")
 
 
 def test_readiness_reports_each_problem():
@@ -317,12 +319,10 @@ def test_other_sums_match_every_tube_metric():
     factory = _server_with(b"use a\r\nput 5000 0 60 1\r\nx\r\nput 0 9 60 1\r\ny\r\n"
                            b"use b\r\nput 0 0 60 1\r\nz\r\nreserve\r\nwatch b\r\n"
                            b"pause-tube a 30\r\nbury 1 0\r\n")
-    queue = factory.engine
-    now = queue.clock.seconds()
-    series = TubePolicy(0).split(queue.tube_list, now)
-    assert series.own == [] and series.aggregated == len(queue.tube_list)
-    expected = [sum(value_of(t, now) for t in queue.tube_list)
-                for _, _, _, value_of in TUBE_METRICS]
+    figures = factory.engine.tube_figures()
+    series = TubePolicy(0).split(figures)
+    assert series.own == [] and series.aggregated == len(figures)
+    expected = [sum(getattr(t, field) for t in figures) for _, _, _, field in TUBE_METRICS]
     assert series.other == expected and any(expected)
 
 

@@ -121,7 +121,7 @@ def test_the_driver_pipelines_reports_errors_and_fails_when_unreachable(pg_clust
     """PgConnection on a real reactor (in a subprocess: pytest owns no reactor)."""
     script = f"""
 from twisted.internet import defer, reactor
-from twisted_stalk.pg.driver import ConnectionLost, PgConnection, PgError
+from twisted_stalk.pg.driver import PgConnection, PgConnectionLost, PgError
 out = []
 @defer.inlineCallbacks
 def main():
@@ -138,7 +138,7 @@ def main():
     bad = PgConnection(reactor, "host=/nonexistent port=1 connect_timeout=1")
     try:
         yield bad.connect()
-    except ConnectionLost:
+    except PgConnectionLost:
         out.append("lost")
     print(out)
     reactor.stop()
@@ -148,3 +148,19 @@ reactor.run()
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)
     assert done.stdout.strip() == "[True, '22012', True, 'lost']", done.stderr
+
+
+# ------------------------------------------------------------ notices between nodes
+
+def test_notices_round_trip_and_merge():
+    from twisted_stalk.pg.notices import (DelayedDue, JobsReady, PauseEnds, decode, merged,
+                                          payload_array)
+    notices = [JobsReady(3, b"a", 1), DelayedDue(3, 1.5), JobsReady(3, b"a", 2),
+               PauseEnds(3, b"b", 0.25), JobsReady(4, b"a", 1)]
+    for n in notices:
+        assert decode(n.encode().encode()) == n
+    assert merged(notices) == [JobsReady(3, b"a", 3), JobsReady(4, b"a", 1),
+                               DelayedDue(3, 1.5), PauseEnds(3, b"b", 0.25)]
+    assert payload_array(merged(notices)[:2]) == b'{"r 3 a 3","r 4 a 1"}'
+    for junk in (b"", b"r", b"r x a 1", b"r 1 a", b"d 1 soon", b"q 1 a 1", b"p 1 a"):
+        assert decode(junk) is None

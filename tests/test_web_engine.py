@@ -11,7 +11,7 @@ import random
 import pytest
 from twisted.internet.task import Clock
 
-from servers import RecordingListener
+from servers import RecordingFrontEnd
 from twisted_stalk.core import MemoryEngine
 from twisted_stalk.core import outcomes as o
 from twisted_stalk.core.engine import JOB_SORTS
@@ -24,8 +24,8 @@ def _busy_engine(seed: int = 7, n: int = 600):
     clock = Clock()
     clock.advance(1000)
     engine = MemoryEngine(clock)
-    producer = engine.open_session(RecordingListener())
-    worker = engine.open_session(RecordingListener())
+    producer = engine.open_session(RecordingFrontEnd())
+    worker = engine.open_session(RecordingFrontEnd())
     engine.use(producer, b"work")
     engine.watch(worker, b"work")
     engine.ignore(worker, b"default")
@@ -112,7 +112,7 @@ def test_id_and_age_orders_hold_for_jobs_restored_out_of_order():
     the id walk notices and the page is still right."""
     clock = Clock()
     engine = MemoryEngine(clock)
-    s = engine.open_session(RecordingListener())
+    s = engine.open_session(RecordingFrontEnd())
     ids = [engine.put(s, 0, 0, 10, b"x\r\n") for _ in range(40)]
     jobs = [engine.jobs.pop(i) for i in ids]
     for job in reversed(jobs):

@@ -43,6 +43,7 @@ from twisted.logger import Logger
 from ..core.job import BURIED, DELAYED, READY, RESERVED
 from ..core.journal import (
     JournalError,
+    JournalHealth,
     UPDATE_BURY,
     UPDATE_KICK,
     UPDATE_RELEASE,
@@ -367,6 +368,27 @@ class BinlogJournal:
             "written": self.written,
             "max_size": self.max_size,
         }
+
+    def health(self) -> JournalHealth:
+        """On, whether it can write (or why not), its files and their size on disk."""
+        if self.closed:
+            problem: Optional[str] = "closed"
+        elif self.broken:
+            problem = str(self.broken)
+        elif self.room_error:
+            problem = f"no room for a new file: {self.room_error}"
+        else:
+            problem = None
+        size = files = 0
+        try:
+            with os.scandir(self.directory) as entries:
+                for entry in entries:
+                    if entry.name.startswith("binlog.") and entry.is_file():
+                        files += 1
+                        size += entry.stat().st_size
+        except OSError:
+            pass
+        return JournalHealth(True, self.directory, problem, files, size)
 
     def when_settled(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything recorded so far is written (and

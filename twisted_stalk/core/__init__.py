@@ -10,11 +10,11 @@ from .job import BURIED, DELAYED, READY, RESERVED, Job
 from .journal import Journal, JournalError, NullJournal
 from .memory import MemoryEngine
 from .outcomes import DEADLINE_SOON, NOT_FOUND, TIMED_OUT, WAITING, Outcome
-from .session import Session, SessionListener
+from .session import Session, FrontEnd
 from .tube import Tube
 
 __all__ = [
     "BURIED", "DELAYED", "READY", "RESERVED", "Job", "Journal", "JournalError",
     "NullJournal", "DEADLINE_SOON", "NOT_FOUND", "TIMED_OUT", "WAITING", "Outcome",
-    "Engine", "Facts", "MemoryEngine", "Session", "SessionListener", "Tube",
+    "Engine", "Facts", "MemoryEngine", "Session", "FrontEnd", "Tube",
 ]

@@ -10,7 +10,7 @@ the optional binlog as its journal); an engine backed by a database
 implements the same methods.
 
 **Sessions.**  A front end opens a :class:`~twisted_stalk.core.session.Session`
-per client with :meth:`Engine.open_session` (giving its listener, which
+per client with :meth:`Engine.open_session` (giving its front end, which
 hears wake-ups) and closes it with :meth:`Engine.close_session` (its
 reserved jobs go back to ready, its wait ends).  Every command method takes
 the session first.
@@ -24,7 +24,7 @@ listed on each method below.  A reserve that has to wait returns ``WAITING``.
 **Wake-ups.**  A command or a timer can settle *another* session's waiting
 reserve.  The engine never calls into that session's front end while a
 command runs: it queues ``(session, result)`` in :attr:`Engine.wakeups`,
-and the front end delivers them (``session.listener.wake(result)``) after
+and the front end delivers them (``session.frontend.wake(result)``) after
 the current command's own reply is written.  So the producer's ``INSERTED``
 goes out before the worker's ``RESERVED`` it caused.
 
@@ -53,12 +53,22 @@ before they answer gives a ``NullJournal``.
 
 **Inspection.**  Front ends that look without being a client (metrics, a
 console) use :meth:`Engine.server_stats`, :meth:`Engine.tube_names`,
-:meth:`Engine.tube_stats`, :meth:`Engine.job_stats` and :meth:`Engine.job`:
-they count nothing and change nothing.  A console also lists a tube's jobs
+:meth:`Engine.tube_stats`, :meth:`Engine.job_stats` and :meth:`Engine.job`,
+and read the values of :mod:`.readmodel`: :meth:`Engine.tube_figures`
+(:class:`~.readmodel.TubeFigures`), :meth:`Engine.memory`
+(:class:`~.readmodel.MemoryUse`) and ``journal.health()``
+(:class:`~.journal.JournalHealth`): they count nothing and change nothing,
+and no front end reads an engine's records.  A console also lists a tube's jobs
 page by page (:meth:`Engine.jobs_page`), finds who holds a reservation
 (:meth:`Engine.job_holder`) and searches bodies in bounded steps
 (:meth:`Engine.search_bodies`); these answer at once in the in-memory engine
 and may answer with a Deferred elsewhere.
+
+**One base.**  The rules about sessions (use, watch, ignore, waiting
+reserves and their deadlines, wake-ups, drain, the connection and command
+counters) are the same in every engine and are written once, in
+:class:`~twisted_stalk.core.sessions.SessionRules`, which engines derive
+from; ``tests/test_engine_contract.py`` is the suite every engine passes.
 
 Nothing here is specific to an in-memory engine: no method hands out
 internal structures that a database engine could not produce (jobs are
@@ -67,7 +77,7 @@ from rows).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
+from typing import Callable, Iterable, List, Optional, Tuple, Union
 
 try:
     from typing import Protocol
@@ -76,8 +86,10 @@ except ImportError:  # pragma: no cover - Python < 3.8
 
 from ..protocol.yaml import StatPairs
 from .job import Job
+from .journal import Journal
 from .outcomes import Outcome
-from .session import Session, SessionListener
+from .readmodel import MemoryUse, TubeFigures
+from .session import FrontEnd, Session
 
 #: The orders :meth:`Engine.jobs_page` can sort by.
 JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
@@ -101,12 +113,13 @@ class Engine(Protocol):
     draining: bool
     #: Called (by an asynchronous engine) after it queued wake-ups outside a command.
     notify: Optional[Callable[[], None]]
-    #: Replies wait while ``journal.pending`` (see the module docstring).
-    journal: Any
+    #: Replies wait while ``journal.pending`` (see the module docstring);
+    #: ``journal.health()`` is what metrics and the console show of it.
+    journal: Journal
 
     # Sessions and time.
 
-    def open_session(self, listener: SessionListener) -> Session:
+    def open_session(self, frontend: FrontEnd) -> Session:
         """A new client; it uses and watches ``default``."""
 
     def close_session(self, s: Session) -> None:
@@ -139,6 +152,10 @@ class Engine(Protocol):
 
     def reject_put(self, s: Session, reason: Outcome) -> Result:
         """A put line with no job (JOB_TOO_BIG or BAD_FORMAT): counted, returns ``reason``."""
+
+    def refuse_oversized(self, s: Session, size: int) -> Optional[Outcome]:
+        """JOB_TOO_BIG (counted as a put) if a body of ``size`` bytes (without
+        its CRLF) passes ``max_job_size``, else None: the one size rule."""
 
     def use(self, s: Session, name: bytes) -> Result:
         """Use a tube for puts: its name."""
@@ -225,6 +242,14 @@ class Engine(Protocol):
 
     def job(self, job_id: int) -> Result:
         """A :class:`Job`, or NOT_FOUND."""
+
+    def tube_figures(self) -> List[TubeFigures]:
+        """Every tube's figures (what ``stats-tube`` says of each), in
+        ``list-tubes`` order: what metrics and the console chart."""
+
+    def memory(self) -> MemoryUse:
+        """Stored body bytes (None: not held by this engine) and the
+        ``--max-memory`` ceiling it applies (0: none)."""
 
     # Extension verbs.
 

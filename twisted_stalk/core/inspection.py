@@ -14,6 +14,7 @@ from . import listing
 from .engine import JOB_SORTS
 from .job import BURIES, DELAYED, KICKS, RELEASES, RESERVED, RESERVES, STATE_BY_NAME, STATE_NAMES, TIMEOUTS
 from .outcomes import NOT_FOUND
+from .readmodel import MemoryUse, TubeFigures
 from .session import Session
 
 
@@ -63,23 +64,22 @@ class Inspection:
         t = self.tubes.get(name)
         if t is None:
             return NOT_FOUND
-        left = max(0, int(t.unpause_at - self._now())) if t.pause else 0
-        return [
-            ("name", t.name),
-            ("current-jobs-urgent", t.urgent_count),
-            ("current-jobs-ready", t.ready_count),
-            ("current-jobs-reserved", t.reserved_count),
-            ("current-jobs-delayed", t.delayed_count),
-            ("current-jobs-buried", len(t.buried)),
-            ("total-jobs", t.total_jobs),
-            ("current-using", t.using_count),
-            ("current-watching", t.watching_count),
-            ("current-waiting", len(t.waiting)),
-            ("cmd-delete", t.cmd_delete),
-            ("cmd-pause-tube", t.cmd_pause),
-            ("pause", t.pause),
-            ("pause-time-left", left),
-        ]
+        return _figures(t, self._now()).stat_pairs()
+
+    def tube_figures(self) -> List[TubeFigures]:
+        """Every tube's figures, in ``list-tubes`` order."""
+        now = self._now()
+        # _figures inline, built with tuple.__new__ (no Python frame per
+        # tube): a metrics scrape asks this for every tube.
+        return [_new(TubeFigures, (
+            t.name, t.urgent_count, t.ready_count, t.reserved_count, t.delayed_count,
+            len(t.buried), t.total_jobs, t.using_count, t.watching_count, len(t.waiting),
+            t.cmd_delete, t.cmd_pause, t.pause,
+            max(0, int(t.unpause_at - now)) if t.pause else 0)) for t in self.tube_list]
+
+    def memory(self) -> MemoryUse:
+        """Stored body bytes and the ``--max-memory`` ceiling."""
+        return MemoryUse(self.job_bytes, self.max_memory)
 
     def server_stats(self) -> StatPairs:
         """The server's ``stats`` pairs."""
@@ -121,6 +121,16 @@ class Inspection:
         if t is None:
             return NOT_FOUND
         return listing.search_bodies(self, t, needle, after_id, span)
+
+
+_new = tuple.__new__
+
+
+def _figures(t: Any, now: float) -> TubeFigures:
+    return TubeFigures(t.name, t.urgent_count, t.ready_count, t.reserved_count,
+                       t.delayed_count, len(t.buried), t.total_jobs, t.using_count,
+                       t.watching_count, len(t.waiting), t.cmd_delete, t.cmd_pause, t.pause,
+                       max(0, int(t.unpause_at - now)) if t.pause else 0)
 
 
 def _one_node(key: str, value: int, is_total: bool) -> int:

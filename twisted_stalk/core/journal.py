@@ -2,7 +2,8 @@
 """The interface between the queue and a persistence layer (the binlog)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, Optional
 
 try:
     from typing import Protocol
@@ -29,6 +30,25 @@ UPDATE_KICK = 3
 UPDATE_TIMEOUT = 4
 #: reserve-job took a delayed or buried job (ready again after a restart).
 UPDATE_RESERVE = 5
+
+
+@dataclass(frozen=True)
+class JournalHealth:
+    """What metrics and the console show of a journal (:meth:`Journal.health`)."""
+
+    #: A directory is in use (False: changes live in memory only, or the
+    #: engine's storage is durable by itself).
+    enabled: bool
+    directory: Optional[str] = None
+    #: Why the journal cannot take writes now (None: it can).
+    problem: Optional[str] = None
+    #: How many files it keeps and their size on disk.
+    files: int = 0
+    bytes: int = 0
+
+
+#: The health of a journal that keeps nothing.
+NO_JOURNAL = JournalHealth(enabled=False)
 
 
 class Journal(Protocol):
@@ -58,6 +78,9 @@ class Journal(Protocol):
     def when_settled(self, callback) -> None:
         """Call ``callback`` once everything recorded so far is durable."""
 
+    def health(self) -> JournalHealth:
+        """Whether it is on, can write, and what it keeps on disk."""
+
 
 class NullJournal:
     """No persistence: every change is in memory only."""
@@ -83,3 +106,6 @@ class NullJournal:
 
     def when_settled(self, callback) -> None:
         callback()
+
+    def health(self) -> JournalHealth:
+        return NO_JOURNAL

@@ -1,9 +1,13 @@
-# -*- test-case-name: tests.test_core,tests.test_engine -*-
-"""The in-memory engine: every command's rules, counters, sessions and tubes.
+# -*- test-case-name: tests.test_core,tests.test_engine,tests.test_engine_contract -*-
+"""The in-memory engine: every command's rules, counters and tubes.
 
+The rules about sessions that every engine shares (use, watch, ignore,
+waiting reserves, wake-ups, the connection and command counters) are
+:class:`~.sessions.SessionRules`, its base; this module gives that base its
+hooks (``tube``, ``drop_tube_if_unused``, ``arm``, ``return_reservations``).
 The job state machine and deadlines are in :mod:`.states`, what can be read
-without being a client (stats, listings) in :mod:`.inspection`; both are parts
-of :class:`MemoryEngine`.
+without being a client (stats, listings, the read model) in
+:mod:`.inspection`; both are parts of :class:`MemoryEngine`.
 
 :class:`MemoryEngine` implements :class:`~twisted_stalk.core.engine.Engine`,
 the seam every front end (wire protocol, web console, metrics) uses: one
@@ -29,9 +33,9 @@ happens when stale entries outnumber live ones (amortised O(1)).
 from __future__ import annotations
 
 import heapq
-from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple
 
-from ..protocol.commands import COUNTED_COMMANDS, valid_tube_name
+from ..protocol.commands import valid_tube_name
 from ..protocol.constants import (
     DEFAULT_MAX_JOB_SIZE,
     DEFAULT_TUBE,
@@ -67,7 +71,6 @@ from .outcomes import (
     EXPECTED_CRLF,
     INTERNAL_ERROR,
     NOT_FOUND,
-    NOT_IGNORED,
     OUT_OF_MEMORY,
     PAUSED,
     RELEASED,
@@ -77,7 +80,8 @@ from .outcomes import (
 )
 from .outcomes import BURIED as BURIED_OUTCOME
 from .outcomes import KICKED as KICKED_OUTCOME
-from .session import Session, SessionListener
+from .session import Session, FrontEnd
+from .sessions import SessionRules, WakeUp
 from .states import JobStates
 from .tube import Tube, drop_tube
 
@@ -85,11 +89,7 @@ heappush = heapq.heappush
 heappop = heapq.heappop
 _new_job = object.__new__
 
-#: What a waiting reserve's wake-up carries: the job it got, TIMED_OUT or DEADLINE_SOON.
-WakeUp = Tuple[Session, Union[Job, Outcome]]
-
-
-class MemoryEngine(Inspection, JobStates):
+class MemoryEngine(SessionRules, Inspection, JobStates):
     """All tubes and jobs of one server, and the rules that move jobs between states."""
 
     # Slots, not an instance dict: with more than 30 attributes CPython 3.11
@@ -127,45 +127,28 @@ class MemoryEngine(Inspection, JobStates):
         #: Tubes in beanstalkd's list order (append; swap-remove on delete).
         self.tube_list: List[Tube] = []
         self.default_tube = self.tube(DEFAULT_TUBE)
-        #: Open sessions (for listings such as the console's connections page).
-        self.sessions: Set[Session] = set()
+        # Sessions, waits, wake-ups, drain and the connection and command
+        # counters (SessionRules).
+        self._init_sessions()
         # Global lazy heaps of deadlines.
         self.delay_heap: List[Tuple[float, int]] = []
         #: (deadline_at, job id, reserving session) of reserved jobs.
         self.ttr_heap: List[Tuple[float, int, Session]] = []
-        self.wait_heap: List[Tuple[float, int, Session]] = []
         self.pause_heap: List[Tuple[float, bytes]] = []
-        self._wait_seq = 0
         # Jobs put in the same millisecond share one creation-time float.
         self._created = 0.0
         #: The earliest deadline the owner's timer is known to cover; a push
         #: of an earlier deadline sets ``wake_changed`` so the owner re-arms.
         #: Later deadlines need nothing: a timer firing early just re-arms.
         self.wake_at = float("inf")
-        self.wake_changed = False
-        #: Results for waiting sessions, to deliver after the current command's
-        #: own reply: ``(session, Job | TIMED_OUT | DEADLINE_SOON)``.
-        self.wakeups: List[WakeUp] = []
-        # Counters.
-        self.cmd_counts: Dict[str, int] = dict.fromkeys(COUNTED_COMMANDS, 0)
+        # Counters of jobs.
         self.ready_count = 0
         self.urgent_count = 0
         self.reserved_count = 0
         self.delayed_count = 0
         self.buried_count = 0
-        self.waiting_count = 0
         self.job_timeouts = 0
         self.total_jobs = 0
-        self.current_connections = 0
-        self.total_connections = 0
-        self.producers = 0
-        self.workers = 0
-        #: Drain mode (SIGUSR1): put answers DRAINING.
-        self.draining = False
-        #: True while no job is handed out (a graceful shutdown): reserves wait.
-        self.held = False
-        #: Unused here: this engine queues wake-ups only inside a command or a tick.
-        self.notify = None
 
     @property
     def journal(self):
@@ -179,64 +162,28 @@ class MemoryEngine(Inspection, JobStates):
         self._journaled = type(journal) is not NullJournal
 
     # ------------------------------------------------------------ sessions
+    #
+    # The rules about sessions are SessionRules' (core/sessions.py); these
+    # are its hooks.
 
-    def open_session(self, listener: SessionListener) -> Session:
+    def open_session(self, frontend: FrontEnd) -> Session:
         """Register a new client; it uses and watches ``default``."""
-        s = Session(listener, self.default_tube)
-        self.default_tube.using_count += 1
-        self.default_tube.watching_count += 1
-        self.current_connections += 1
-        self.total_connections += 1
-        self.sessions.add(s)
-        return s
+        return self._opened(Session(frontend, self.default_tube))
 
-    def close_session(self, s: Session) -> None:
-        """Forget a client: stop its wait, return its reserved jobs to ready.
-
-        Tubes it leaves unused go in beanstalkd's order (its watch list is
-        cleared from the front, each removal moving the last entry there;
-        then the used tube), so ``list-tubes`` shows the same order after.
-        """
-        if s.closed:
-            return
-        s.closed = True
-        self.sessions.discard(s)
-        self._stop_waiting(s)
+    def return_reservations(self, s: Session) -> None:
+        """A closing session's reserved jobs go back to ready."""
         reserved = list(s.reserved.values())
         s.reserved.clear()
-        s.ttr_heap.clear()
         for job in reserved:
             self._unreserve_counts(job)
             self._make_ready(job)
-        self._leave(s)
 
-    def _leave(self, s: Session) -> None:
-        """A closing session leaves its tubes (in beanstalkd's order, see
-        :meth:`close_session`) and the connection counters."""
-        watch = s.watch
-        s.watch = []
-        while watch:
-            t = watch[0]
-            last = watch.pop()
-            if watch:
-                watch[0] = last
-            t.watching_count -= 1
-            self._maybe_drop_tube(t)
-        s.use.using_count -= 1
-        self._maybe_drop_tube(s.use)
-        self.current_connections -= 1
-        if s.is_producer:
-            self.producers -= 1
-        if s.is_worker:
-            self.workers -= 1
-
-    def _set_producer(self, s: Session) -> None:
-        s.is_producer = True
-        self.producers += 1
-
-    def _set_worker(self, s: Session) -> None:
-        s.is_worker = True
-        self.workers += 1
+    def arm(self, when: float) -> None:
+        """Something is due at ``when``: ``wake_changed`` if that is earlier
+        than the owner's timer covers."""
+        if when < self.wake_at:
+            self.wake_at = when
+            self.wake_changed = True
 
     # ---------------------------------------------------------------- tubes
 
@@ -249,7 +196,8 @@ class MemoryEngine(Inspection, JobStates):
             self.tube_list.append(t)
         return t
 
-    def _maybe_drop_tube(self, t: Tube) -> None:
+    def drop_tube_if_unused(self, t: Tube) -> None:
+        """Forget tube ``t`` if nothing keeps it (never ``default``)."""
         if t.unused and t is not self.default_tube and t.index >= 0:
             drop_tube(self.tubes, self.tube_list, t)
 
@@ -312,51 +260,6 @@ class MemoryEngine(Inspection, JobStates):
         else:
             self._make_ready(job)
         return job_id
-
-    def reject_put(self, s: Session, reason: Outcome) -> Outcome:
-        """A put line that brings no job: its body was over ``max_job_size``
-        (JOB_TOO_BIG; the front end discarded it) or bytes trail its
-        arguments (BAD_FORMAT).  beanstalkd counts these puts too."""
-        self.cmd_counts["put"] += 1
-        return reason
-
-    def use(self, s: Session, name: bytes) -> bytes:
-        """Use tube ``name`` for puts (created if needed); returns its name."""
-        self.cmd_counts["use"] += 1
-        t = self.tube(name)
-        old = s.use
-        if old is not t:
-            t.using_count += 1
-            old.using_count -= 1
-            s.use = t
-            self._maybe_drop_tube(old)
-        return name
-
-    def watch(self, s: Session, name: bytes) -> int:
-        """Add tube ``name`` to the watch list; returns the list's length."""
-        self.cmd_counts["watch"] += 1
-        t = self.tube(name)
-        if t not in s.watch:
-            s.watch.append(t)
-            t.watching_count += 1
-        return len(s.watch)
-
-    def ignore(self, s: Session, name: bytes):
-        """Stop watching ``name``: the watch list's length, or NOT_IGNORED
-        when it is the last tube watched."""
-        self.cmd_counts["ignore"] += 1
-        t = self.tubes.get(name)
-        watch = s.watch
-        if t is not None and t in watch:
-            if len(watch) < 2:
-                return NOT_IGNORED
-            i = watch.index(t)
-            last = watch.pop()
-            if i < len(watch):
-                watch[i] = last
-            t.watching_count -= 1
-            self._maybe_drop_tube(t)
-        return len(watch)
 
     def reserve(self, s: Session):
         """Reserve the best ready job of the watched tubes, waiting for one
@@ -425,7 +328,7 @@ class MemoryEngine(Inspection, JobStates):
         t = job.tube
         t.cmd_delete += 1
         if not (t.using_count or t.watching_count):
-            self._maybe_drop_tube(t)
+            self.drop_tube_if_unused(t)
         return DELETED
 
     def release(self, s: Session, job_id: int, pri: int, delay: int) -> Outcome:
@@ -561,16 +464,6 @@ class MemoryEngine(Inspection, JobStates):
         self.cmd_counts["list-tubes"] += 1
         return [t.name for t in self.tube_list]
 
-    def list_tube_used(self, s: Session) -> bytes:
-        """The name of the tube ``s`` uses."""
-        self.cmd_counts["list-tube-used"] += 1
-        return s.use.name
-
-    def list_tubes_watched(self, s: Session) -> List[bytes]:
-        """The names of the tubes ``s`` watches, in its order."""
-        self.cmd_counts["list-tubes-watched"] += 1
-        return [t.name for t in s.watch]
-
     def pause_tube(self, s: Session, name: bytes, delay: int) -> Outcome:
         """Hold back reserves from tube ``name`` for ``delay`` seconds (0 ends
         a pause): PAUSED, NOT_FOUND, or BAD_FORMAT for an invalid name
@@ -637,31 +530,10 @@ class MemoryEngine(Inspection, JobStates):
                 return INTERNAL_ERROR
         if deleted and READY in codes:
             t.compact_ready()
-        self._maybe_drop_tube(t)
+        self.drop_tube_if_unused(t)
         return deleted
 
     # ============================================================ server
-
-    def drain(self) -> None:
-        """Enter drain mode (SIGUSR1): put answers DRAINING from now on."""
-        self.draining = True
-
-    def hold(self) -> None:
-        """Hand out no more jobs (a graceful shutdown): reserves wait instead
-        of taking jobs, while workers may still finish the ones they hold."""
-        self.held = True
-
-    def cancel_wait(self, s: Session) -> bool:
-        """Withdraw ``s``'s waiting reserve without a result; True if it was waiting."""
-        if not s.waiting:
-            return False
-        self._stop_waiting(s)
-        return True
-
-    def take_wakeups(self) -> List[WakeUp]:
-        """The wake-ups queued so far, in order; the queue is emptied."""
-        wakeups, self.wakeups = self.wakeups, []
-        return wakeups
 
     def restore(self, job: Job, state: int, deadline_at: float = 0.0) -> None:
         """Put a job recovered from the binlog back in place (no journaling)."""

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tube import Tube
 
 
-class SessionListener(Protocol):
+class FrontEnd(Protocol):
     """The front end behind a session: it hears the session's wake-ups."""
 
     def wake(self, outcome: object) -> None:
@@ -31,13 +31,13 @@ class Session:
     """One client of the engine (a connection, a console user, a test)."""
 
     __slots__ = (
-        "listener", "use", "watch", "reserved", "ttr_heap", "waiting",
+        "frontend", "use", "watch", "reserved", "ttr_heap", "waiting",
         "wait_deadline", "wait_token", "is_producer", "is_worker", "closed",
         "__weakref__",
     )
 
-    def __init__(self, listener: SessionListener, default: "Tube") -> None:
-        self.listener = listener
+    def __init__(self, frontend: FrontEnd, default: "Tube") -> None:
+        self.frontend = frontend
         self.use = default
         #: Watched tubes, in beanstalkd's order (append; swap-remove on ignore).
         self.watch: List["Tube"] = [default]

@@ -102,22 +102,6 @@ class JobStates:
         if len(ttrs) > 2 * self.reserved_count + 32:
             self.ttr_heap = self._live_deadlines(ttrs, RESERVED)
 
-    def _track_session_deadline(self, s: Session, job_id: int, deadline: float) -> None:
-        """Record a deadline in the session's own heap (for DEADLINE_SOON).
-
-        A session holding one job needs no heap (its soonest deadline is that
-        job's); the heap is kept only while it holds more, so when a second
-        job arrives the first one's entry goes in too.
-        """
-        heap = s.ttr_heap
-        reserved = s.reserved
-        if len(reserved) == 1:
-            for other in reserved.values():
-                heappush(heap, (other.deadline_at, other.id))
-        heappush(heap, (deadline, job_id))
-        if len(heap) > 2 * len(reserved) + 32:
-            s.ttr_heap = self._live_deadlines(heap, RESERVED)
-
     def _touch_deadline(self, s: Session, job: Job, deadline: float) -> None:
         job.deadline_at = deadline
         heappush(self.ttr_heap, (deadline, job.id, s))
@@ -230,40 +214,6 @@ class JobStates:
         self._start_waiting(s, now, timeout)
         return WAITING
 
-    def _start_waiting(self, s: Session, now: float, timeout: Optional[int]) -> None:
-        s.waiting = True
-        self.waiting_count += 1
-        for t in s.watch:
-            t.waiting[s] = None
-        s.wait_deadline = now + timeout if timeout is not None and timeout > 0 else None
-        if s.wait_deadline is not None or s.reserved:
-            self._schedule_wait(s)
-        # Otherwise only a job ends this wait: no timer entry, and its token
-        # stays 0, which no wait_heap entry carries.
-
-    def _schedule_wait(self, s: Session) -> None:
-        wake = s.wait_wake_time()
-        self._wait_seq += 1
-        s.wait_token = self._wait_seq
-        if wake is not None:
-            heappush(self.wait_heap, (wake, s.wait_token, s))
-            if wake < self.wake_at:
-                self.wake_at = wake
-                self.wake_changed = True
-            if len(self.wait_heap) > 2 * self.waiting_count + 32:
-                self.wait_heap = [e for e in self.wait_heap
-                                  if e[2].waiting and e[2].wait_token == e[1]]
-                heapq.heapify(self.wait_heap)
-
-    def _stop_waiting(self, s: Session) -> None:
-        if not s.waiting:
-            return
-        s.waiting = False
-        s.wait_token = 0
-        self.waiting_count -= 1
-        for t in s.watch:
-            t.waiting.pop(s, None)
-
     def _serve_waiters(self, t: Tube) -> None:
         now = self._now()
         if self.held or (t.pause and t.unpause_at > now):
@@ -357,24 +307,6 @@ class JobStates:
             t.pause = 0
             if t.waiting:
                 self._serve_waiters(t)
-
-    def _waits_due(self, now: float) -> None:
-        """End the waits due by ``now``: DEADLINE_SOON for a waiter whose
-        reservation is a second from its TTR, TIMED_OUT for one whose
-        ``reserve-with-timeout`` ran out; any other is scheduled again."""
-        while self.wait_heap and self.wait_heap[0][0] <= now:
-            _, token, s = heappop(self.wait_heap)
-            if not s.waiting or s.wait_token != token:
-                continue
-            soonest = s.soonest_deadline() if s.reserved else None
-            if soonest is not None and now >= soonest - SAFETY_MARGIN:
-                self._stop_waiting(s)
-                self.wakeups.append((s, DEADLINE_SOON))
-            elif s.wait_deadline is not None and now >= s.wait_deadline:
-                self._stop_waiting(s)
-                self.wakeups.append((s, TIMED_OUT))
-            else:
-                self._schedule_wait(s)
 
     def _time_out(self, job: Job, s: Session) -> None:
         try:

@@ -16,7 +16,7 @@ twistd's default) without threads or asyncio.
   statements from many clients are in flight at once on one connection.
   Results come back in order; each Deferred fires with a :class:`Rows`.
 * **Notifications** (LISTEN/NOTIFY) are handed to ``on_notify`` as they arrive.
-* **Loss**: every outstanding Deferred fails with :class:`ConnectionLost`
+* **Loss**: every outstanding Deferred fails with :class:`PgConnectionLost`
   and ``on_lost`` is called once.
 
 Values go out as text (numbers, arrays) or binary (``bytea``); results come
@@ -77,7 +77,7 @@ class PgError(Exception):
         self.sqlstate = sqlstate
 
 
-class ConnectionLost(PgError):
+class PgConnectionLost(PgError):
     """The connection to the server is gone (or never came up)."""
 
 
@@ -161,10 +161,10 @@ class PgConnection:
             self.pgconn = pq.PGconn.connect_start(self.conninfo.encode())
         except Exception as e:  # pragma: no cover - out of memory in libpq
             self._connecting = None
-            return defer.fail(ConnectionLost(str(e)))
+            return defer.fail(PgConnectionLost(str(e)))
         if self.pgconn.status == pq.ConnStatus.BAD:
             self._connecting = None
-            return defer.fail(ConnectionLost(self._message()))
+            return defer.fail(PgConnectionLost(self._message()))
         self._timeout = self.reactor.callLater(self.connect_timeout, self._connect_timed_out)
         self._polling = True
         self._poll_connect(_POLL_WRITING)
@@ -244,9 +244,9 @@ class PgConnection:
 
     def _fail_connect(self, message: str) -> None:
         d, self._connecting = self._connecting, None
-        self._shut(ConnectionLost(message), notify=False)
+        self._shut(PgConnectionLost(message), notify=False)
         if d is not None:
-            d.errback(ConnectionLost(message))
+            d.errback(PgConnectionLost(message))
 
     def _message(self) -> str:
         pgconn = self.pgconn
@@ -275,7 +275,7 @@ class PgConnection:
 
     def connectionLost(self, reason: Failure) -> None:
         self._reading = self._writing = False
-        self._shut(ConnectionLost(str(reason.value)))
+        self._shut(PgConnectionLost(str(reason.value)))
 
     def doRead(self) -> None:
         if self._polling:
@@ -285,7 +285,7 @@ class PgConnection:
         try:
             pgconn.consume_input()
         except Exception:  # psycopg raises OperationalError
-            self._shut(ConnectionLost(self._message()))
+            self._shut(PgConnectionLost(self._message()))
             return
         self._drain_results()
         if self.on_notify is not None and self.pgconn is not None:
@@ -295,7 +295,7 @@ class PgConnection:
                     break
                 self.on_notify(n.relname, n.extra)
         if self.pgconn is not None and self.pgconn.status != _OK:
-            self._shut(ConnectionLost(self._message()))
+            self._shut(PgConnectionLost(self._message()))
 
     def doWrite(self) -> None:
         if self._polling:
@@ -308,7 +308,7 @@ class PgConnection:
     def execute(self, name: str, params: Sequence[Any] = (),
                 formats: Optional[Sequence[int]] = None) -> defer.Deferred:
         """Run prepared statement ``name``; fires with its :data:`Rows`, or
-        fails with :class:`PgError` / :class:`ConnectionLost`.  ``params``
+        fails with :class:`PgError` / :class:`PgConnectionLost`.  ``params``
         are bytes (text, or binary where ``formats`` says 1), ints or None."""
         return self._send(lambda pgconn, values: pgconn.send_query_prepared(
             name.encode(), values, formats, 1), params)
@@ -321,15 +321,15 @@ class PgConnection:
     def _send(self, send: Callable[[Any, List[Any]], None], params: Sequence[Any]
               ) -> defer.Deferred:
         if not self.ready:
-            return defer.fail(ConnectionLost("not connected"))
+            return defer.fail(PgConnectionLost("not connected"))
         values = [p if p is None or p.__class__ is bytes else b"%d" % p for p in params]
         d: defer.Deferred = defer.Deferred()
         try:
             send(self.pgconn, values)
             self.pgconn.pipeline_sync()
         except Exception:
-            self._shut(ConnectionLost(self._message()))
-            return defer.fail(ConnectionLost("connection lost while sending"))
+            self._shut(PgConnectionLost(self._message()))
+            return defer.fail(PgConnectionLost("connection lost while sending"))
         self._pending.append(_Pending(d))
         if not self._writing:
             self._flush()
@@ -347,7 +347,7 @@ class PgConnection:
         try:
             more = pgconn.flush()
         except Exception:
-            self._shut(ConnectionLost(self._message()))
+            self._shut(PgConnectionLost(self._message()))
             return
         self._register(True, bool(more))
 
@@ -399,7 +399,7 @@ class PgConnection:
 
     def close(self) -> None:
         """Close the connection; outstanding statements fail."""
-        self._shut(ConnectionLost("closed"), notify=False)
+        self._shut(PgConnectionLost("closed"), notify=False)
 
     def _shut(self, error: PgError, notify: bool = True) -> None:
         if self.lost:
@@ -419,9 +419,9 @@ class PgConnection:
         pending, self._pending = self._pending, deque()
         for entry in pending:
             if entry.d is not None:
-                entry.d.errback(ConnectionLost(str(error)))
+                entry.d.errback(PgConnectionLost(str(error)))
         if notify and self.on_lost is not None:
             self.on_lost(self)
 
 
-__all__ = ["ConnectionLost", "DECODERS", "PgConnection", "PgError", "Rows", "decode"]
+__all__ = ["PgConnectionLost", "DECODERS", "PgConnection", "PgError", "Rows", "decode"]

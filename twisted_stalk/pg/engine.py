@@ -3,7 +3,7 @@
 
 :class:`PgEngine` implements :class:`~twisted_stalk.core.engine.Engine`.
 Jobs live in PostgreSQL (:mod:`.schema`); each command that touches jobs is
-one statement (:mod:`.sql`) sent on a pipelined connection (:mod:`.pool`),
+one statement (:mod:`.sql`) sent on a pipelined connection (:mod:`.connections`),
 and the command answers with a Deferred that fires once the statement has
 committed: nothing is acknowledged before it is durable (with
 ``synchronous_commit`` on, and on the synchronous standby if one is
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import socket
-from typing import Any, Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, Iterable, List, Optional
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -34,7 +34,7 @@ from twisted.logger import Logger
 from ..core.facts import Facts
 from ..core.job import STATE_BY_NAME
 from ..core.journal import NullJournal
-from ..core.memory import MemoryEngine
+from ..core.sessions import SessionRules
 from ..core.outcomes import (
     BAD_FORMAT,
     BURIED,
@@ -48,12 +48,13 @@ from ..core.outcomes import (
     TOUCHED,
     Outcome,
 )
-from ..protocol.commands import COUNTED_COMMANDS, valid_tube_name
+from ..protocol.commands import valid_tube_name
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, UNRESERVED_STATES
 from .batch import Batcher, bytea_array, int_array, text_array
 from .config import EngineConfig
-from .listener import Listener
-from .pool import Pool
+from .notices import PauseEnds
+from .connections import Connections
+from .notifications import Notifications
 from .sql import channel, statements
 from .stats import Stats
 from .util import gather
@@ -68,7 +69,7 @@ _CRLF = b"\r\n"
 _MAX_ID = 2**63 - 1
 
 
-class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
+class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     """One node's engine on a PostgreSQL queue (see the module docstring)."""
 
     def __init__(self, reactor: Any, config: EngineConfig,
@@ -77,33 +78,26 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         self._now = reactor.seconds
         self.config = config
         self.max_job_size = max_job_size
-        #: Not applied: job bodies are stored by the database (docs/compat.md).
+        #: Set by ``--max-memory`` (server/limits.py) but not applied: job
+        #: bodies are stored by the database (docs/compat.md); see :meth:`memory`.
         self.max_memory = 0
-        self.job_bytes = 0
         self.facts = facts or Facts(reactor.seconds())
         self.journal = NullJournal()
         self.channel = channel(config.schema)
-        self.pool = Pool(reactor, config.conninfo, statements(config.schema),
-                         size=config.pool, wait=config.wait, on_up=self._resync)
-        self.listener = Listener(reactor, config.conninfo, self.channel,
-                                 on_event=self._event, on_up=self._resync)
+        #: The statement connections (pipelined, reconnected).
+        self.db = Connections(reactor, config.conninfo, statements(config.schema),
+                              size=config.pool, wait=config.wait, on_up=self._resync)
+        #: The LISTEN connection: other nodes' notices.
+        self.notifications = Notifications(reactor, config.conninfo, self.channel,
+                                           on_event=self._event, on_up=self._resync)
         self.node_id: Optional[int] = None
-        self.wakeups: List[Any] = []
-        self.wake_changed = False
-        self.notify: Any = None
-        self.draining = False
-        self.held = False
-        self.sessions: Set[PgSession] = set()
+        # Sessions, waits, wake-ups, drain and the connection and command
+        # counters (core.sessions.SessionRules).
+        self._init_sessions()
         self._by_conn: Dict[int, PgSession] = {}
         self._next_conn = 0
-        self.cmd_counts: Dict[str, int] = dict.fromkeys(COUNTED_COMMANDS, 0)
         self.job_timeouts = 0
         self.total_jobs = 0
-        self.current_connections = 0
-        self.total_connections = 0
-        self.producers = 0
-        self.workers = 0
-        self.waiting_count = 0
         self._init_tubes()
         self._init_upkeep()
         self._puts = Batcher(reactor, self._put_many)
@@ -129,24 +123,25 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         self.node_id = row[0]
 
     def start(self) -> defer.Deferred:
-        """Connect the pool and the listener and start the heartbeat (after :meth:`register`)."""
+        """Connect the statement and LISTEN connections and start the
+        heartbeat (after :meth:`register`)."""
         self._start_heartbeat()
         self.reactor.addSystemEventTrigger("before", "shutdown", self.stop)
-        return gather([self.pool.start(), self.listener.start()])
+        return gather([self.db.start(), self.notifications.start()])
 
     def stop(self) -> defer.Deferred:
         """Leave: give back this node's reservations and unregister, then close."""
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
-        self.listener.stop()
-        if self.node_id is None or not self.pool.up:
-            self.pool.stop()
+        self.notifications.stop()
+        if self.node_id is None or not self.db.up:
+            self.db.stop()
             return defer.succeed(None)
-        d = self.pool.execute("leave", [self.node_id])
+        d = self.db.execute("leave", [self.node_id])
         d.addCallback(self._tubes_ready)
         d.addCallback(lambda _: self._send_notes())
         d.addErrback(self._failed)
-        d.addBoth(lambda _: self.pool.stop())
+        d.addBoth(lambda _: self.db.stop())
         return d
 
     def _deliver(self) -> None:
@@ -156,28 +151,18 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
 
     # ------------------------------------------------------------ sessions
 
-    def open_session(self, listener: Any) -> PgSession:
+    def open_session(self, frontend: Any) -> PgSession:
+        """A new client, numbered on this node; it uses and watches ``default``."""
         self._next_conn += 1
-        s = PgSession(listener, self.default_tube, self._next_conn)
-        self.default_tube.using_count += 1
-        self.default_tube.watching_count += 1
-        self.current_connections += 1
-        self.total_connections += 1
-        self.sessions.add(s)
+        s = PgSession(frontend, self.default_tube, self._next_conn)
         self._by_conn[s.conn_id] = s
-        return s
+        return self._opened(s)
 
-    def close_session(self, s: PgSession) -> None:
-        if s.closed:
-            return
-        s.closed = True
-        self.sessions.discard(s)
+    def return_reservations(self, s: PgSession) -> None:
+        """A closing session's jobs go back to ready (in the background)."""
         self._by_conn.pop(s.conn_id, None)
-        self._stop_waiting(s)
         if s.is_worker:
             self._give_back(s)
-        s.ttr_heap.clear()
-        self._leave(s)
 
     def next_deadline(self) -> None:
         """None: this engine keeps its own timers."""
@@ -187,8 +172,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         """Nothing: this engine keeps its own timers."""
 
     def _tube_dropped(self, t: NodeTube) -> None:
-        if self.node_id is not None and self.pool.up:
-            self.pool.execute("forget_tube", [t.name, self.node_id]).addErrback(self._failed)
+        if self.node_id is not None and self.db.up:
+            self.db.execute("forget_tube", [t.name, self.node_id]).addErrback(self._failed)
 
     # ------------------------------------------------------------ put
 
@@ -217,15 +202,15 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
     def _put_many(self, items: List[Any]) -> defer.Deferred:
         """Run a batch of puts (batch.py): one job id per item."""
         tubes, pris, delays, ttrs, bodies = zip(*items)
-        d = self.pool.execute("put_many", [text_array(list(tubes)), int_array(list(pris)),
-                                           int_array(list(delays)), int_array(list(ttrs)),
-                                           bytea_array(list(bodies))])
+        d = self.db.execute("put_many", [text_array(list(tubes)), int_array(list(pris)),
+                                         int_array(list(delays)), int_array(list(ttrs)),
+                                         bytea_array(list(bodies))])
         return d.addCallback(lambda rows: [job_id for job_id, _ in rows])
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
         """Run a batch of deletes: (tube, state, tube keeps jobs) or None per item."""
-        d = self.pool.execute("delete_many", [int_array([i for i, _ in items]),
-                                              int_array([c for _, c in items]), self.node_id])
+        d = self.db.execute("delete_many", [int_array([i for i, _ in items]),
+                                            int_array([c for _, c in items]), self.node_id])
 
         def answers(rows: Any) -> List[Any]:
             out: List[Any] = [None] * len(items)
@@ -236,27 +221,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
 
     def _refused(self, outcome: Outcome) -> defer.Deferred:
         """A refused put still takes a job id, as in beanstalkd."""
-        return self.pool.execute("take_id").addCallbacks(lambda _: outcome,
-                                                         self._internal_error)
-
-    # ------------------------------------------------------------ a session's own state
-    #
-    # These rules touch only the session, the node's tube records and its
-    # counters: they are the in-memory engine's, shared as they are.
-
-    reject_put = MemoryEngine.reject_put
-    use = MemoryEngine.use
-    watch = MemoryEngine.watch
-    ignore = MemoryEngine.ignore
-    list_tube_used = MemoryEngine.list_tube_used
-    list_tubes_watched = MemoryEngine.list_tubes_watched
-    cancel_wait = MemoryEngine.cancel_wait
-    take_wakeups = MemoryEngine.take_wakeups
-    drain = MemoryEngine.drain
-    hold = MemoryEngine.hold
-    _set_producer = MemoryEngine._set_producer
-    _set_worker = MemoryEngine._set_worker
-    _leave = MemoryEngine._leave
+        return self.db.execute("take_id").addCallbacks(lambda _: outcome,
+                                                       self._internal_error)
 
     # ------------------------------------------------------------ reserves
 
@@ -271,7 +237,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
     def reserve_job(self, s: PgSession, job_id: int) -> Any:
         if job_id > _MAX_ID:
             return NOT_FOUND
-        d = self.pool.execute("reserve_job", [job_id, self.node_id, s.conn_id])
+        d = self.db.execute("reserve_job", [job_id, self.node_id, s.conn_id])
 
         def done(rows: Any) -> Any:
             if not rows:
@@ -305,7 +271,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
                 t.cmd_delete += 1
                 if not remaining and t.seen <= since:
                     t.has_jobs = False
-                    self._maybe_drop_tube(t)
+                    self.drop_tube_if_unused(t)
             return DELETED
         return d.addCallbacks(deleted, self._internal_error)
 
@@ -314,7 +280,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         """Run a statement only the holder may run; NOT_FOUND if ``s`` does not hold the job."""
         if job_id not in s.reserved:
             return NOT_FOUND
-        d = self.pool.execute(name, [job_id, self.node_id, s.conn_id] + args)
+        d = self.db.execute(name, [job_id, self.node_id, s.conn_id] + args)
 
         def done(rows: Any) -> Any:
             if not rows:
@@ -366,8 +332,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
             if rows:
                 self._ready_by_name(name, len(rows))
             return len(rows)
-        return self.pool.execute("kick", [name, bound]).addCallbacks(kicked,
-                                                                    self._internal_error)
+        return self.db.execute("kick", [name, bound]).addCallbacks(kicked,
+                                                                  self._internal_error)
 
     def kick_job(self, s: PgSession, job_id: int) -> Any:
         if job_id > _MAX_ID:
@@ -377,8 +343,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
                 return NOT_FOUND
             self._ready_by_name(rows[0][0])
             return KICKED
-        return self.pool.execute("kick_job", [job_id]).addCallbacks(kicked,
-                                                                   self._internal_error)
+        return self.db.execute("kick_job", [job_id]).addCallbacks(kicked,
+                                                                 self._internal_error)
 
     # ------------------------------------------------------------ peeks
 
@@ -388,7 +354,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
                 return NOT_FOUND
             job_id, body = rows[0]
             return self._job((job_id, body, 0, 0, b"", 0.0))
-        return self.pool.execute(name, params).addCallbacks(found, self._internal_error)
+        return self.db.execute(name, params).addCallbacks(found, self._internal_error)
 
     def peek(self, s: PgSession, job_id: int) -> Any:
         self.cmd_counts["peek"] += 1
@@ -414,7 +380,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
             return NOT_FOUND
         def found(rows: Any) -> Any:
             return self._job(rows[0]) if rows else NOT_FOUND
-        return self.pool.execute("job", [job_id]).addCallbacks(found, self._internal_error)
+        return self.db.execute("job", [job_id]).addCallbacks(found, self._internal_error)
 
     # ------------------------------------------------------------ pause
 
@@ -427,7 +393,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         def exists(yes: bool) -> Any:
             if not yes:
                 return NOT_FOUND
-            return self.pool.execute("pause", [name, delay]).addCallback(paused)
+            return self.db.execute("pause", [name, delay]).addCallback(paused)
 
         def paused(rows: Any) -> Outcome:
             left = rows[0][0]
@@ -435,8 +401,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
             t.cmd_pause += 1
             t.pause = delay
             self._pause_ends_in(t, left if delay else 0)
-            self._note("p %d %s %.3f" % (self.node_id, name.decode("ascii"),
-                                         left if delay else 0))
+            self._note(PauseEnds(self.node_id, name, left if delay else 0))
             return PAUSED
         return d.addCallback(exists).addErrback(self._internal_error)
 
@@ -444,8 +409,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         """Whether tube ``name`` exists: known here, holding jobs, or used by another node."""
         if name in self.tubes:
             return defer.succeed(True)
-        d = gather([self.pool.execute("tube_has_jobs", [name]),
-                                 self._read_fresh()])
+        d = gather([self.db.execute("tube_has_jobs", [name]), self._read_fresh()])
         return d.addCallback(lambda results: bool(results[0][0][0])
                              or name in self._elsewhere())
 
@@ -455,8 +419,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         def listed(yes: bool) -> Any:
             if not yes:
                 return NOT_FOUND
-            return self.pool.execute("list_jobs", [name, STATE_BY_NAME[state], limit]
-                                     ).addCallback(lambda rows: [r[0] for r in rows])
+            return self.db.execute("list_jobs", [name, STATE_BY_NAME[state], limit]
+                                   ).addCallback(lambda rows: [r[0] for r in rows])
         return self._tube_exists(name).addCallback(listed).addErrback(self._internal_error)
 
     def flush_tube(self, s: PgSession, name: bytes,
@@ -466,7 +430,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         def flush(yes: bool) -> Any:
             if not yes:
                 return NOT_FOUND
-            return self.pool.execute("flush", [name, codes]).addCallback(flushed)
+            return self.db.execute("flush", [name, codes]).addCallback(flushed)
 
         def flushed(rows: Any) -> int:
             for job_id, node, conn in rows:
@@ -474,7 +438,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
                     holder = self._by_conn.get(conn)
                     if holder is not None:
                         holder.reserved.pop(job_id, None)
-            return self.pool.execute("tube_has_jobs", [name]).addCallback(
+            return self.db.execute("tube_has_jobs", [name]).addCallback(
                 lambda r: self._after_flush(name, bool(r[0][0]), len(rows)))
         return self._tube_exists(name).addCallback(flush).addErrback(self._internal_error)
 
@@ -482,7 +446,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         t = self.tubes.get(name)
         if t is not None and not remaining:
             t.has_jobs = False
-            self._maybe_drop_tube(t)
+            self.drop_tube_if_unused(t)
         return count
 
     # ------------------------------------------------------------ console
@@ -494,10 +458,10 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
             return NOT_FOUND
         code = STATE_BY_NAME[state]
         statement = "page_%s_%s" % (sort, "desc" if descending else "asc")
-        if statement not in self.pool.statements:
+        if statement not in self.db.statements:
             raise ValueError(f"unknown sort {sort!r}")
-        d = gather([self.pool.execute("page_total", [name, code]),
-                    self.pool.execute(statement, [name, code, max(0, offset), limit])])
+        d = gather([self.db.execute("page_total", [name, code]),
+                    self.db.execute(statement, [name, code, max(0, offset), limit])])
         return d.addCallbacks(lambda r: (r[0][0][0], [self._listed(row) for row in r[1]]),
                               self._internal_error)
 
@@ -505,8 +469,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry):
         """One bounded step of a body search (a Deferred): ``(jobs, next_after)``."""
         if name not in self.tubes:
             return NOT_FOUND
-        d = gather([self.pool.execute("search", [name, after_id, span, needle], (0, 0, 0, 1)),
-                    self.pool.execute("last_id")])
+        d = gather([self.db.execute("search", [name, after_id, span, needle], (0, 0, 0, 1)),
+                    self.db.execute("last_id")])
 
         def found(results: Any) -> Any:
             rows, last = results

@@ -23,6 +23,7 @@ from twisted.internet import defer
 from ..core.inspection import server_stat_pairs
 from ..core.job import STATE_NAMES
 from ..core.outcomes import INTERNAL_ERROR, NOT_FOUND
+from ..core.readmodel import MemoryUse, TubeFigures
 from ..protocol.yaml import StatPairs
 from .util import gather
 
@@ -57,21 +58,21 @@ class Stats:
 
     def _read_fresh(self) -> defer.Deferred:
         """Other nodes' figures and the retired totals, read now."""
-        pool = self.pool
+        db = self.db
         return gather([
-            pool.execute("others", [self.node_id]).addCallback(self._read_others),
-            pool.execute("retired").addCallback(self._read_retired),
+            db.execute("others", [self.node_id]).addCallback(self._read_others),
+            db.execute("retired").addCallback(self._read_retired),
         ])
 
     # ------------------------------------------------------------ the commands
 
     def stats(self, s: Any) -> Any:
         self.cmd_counts["stats"] += 1
-        pool = self.pool
+        db = self.db
         since = self._epoch
         d = gather([
-            pool.execute("counts_all"),
-            pool.execute("tubes_with_jobs"),
+            db.execute("counts_all"),
+            db.execute("tubes_with_jobs"),
             self._read_fresh(),
         ])
 
@@ -84,8 +85,8 @@ class Stats:
 
     def stats_tube(self, s: Any, name: bytes) -> Any:
         self.cmd_counts["stats-tube"] += 1
-        pool = self.pool
-        d = gather([pool.execute("counts_tube", [name]), self._read_fresh()])
+        db = self.db
+        d = gather([db.execute("counts_tube", [name]), self._read_fresh()])
 
         def build(results: Any) -> Any:
             row = results[0][0]
@@ -98,22 +99,10 @@ class Stats:
                 (t.urgent_count, t.ready_count, t.reserved_count, t.delayed_count,
                  t.buried_count) = urgent, ready, reserved, delayed, buried
             pause = pause or 0
-            return [
-                ("name", name),
-                ("current-jobs-urgent", urgent),
-                ("current-jobs-ready", ready),
-                ("current-jobs-reserved", reserved),
-                ("current-jobs-delayed", delayed),
-                ("current-jobs-buried", buried),
-                ("total-jobs", sums[3]),
-                ("current-using", sums[0]),
-                ("current-watching", sums[1]),
-                ("current-waiting", sums[2]),
-                ("cmd-delete", sums[4]),
-                ("cmd-pause-tube", sums[5]),
-                ("pause", pause),
-                ("pause-time-left", max(0, int(left)) if pause and left is not None else 0),
-            ]
+            return TubeFigures(name, urgent, ready, reserved, delayed, buried, sums[3], sums[0],
+                               sums[1], sums[2], sums[4], sums[5], pause,
+                               max(0, int(left)) if pause and left is not None else 0
+                               ).stat_pairs()
         return d.addCallbacks(build, self._internal_error)
 
     def stats_job(self, s: Any, job_id: int) -> Any:
@@ -123,7 +112,7 @@ class Stats:
     def list_tubes(self, s: Any) -> Any:
         self.cmd_counts["list-tubes"] += 1
         since = self._epoch
-        d = gather([self.pool.execute("tubes_with_jobs"), self._read_fresh()])
+        d = gather([self.db.execute("tubes_with_jobs"), self._read_fresh()])
 
         def build(results: Any) -> List[bytes]:
             self.reconcile([r[0] for r in results[0]], self._elsewhere(), since)
@@ -146,15 +135,23 @@ class Stats:
         t = self.tubes.get(name)
         if t is None:
             return NOT_FOUND
-        sums = self._tube_sums(t)
-        return [
-            ("name", name), ("current-jobs-urgent", t.urgent_count),
-            ("current-jobs-ready", t.ready_count), ("current-jobs-reserved", t.reserved_count),
-            ("current-jobs-delayed", t.delayed_count), ("current-jobs-buried", t.buried_count),
-            ("total-jobs", sums[3]), ("current-using", sums[0]), ("current-watching", sums[1]),
-            ("current-waiting", sums[2]), ("cmd-delete", sums[4]), ("cmd-pause-tube", sums[5]),
-            ("pause", t.pause), ("pause-time-left", 0),
-        ]
+        return self._figures(t).stat_pairs()
+
+    def tube_figures(self) -> List[TubeFigures]:
+        """Every tube's figures: job counts as of the last heartbeat, the
+        rest summed over the nodes (as :meth:`tube_stats`)."""
+        self._inspected_at = time.monotonic()
+        return [self._figures(t) for t in self.tube_list]
+
+    def _figures(self, t: Any) -> TubeFigures:
+        using, watching, waiting, total, deletes, pauses = self._tube_sums(t)
+        return TubeFigures(t.name, t.urgent_count, t.ready_count, t.reserved_count,
+                           t.delayed_count, t.buried_count, total, using, watching, waiting,
+                           deletes, pauses, t.pause, 0)
+
+    def memory(self) -> MemoryUse:
+        """The bodies are the database's: not counted here, and no ceiling applied."""
+        return MemoryUse(None, 0)
 
     def server_stats(self) -> StatPairs:
         """The server's stats: job counts as last read, counters summed over nodes."""
@@ -176,7 +173,7 @@ class Stats:
                 ("file", 0), ("reserves", reserves), ("timeouts", timeouts),
                 ("releases", releases), ("buries", buries), ("kicks", kicks),
             ]
-        return self.pool.execute("stats_job", [job_id]).addCallbacks(build, self._internal_error)
+        return self.db.execute("stats_job", [job_id]).addCallbacks(build, self._internal_error)
 
     def _internal_error(self, failure: Any) -> Any:
         self._failed(failure)

@@ -63,11 +63,6 @@ class NodeTube:
         self.unpause_at = 0.0
 
     @property
-    def buried(self) -> range:
-        """Sized like the in-memory tube's buried list (metrics take its length)."""
-        return range(self.buried_count)
-
-    @property
     def referenced(self) -> bool:
         return bool(self.using_count or self.watching_count or self.waiting)
 
@@ -104,7 +99,8 @@ class TubeRegistry:
         t.has_jobs = True
         t.seen = self._epoch
 
-    def _maybe_drop_tube(self, t: NodeTube) -> None:
+    def drop_tube_if_unused(self, t: NodeTube) -> None:
+        """Forget tube ``t`` if nothing keeps it (never ``default``)."""
         if t.unused and t is not self.default_tube and t.index >= 0:
             drop_tube(self.tubes, self.tube_list, t)
             self._tube_dropped(t)
@@ -127,7 +123,7 @@ class TubeRegistry:
             elif t.has_jobs and (since is None or t.seen < since):
                 t.has_jobs = False
         for t in [t for t in self.tube_list if t.unused and t.name not in others]:
-            self._maybe_drop_tube(t)
+            self.drop_tube_if_unused(t)
         for name in sorted((jobs | others) - set(self.tubes)):
             t = self.tube(name)
             if name in jobs:

@@ -27,9 +27,9 @@ reservations have been given back, so it forgets them and registers anew.
 
 **Notifications.**  Changes that may wake other nodes' waiting reserves are
 sent, batched once per reactor turn, after the statements that made them
-committed: ``r <node> <tube> <n>`` (n jobs became ready), ``d <node>
-<seconds>`` (a delayed job is due then), ``p <node> <tube> <seconds>`` (a
-pause ends then).  A node ignores its own.
+committed, as typed values (:mod:`.notices`): ``JobsReady`` (n jobs became
+ready in a tube), ``DelayedDue`` (a delayed job is due then), ``PauseEnds``
+(a pause ends then).  A node ignores its own.
 """
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from twisted.logger import Logger
 
 from ..protocol.commands import COUNTED_COMMANDS
 from .batch import text_array
+from .notices import DelayedDue, JobsReady, Notice, decode, merged, payload_array
 
 log = Logger(namespace="twisted_stalk.pg")
 
@@ -51,15 +52,13 @@ class Upkeep:
     """Timers, heartbeat and notifications (a part of :class:`~.engine.PgEngine`)."""
 
     def _init_upkeep(self) -> None:
-        self.wait_heap: List[Tuple[float, int, Any]] = []
         self.ttr_heap: List[Tuple[float, int, Any]] = []
         self.pause_heap: List[Tuple[float, bytes]] = []
-        self._wait_seq = 0
         #: When the next delayed job is due, as far as this node knows (local clock).
         self._delay_at: Optional[float] = None
         self._timer: Any = None
         self._timer_at = float("inf")
-        self._notes: List[str] = []
+        self._notes: List[Notice] = []
         self._notes_call: Any = None
         self._beating = False
         self._expiring = False
@@ -79,7 +78,7 @@ class Upkeep:
 
     # ------------------------------------------------------------ the timer
 
-    def _arm(self, when: float) -> None:
+    def arm(self, when: float) -> None:
         """Make sure the timer fires no later than ``when`` (local clock)."""
         if when >= self._timer_at:
             return
@@ -120,21 +119,21 @@ class Upkeep:
         if self._delay_at is not None:
             candidates.append(self._delay_at)
         if candidates:
-            self._arm(min(candidates))
+            self.arm(min(candidates))
 
     def _schedule_ttr(self, s: Any, job: Any) -> None:
         # A little after the deadline, so the database agrees it has passed.
         heapq.heappush(self.ttr_heap, (job.deadline_at, job.id, s))
-        self._arm(job.deadline_at + 0.002)
+        self.arm(job.deadline_at + 0.002)
 
     def _delayed_due_in(self, seconds: float, tell: bool = True) -> None:
         """A delayed job is due ``seconds`` from now (tell other nodes)."""
         at = self._now() + max(0.0, seconds) + 0.002
         if self._delay_at is None or at < self._delay_at:
             self._delay_at = at
-            self._arm(at)
+            self.arm(at)
         if tell:
-            self._note("d %d %.3f" % (self.node_id, max(0.0, seconds)))
+            self._note(DelayedDue(self.node_id, max(0.0, seconds)))
 
     # ------------------------------------------------------------ sweeps
 
@@ -155,7 +154,7 @@ class Upkeep:
         if self._expiring and due is None:
             return
         self._expiring = True
-        d = self.pool.execute("expire")
+        d = self.db.execute("expire")
 
         def expired(rows: Any) -> Any:
             self._expiring = False
@@ -181,12 +180,12 @@ class Upkeep:
                     job = s.reserved.get(job_id)
                     if job is not None:
                         heapq.heappush(self.ttr_heap, (job.deadline_at, job_id, s))
-                self._arm(self._now() + 0.5)
+                self.arm(self._now() + 0.5)
         d.addCallbacks(expired, failed)
 
     def _check_held(self, due: Dict[int, Any]) -> defer.Deferred:
         ids = "{" + ",".join(str(i) for i in due) + "}"
-        d = self.pool.execute("still_held", [ids.encode(), self.node_id])
+        d = self.db.execute("still_held", [ids.encode(), self.node_id])
 
         def held(rows: Any) -> None:
             now = self._now()
@@ -214,13 +213,13 @@ class Upkeep:
         def promoted(rows: Any) -> Any:
             self._promoting = False
             self._tubes_ready(rows)
-            return self.pool.execute("next_delayed").addCallback(self._next_delayed)
+            return self.db.execute("next_delayed").addCallback(self._next_delayed)
 
         def failed(failure: Any) -> None:
             self._promoting = False
             self._failed(failure)
             self._delayed_due_in(0.5, tell=False)
-        self.pool.execute("promote").addCallbacks(promoted, failed).addErrback(self._failed)
+        self.db.execute("promote").addCallbacks(promoted, failed).addErrback(self._failed)
 
     def _next_delayed(self, rows: Any) -> None:
         left = rows[0][0] if rows else None
@@ -235,12 +234,12 @@ class Upkeep:
         t = self.tubes.get(name)
         if t is not None:
             self._jobs_ready(t, count)
-        self._note("r %d %s %d" % (self.node_id, name.decode("ascii"), count))
+        self._note(JobsReady(self.node_id, name, count))
 
     # ------------------------------------------------------------ notifications
 
-    def _note(self, text: str) -> None:
-        self._notes.append(text)
+    def _note(self, notice: Notice) -> None:
+        self._notes.append(notice)
         if self._notes_call is None:
             self._notes_call = self.reactor.callLater(0, self._send_notes)
 
@@ -249,38 +248,24 @@ class Upkeep:
         notes, self._notes = self._notes, []
         if not notes:
             return
-        merged: Dict[Tuple[str, ...], int] = {}
-        other: List[str] = []
-        for text in notes:
-            if text[0] == "r":
-                key = tuple(text.split(" ")[:3])
-                merged[key] = merged.get(key, 0) + int(text.rsplit(" ", 1)[1])
-            else:
-                other.append(text)
-        payloads = [" ".join(k) + " %d" % n for k, n in merged.items()] + other
-        array = "{" + ",".join('"%s"' % p for p in payloads) + "}"
-        self.pool.execute("notify", [self.channel.encode(), array.encode()]).addErrback(
-            self._failed)
+        self.db.execute("notify", [self.channel.encode(),
+                                   payload_array(merged(notes))]).addErrback(self._failed)
 
     def _event(self, payload: bytes) -> None:
         """A notification from a node (see the module docstring)."""
-        parts = payload.split(b" ")
-        try:
-            kind, node = parts[0], int(parts[1])
-        except (IndexError, ValueError):
+        notice = decode(payload)
+        if notice is None or notice.node == self.node_id:
             return
-        if node == self.node_id:
-            return
-        if kind == b"r" and len(parts) == 4:
-            t = self.tubes.get(parts[2])
+        if isinstance(notice, JobsReady):
+            t = self.tubes.get(notice.tube)
             if t is not None:
-                self._jobs_ready(t, int(parts[3]))
-        elif kind == b"d" and len(parts) == 3:
-            self._delayed_due_in(float(parts[2]), tell=False)
-        elif kind == b"p" and len(parts) == 4:
-            t = self.tubes.get(parts[2])
+                self._jobs_ready(t, notice.count)
+        elif isinstance(notice, DelayedDue):
+            self._delayed_due_in(notice.seconds, tell=False)
+        else:
+            t = self.tubes.get(notice.tube)
             if t is not None:
-                self._pause_ends_in(t, float(parts[3]))
+                self._pause_ends_in(t, notice.seconds)
         self._deliver()
 
     def _pause_ends_in(self, t: Any, seconds: float) -> None:
@@ -289,7 +274,7 @@ class Upkeep:
             return
         at = self._now() + seconds + 0.002
         heapq.heappush(self.pause_heap, (at, t.name))
-        self._arm(at)
+        self.arm(at)
 
     def _resync(self) -> None:
         """Notifications may have been missed (a connection came back): look again."""
@@ -322,12 +307,12 @@ class Upkeep:
             return
         self._beating = True
         self._beats += 1
-        pool = self.pool
+        db = self.db
         since = self._epoch
         # The heartbeat first: a node back from an outage must renew its own
         # row before it looks for silent nodes, or it would find itself.
-        d = pool.execute("heartbeat", [self.node_id, json.dumps(self.figures()).encode(),
-                                       json.dumps(self.referenced_tubes()).encode()])
+        d = db.execute("heartbeat", [self.node_id, json.dumps(self.figures()).encode(),
+                                     json.dumps(self.referenced_tubes()).encode()])
         d.addCallback(self._alive, self._now())
         d.addCallback(lambda _: self._sweeps(since))
 
@@ -347,35 +332,35 @@ class Upkeep:
 
     def _sweeps(self, since: int) -> defer.Deferred:
         """The heartbeat's reads and sweeps, pipelined."""
-        pool = self.pool
+        db = self.db
         steps = []
         healthy = self._healthy_since
         if healthy is not None and self._now() - healthy >= self.config.dead_after:
             # Only a node that has reached the database for a while judges
             # others: after an outage every node gets stalk_dead_after to
             # come back before its reservations are given up.
-            steps.append(pool.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id]
-                                      ).addCallback(self._reclaimed))
+            steps.append(db.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id]
+                                    ).addCallback(self._reclaimed))
         steps += [
-            pool.execute("promote").addCallback(self._tubes_ready),
-            pool.execute("next_delayed").addCallback(self._next_delayed),
-            pool.execute("paused").addCallback(self._paused),
-            pool.execute("others", [self.node_id]).addCallback(self._read_others),
-            pool.execute("retired").addCallback(self._read_retired),
-            pool.execute("tubes_with_jobs").addCallback(
+            db.execute("promote").addCallback(self._tubes_ready),
+            db.execute("next_delayed").addCallback(self._next_delayed),
+            db.execute("paused").addCallback(self._paused),
+            db.execute("others", [self.node_id]).addCallback(self._read_others),
+            db.execute("retired").addCallback(self._read_retired),
+            db.execute("tubes_with_jobs").addCallback(
                 lambda rows: self.reconcile([r[0] for r in rows], self._elsewhere(), since)),
-            pool.execute("counts_all").addCallback(self._read_counts),
+            db.execute("counts_all").addCallback(self._read_counts),
         ]
         self._expire()
         if self._beats % 10 == 0 or self._beats - self._reclaimed_at <= 10:
             # A dead node's last statements may commit after its reservations
             # were given back: look for reservations of no node for a while.
-            steps.append(pool.execute("orphans").addCallback(self._tubes_ready))
+            steps.append(db.execute("orphans").addCallback(self._tubes_ready))
         if self._inspected():
-            steps.append(pool.execute("tube_counts").addCallback(self._read_tube_counts))
+            steps.append(db.execute("tube_counts").addCallback(self._read_tube_counts))
         waited = [t.name for t in self.tube_list if t.waiting]
         if waited:
-            steps.append(pool.execute("ready_among", [text_array(waited)]).addCallback(
+            steps.append(db.execute("ready_among", [text_array(waited)]).addCallback(
                 self._missed_ready))
         return defer.DeferredList(steps, consumeErrors=True)
 
@@ -412,8 +397,8 @@ class Upkeep:
         for s in list(self.sessions):
             s.reserved.clear()
             s.ttr_heap.clear()
-        self.pool.execute("register", [socket.gethostname().encode(), self.facts.pid()]
-                          ).addCallbacks(self._registered, self._failed)
+        self.db.execute("register", [socket.gethostname().encode(), self.facts.pid()]
+                        ).addCallbacks(self._registered, self._failed)
 
     def _registered(self, rows: Any) -> None:
         self.node_id = rows[0][0]
@@ -426,7 +411,7 @@ class Upkeep:
                 at = now + left + 0.002
                 if not any(n == name and abs(a - at) < 0.5 for a, n in self.pause_heap):
                     heapq.heappush(self.pause_heap, (at, name))
-                    self._arm(at)
+                    self.arm(at)
 
     def _read_others(self, rows: Any) -> None:
         self.others = {node: (json.loads(figures), json.loads(tubes))

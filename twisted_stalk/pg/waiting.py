@@ -20,7 +20,6 @@ engine.
 """
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from twisted.internet import defer
@@ -28,7 +27,6 @@ from twisted.internet import defer
 from ..core.job import READY, RESERVED, Job
 from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
 from ..core.session import Session
-from ..core.states import JobStates
 from ..protocol.constants import SAFETY_MARGIN
 from .batch import text_array
 
@@ -41,8 +39,8 @@ class PgSession(Session):
 
     __slots__ = ("conn_id", "attempting")
 
-    def __init__(self, listener: Any, default: Any, conn_id: int) -> None:
-        super().__init__(listener, default)
+    def __init__(self, frontend: Any, default: Any, conn_id: int) -> None:
+        super().__init__(frontend, default)
         #: The connection's number on this node: reservations belong to (node, conn_id).
         self.conn_id = conn_id
         #: True while a reserve statement for this session is out.
@@ -85,7 +83,7 @@ class Reserving:
             return DEADLINE_SOON
         if timeout == 0:
             return TIMED_OUT
-        self._start_waiting(s, timeout)
+        self._start_waiting(s, self._now(), timeout)
         if marks is not None and [t.events for t in s.watch] != marks:
             self._attempt(s)  # jobs came while the statement was out
         return WAITING
@@ -98,8 +96,8 @@ class Reserving:
         if len(watch) == 1:  # the common case: batched with others (batch.py)
             d = self._reserves.add((watch[0].name, s.conn_id))
         else:
-            d = self.pool.execute("reserve", [text_array([t.name for t in watch]), self.node_id,
-                                              s.conn_id]).addCallback(
+            d = self.db.execute("reserve", [text_array([t.name for t in watch]), self.node_id,
+                                            s.conn_id]).addCallback(
                 lambda rows: rows[0] if rows else None)
 
         def done(row: Any) -> Any:
@@ -116,9 +114,9 @@ class Reserving:
 
     def _reserve_many(self, items: List[Tuple[bytes, int]]) -> defer.Deferred:
         """Run a batch of one-tube reserves: a job row or None per item."""
-        d = self.pool.execute("reserve_many", [text_array([t for t, _ in items]),
-                                               b"{" + b",".join(b"%d" % c for _, c in items)
-                                               + b"}", self.node_id])
+        d = self.db.execute("reserve_many", [text_array([t for t, _ in items]),
+                                             b"{" + b",".join(b"%d" % c for _, c in items)
+                                             + b"}", self.node_id])
 
         def answers(rows: Any) -> List[Any]:
             out: List[Any] = [None] * len(items)
@@ -143,43 +141,9 @@ class Reserving:
         job.deadline_at = deadline
         reserved = s.reserved
         if reserved:
-            heap = s.ttr_heap
-            if len(reserved) == 1:
-                for other in reserved.values():
-                    heapq.heappush(heap, (other.deadline_at, other.id))
-            heapq.heappush(heap, (deadline, job.id))
+            self._track_session_deadline(s, job.id, deadline)
         reserved[job.id] = job
         self._schedule_ttr(s, job)
-
-    # ------------------------------------------------------------ waiting
-
-    def _start_waiting(self, s: PgSession, timeout: Optional[int]) -> None:
-        s.waiting = True
-        self.waiting_count += 1
-        for t in s.watch:
-            t.waiting[s] = None
-        s.wait_deadline = (self._now() + timeout if timeout is not None and timeout > 0
-                           else None)
-        self._schedule_wait(s)
-
-    def _schedule_wait(self, s: PgSession) -> None:
-        wake = s.wait_wake_time()
-        self._wait_seq += 1
-        s.wait_token = self._wait_seq
-        if wake is not None:
-            heapq.heappush(self.wait_heap, (wake, s.wait_token, s))
-            self._arm(wake)
-
-    def _stop_waiting(self, s: PgSession) -> None:
-        if not s.waiting:
-            return
-        s.waiting = False
-        s.wait_token = 0
-        self.waiting_count -= 1
-        for t in s.watch:
-            t.waiting.pop(s, None)
-
-    _waits_due = JobStates._waits_due
 
     # ------------------------------------------------------------ wake-ups
 
@@ -220,13 +184,13 @@ class Reserving:
     def _unreserve(self, s: PgSession, job: Job) -> None:
         """Give back a job a reserve got for a session that no longer waits."""
         s.reserved.pop(job.id, None)
-        self.pool.execute("unreserve", [job.id, self.node_id, s.conn_id]).addCallbacks(
+        self.db.execute("unreserve", [job.id, self.node_id, s.conn_id]).addCallbacks(
             self._tubes_ready, self._failed)
 
     def _give_back(self, s: PgSession) -> None:
         """Every job (node, ``s``) holds goes back to ready (``s`` closed)."""
         s.reserved.clear()
-        self.pool.first("give_back", [self.node_id, s.conn_id]).addCallbacks(
+        self.db.first("give_back", [self.node_id, s.conn_id]).addCallbacks(
             self._tubes_ready, self._failed)
 
     def _tubes_ready(self, rows: Any) -> None:

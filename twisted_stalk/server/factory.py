@@ -3,7 +3,7 @@
 delivery of wake-ups."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.protocol import Factory
@@ -11,9 +11,12 @@ from twisted.logger import Logger
 
 from .. import PROTOCOL_VERSION
 from ..core import MemoryEngine
+from ..core.engine import Engine
+from ..core.session import Session
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE
 from . import _fastio
 from .facts import ProcessFacts
+from .peers import ConnectionFacts, facts_of, peer_text
 from .protocol import RENDER, BeanstalkServerProtocol
 from .render import render_table
 
@@ -38,10 +41,10 @@ class BeanstalkServerFactory(Factory):
     connection_limit = None
 
     def __init__(self, reactor: IReactorTime, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
-                 journal=None, engine: Optional[Any] = None,
+                 journal=None, engine: Optional[Engine] = None,
                  version: str = PROTOCOL_VERSION, max_memory: int = 0) -> None:
         self.reactor = reactor
-        self.engine = engine or MemoryEngine(
+        self.engine: Engine = engine or MemoryEngine(
             reactor, max_job_size=max_job_size, journal=journal,
             facts=ProcessFacts(version, reactor.seconds()), max_memory=max_memory)
         #: An engine that queues wake-ups outside a command calls this.
@@ -54,6 +57,20 @@ class BeanstalkServerFactory(Factory):
         self._timer: Optional[IDelayedCall] = None
         self._timer_at: Optional[float] = None
         self._delivering = False
+
+    def connection_facts(self) -> List[ConnectionFacts]:
+        """What a console shows of each open client connection."""
+        return [facts_of(peer_text(proto.transport), proto.session)
+                for proto in list(self.connections)
+                if getattr(proto, "session", None) is not None and not proto.session.closed]
+
+    def peer_of(self, session: Session) -> Optional[str]:
+        """The peer of the connection whose engine session is ``session``
+        (None: not one of this server's connections)."""
+        proto = session.frontend
+        if proto in self.connections:
+            return peer_text(proto.transport)  # type: ignore[attr-defined]
+        return None
 
     def set_stats_quoted(self, quoted: bool) -> None:
         """Stats string values in double quotes (beanstalkd 1.13, the
@@ -95,7 +112,7 @@ class BeanstalkServerFactory(Factory):
                 for s, outcome in wakeups:
                     if not s.closed:
                         try:
-                            s.listener.wake(outcome)
+                            s.frontend.wake(outcome)
                         except Exception:  # one connection's failure is not another's
                             self.log.failure("delivering a wake-up")
         finally:

@@ -235,7 +235,7 @@ def install_memory_limit(factory, max_bytes: int) -> None:
 
 def memory_limit_of(factory) -> int:
     """The --max-memory in force for ``factory`` (0: none)."""
-    return factory.engine.max_memory
+    return factory.engine.memory().limit
 
 
 __all__ = ["ConnectionLimit", "emfile_closes", "RESERVED_FDS",

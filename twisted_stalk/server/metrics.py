@@ -25,15 +25,18 @@ from __future__ import annotations
 import os
 import resource
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.yaml import as_dict
-from .limits import memory_limit_of, open_fds
+from .limits import open_fds
 from .metrics_tubes import OTHER, TUBE_METRICS, TubePolicy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .factory import BeanstalkServerFactory
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -95,8 +98,8 @@ def _number(value) -> str:
 class Readiness:
     """Why the server is not ready (an empty list: ready)."""
 
-    def __init__(self, factory, shutdown=None, listening: Optional[Callable[[], bool]] = None
-                 ) -> None:
+    def __init__(self, factory: BeanstalkServerFactory, shutdown=None,
+                 listening: Optional[Callable[[], bool]] = None) -> None:
         self.factory = factory
         self.shutdown = shutdown
         self.listening = listening or (lambda: factory.numPorts > 0)
@@ -110,30 +113,17 @@ class Readiness:
         engine = self.factory.engine
         if engine.draining:
             problems.append("draining")
-        why = binlog_problem(engine.journal)
+        why = engine.journal.health().problem
         if why:
             problems.append(f"binlog not writable: {why}")
         return problems
 
 
-def binlog_problem(journal) -> Optional[str]:
-    """Why the journal cannot take writes now, or None (also for no binlog)."""
-    if getattr(journal, "closed", False):
-        return "closed"
-    broken = getattr(journal, "broken", None)
-    if broken:
-        return str(broken)
-    room = getattr(journal, "room_error", None)
-    if room:
-        return f"no room for a new file: {room}"
-    return None
-
-
 class Collector:
     """Renders the metrics of one server."""
 
-    def __init__(self, factory, shutdown=None, start_time: Optional[float] = None,
-                 policy: Optional[TubePolicy] = None) -> None:
+    def __init__(self, factory: BeanstalkServerFactory, shutdown=None,
+                 start_time: Optional[float] = None, policy: Optional[TubePolicy] = None) -> None:
         self.factory = factory
         self.shutdown = shutdown
         self.start_time = time.time() if start_time is None else start_time
@@ -143,7 +133,7 @@ class Collector:
     def render(self) -> str:
         factory = self.factory
         engine = factory.engine
-        now = engine.clock.seconds()
+        memory = engine.memory()
         lines: List[str] = []
 
         def family(name: str, kind: str, help_text: str,
@@ -175,32 +165,31 @@ class Collector:
                [("", limit.refused if limit is not None else 0)])
         family("beanstalk_max_memory_bytes", "gauge",
                "--max-memory: put answers OUT_OF_MEMORY above it (0: no limit).",
-               [("", memory_limit_of(factory))])
+               [("", memory.limit)])
         family("beanstalk_job_bytes", "gauge",
-               "Bytes of stored job bodies, each with its CRLF.", [("", engine.job_bytes)])
+               "Bytes of stored job bodies, each with its CRLF.", [("", memory.used or 0)])
         ext = factory.extensions
         if ext is not None:
             family("beanstalk_extension_commands_total", "counter",
                    "Extension verbs served (--extensions).",
                    [(f'{{command="{verb}"}}', n) for verb, n in ext.counts.items()])
-        journal = engine.journal
-        on = hasattr(journal, "directory")
+        health = engine.journal.health()
         family("beanstalk_binlog_enabled", "gauge", "1 when a binlog directory is in use.",
-               [("", on)])
-        if on:
+               [("", health.enabled)])
+        if health.enabled:
             family("beanstalk_binlog_writable", "gauge", "1 when the binlog can take writes.",
-                   [("", binlog_problem(journal) is None)])
+                   [("", health.problem is None)])
         family("beanstalk_shutting_down", "gauge",
                "1 once SIGTERM/SIGINT started a graceful shutdown.",
                [("", bool(self.shutdown is not None and self.shutdown.started))])
 
         # Per tube: the policy's tubes, then the others summed.
-        series = self.policy.split(engine.tube_list, now)
+        series = self.policy.split(engine.tube_figures())
         labels = ['{tube="%s"}' % escape_label(t.name.decode("latin-1")) for t in series.own]
         other = '{tube="%s"}' % OTHER
-        for i, (name, kind, help_text, value_of) in enumerate(TUBE_METRICS):
+        for i, (name, kind, help_text, field) in enumerate(TUBE_METRICS):
             samples: List[Tuple[str, object]] = [
-                (label, value_of(t, now)) for label, t in zip(labels, series.own)]
+                (label, getattr(t, field)) for label, t in zip(labels, series.own)]
             if series.other is not None:
                 samples.append((other, series.other[i]))
             family(name, kind, help_text, samples)
@@ -349,5 +338,5 @@ def make_site(factory=None, shutdown=None, listening: Optional[Callable[[], bool
 
 
 __all__ = ["CONTENT_TYPE", "Collector", "IDLE_TIMEOUT", "MAX_CONNECTIONS", "MetricsSite",
-           "QuietSite", "Readiness", "STATS_METRICS", "TUBE_METRICS", "binlog_problem",
+           "QuietSite", "Readiness", "STATS_METRICS", "TUBE_METRICS",
            "make_site"]

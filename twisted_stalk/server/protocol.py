@@ -28,9 +28,9 @@ from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
 from twisted.protocols.basic import LineReceiver
 from zope.interface import implementer
 
+from ..core.engine import Engine
 from ..core.job import Job
 from ..core.outcomes import BAD_FORMAT as BAD_FORMAT_OUTCOME
-from ..core.outcomes import JOB_TOO_BIG as JOB_TOO_BIG_OUTCOME
 from ..core.outcomes import WAITING
 from ..protocol.commands import (
     COMMANDS,
@@ -87,7 +87,7 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
 
     def connectionMade(self) -> None:
         factory = self.factory
-        self.engine = factory.engine
+        self.engine: Engine = factory.engine
         self._journal = self.engine.journal
         self._render = factory.render
         self.session = self.engine.open_session(self)
@@ -373,10 +373,12 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
     def _put_started(self, header: Tuple[int, int, int, int], trailing_ok: bool = True) -> int:
         """A put line was read: the body bytes (with CRLF) to read next, or 0."""
         if header[3] > self.engine.max_job_size:
+            # Framing must know at once whether to read or discard the body;
+            # the refusal itself is the engine's one size rule.
             self._mode = _DISCARD
             self._need = header[3] + 2
             self._after_discard = self._render["put"](
-                self.engine.reject_put(self.session, JOB_TOO_BIG_OUTCOME))
+                self.engine.refuse_oversized(self.session, header[3]))
             return 0
         if not trailing_ok:
             self._answer("put", self.engine.reject_put(self.session, BAD_FORMAT_OUTCOME))

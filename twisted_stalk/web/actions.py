@@ -58,9 +58,9 @@ def _name(tube: bytes) -> str:
 
 async def put(engine, task: Task, s, slicer: Slicer, tube: bytes, pri: int, delay: int,
               ttr: int, body: bytes) -> None:
-    if len(body) > engine.max_job_size:
-        await answer(engine.reject_put(s, o.JOB_TOO_BIG))
-        raise _fail(o.JOB_TOO_BIG)
+    refused = engine.refuse_oversized(s, len(body))
+    if refused is not None:
+        raise _fail(refused)
     await answer(engine.use(s, tube))
     job_id = await answer(engine.put(s, pri, delay, ttr, body + b"\r\n"))
     if not isinstance(job_id, int):

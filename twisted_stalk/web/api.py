@@ -35,7 +35,7 @@ from ..protocol.constants import (
 )
 from . import actions
 from .auth import Identity
-from .console import Console, ConsoleListener
+from .console import Console, ConsoleFrontEnd
 from .http import ApiError, bad_request, error_data, read_json, send_json
 from .tasks import answer
 from .views import (
@@ -338,12 +338,11 @@ class Api:
     def _holder(self, session, facts) -> Optional[Dict[str, Any]]:
         if session is None:
             return None
-        listener = session.listener
-        if isinstance(listener, ConsoleListener):
-            peer = f"web console ({listener.identity.name})"
+        frontend = session.frontend
+        if isinstance(frontend, ConsoleFrontEnd):
+            peer = f"web console ({frontend.identity.name})"
         else:
-            transport = getattr(listener, "transport", None)
-            peer = peer_text(transport) if transport is not None else "?"
+            peer = self.console.factory.peer_of(session) or "?"
         return {"peer": peer, "ttr_left": facts["time-left"],
                 "jobs_held": len(session.reserved)}
 
@@ -357,12 +356,7 @@ class Api:
     async def connections(self, request, identity) -> Tuple[int, Any]:
         offset = int_arg(request, "offset", 0, 0, 10 ** 9)
         limit = int_arg(request, "limit", 100, 1, MAX_PAGE)
-        rows = []
-        for proto in list(self.console.factory.connections):
-            session = getattr(proto, "session", None)
-            if session is None or session.closed:
-                continue
-            rows.append(session_view(session, peer_text(proto.transport)))
+        rows = [session_view(facts) for facts in self.console.factory.connection_facts()]
         rows.sort(key=lambda r: r["peer"])
         return 200, {"total": len(rows), "offset": offset, "limit": limit,
                      "connections": rows[offset:offset + limit]}

@@ -2,18 +2,22 @@
 """The console's state next to the server: engine, rate sampler, tasks, logins."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from twisted.internet.defer import Deferred
 
+from ..core.engine import Engine
 from .auth import Credentials, Identity
 from .login import Logins
 from .sampler import Sampler
 from .tasks import Tasks
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..server.factory import BeanstalkServerFactory
 
-class ConsoleListener:
-    """The listener of a console session.  A console never waits in a
+
+class ConsoleFrontEnd:
+    """The front end of a console session.  A console never waits in a
     reserve, so no wake-up comes; it names who acts, for the connections list."""
 
     def __init__(self, identity: Identity) -> None:
@@ -26,10 +30,10 @@ class ConsoleListener:
 class Console:
     """One server's console: what every resource of the site reads and uses."""
 
-    def __init__(self, factory, reactor, credentials: Optional[Credentials] = None,
+    def __init__(self, factory: BeanstalkServerFactory, reactor, credentials: Optional[Credentials] = None,
                  slice_budget: float = 0.004, run_check=None) -> None:
         self.factory = factory
-        self.engine = factory.engine
+        self.engine: Engine = factory.engine
         self.reactor = reactor
         self.sampler = Sampler(self.engine)
         self.tasks = Tasks(self, slice_budget)
@@ -42,7 +46,7 @@ class Console:
 
     def open_session(self, identity: Identity):
         """An engine session for one action of ``identity`` (close it after)."""
-        return self.engine.open_session(ConsoleListener(identity))
+        return self.engine.open_session(ConsoleFrontEnd(identity))
 
     def close_session(self, session) -> None:
         self.engine.close_session(session)
@@ -68,4 +72,4 @@ class Console:
         self.sampler.stop()
 
 
-__all__ = ["Console", "ConsoleListener"]
+__all__ = ["Console", "ConsoleFrontEnd"]

@@ -2,8 +2,9 @@
 """Rates over the last minutes, sampled from the engine's counters on a timer.
 
 Nothing is added to the engine's commands: every :data:`INTERVAL` seconds
-the sampler reads the server's ``stats`` and each tube's ``stats-tube``
-(inspection calls, counted as no command) and keeps the cumulative
+the sampler reads the server's ``stats`` and every tube's figures
+(``Engine.server_stats`` and ``Engine.tube_figures``: inspection, counted as
+no command) and keeps the cumulative
 counters in fixed-size rings: :data:`POINTS` samples per series, for at
 most :data:`MAX_TUBES` tubes (tubes beyond that have no charts).  A rate is
 the difference of two neighbouring samples over the interval.
@@ -18,14 +19,16 @@ from __future__ import annotations
 from array import array
 from typing import Callable, Dict, List, Optional
 
+from ..core.engine import Engine
 from ..protocol.yaml import as_dict
 
 INTERVAL = 2.0
 POINTS = 90
 MAX_TUBES = 2000
 
-TUBE_SERIES = (("put", "total-jobs"), ("delete", "cmd-delete"))
-TUBE_GAUGES = (("ready", "current-jobs-ready"),)
+#: Per tube: (series, field of core.readmodel.TubeFigures).
+TUBE_SERIES = (("put", "total_jobs"), ("delete", "deletes"))
+TUBE_GAUGES = (("ready", "ready"),)
 SERVER_SERIES = (("put", ("cmd-put",)),
                  ("reserve", ("cmd-reserve", "cmd-reserve-with-timeout")),
                  ("delete", ("cmd-delete",)))
@@ -51,7 +54,7 @@ class Ring:
 class Sampler:
     """Samples ``engine`` every :data:`INTERVAL` seconds (call :meth:`sample`)."""
 
-    def __init__(self, engine, interval: float = INTERVAL) -> None:
+    def __init__(self, engine: Engine, interval: float = INTERVAL) -> None:
         self.engine = engine
         self.interval = interval
         #: Samples taken since start (the ring slot is ``ticks % (POINTS + 1)``).
@@ -78,20 +81,16 @@ class Sampler:
         stats = as_dict(engine.server_stats())
         self.server.add(slot, {name: sum(int(stats.get(k, 0)) for k in keys)
                                for name, keys in SERVER_SERIES})
-        names = engine.tube_names()
         seen = set()
-        for name in names:
+        for figures in engine.tube_figures():
+            name = figures.name
             ring = self.tubes.get(name)
             if ring is None:
                 if len(self.tubes) >= MAX_TUBES:
                     continue
                 ring = self.tubes[name] = Ring(
                     [n for n, _ in TUBE_SERIES + TUBE_GAUGES], self.ticks)
-            pairs = engine.tube_stats(name)
-            if not isinstance(pairs, list):
-                continue
-            values = dict(pairs)
-            ring.add(slot, {n: int(values.get(k, 0)) for n, k in TUBE_SERIES + TUBE_GAUGES})
+            ring.add(slot, {n: getattr(figures, field) for n, field in TUBE_SERIES + TUBE_GAUGES})
             seen.add(name)
         if len(seen) != len(self.tubes):
             for name in [n for n in self.tubes if n not in seen]:

@@ -7,11 +7,13 @@ string, anything else as hex; the page shows both with ``textContent``.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Iterable, Optional, Tuple
 
+from ..core.engine import Engine
 from ..core.job import DELAYED, RESERVED, STATE_NAMES, Job
+from ..core.journal import JournalHealth
 from ..protocol.yaml import as_dict
+from ..server.peers import ConnectionFacts, peer_text
 
 #: Bytes of a body shown in a list of jobs.
 PREVIEW_BYTES = 120
@@ -104,51 +106,26 @@ def tube_view(pairs: Iterable[Tuple[str, Any]]) -> Dict[str, Any]:
     return view
 
 
-def peer_text(transport) -> str:
-    """``host:port`` (or ``unix``) of a connection's peer."""
-    try:
-        peer = transport.getPeer()
-    except Exception:  # pragma: no cover - a transport without a peer
-        return "?"
-    host = getattr(peer, "host", None)
-    if host is not None:
-        return f"[{host}]:{peer.port}" if ":" in host else f"{host}:{peer.port}"
-    name = getattr(peer, "name", None)
-    return f"unix:{name.decode() if isinstance(name, bytes) else name or ''}"
-
-
-def session_view(session, peer: str, held_limit: int = 50) -> Dict[str, Any]:
-    held = sorted(session.reserved)
+def session_view(facts: ConnectionFacts, held_limit: int = 50) -> Dict[str, Any]:
     return {
-        "peer": peer,
-        "use": session.use.name.decode("latin-1"),
-        "watch": [t.name.decode("latin-1") for t in session.watch],
-        "waiting": bool(session.waiting),
-        "producer": bool(session.is_producer),
-        "worker": bool(session.is_worker),
-        "reserved": held[:held_limit],
-        "reserved_count": len(held),
+        "peer": facts.peer,
+        "use": facts.use.decode("latin-1"),
+        "watch": [name.decode("latin-1") for name in facts.watch],
+        "waiting": facts.waiting,
+        "producer": facts.producer,
+        "worker": facts.worker,
+        "reserved": list(facts.held[:held_limit]),
+        "reserved_count": len(facts.held),
     }
 
 
-def binlog_view(journal) -> Dict[str, Any]:
+def binlog_view(health: JournalHealth) -> Dict[str, Any]:
     """Whether a binlog is on, whether it can write, and its files' size."""
-    directory = getattr(journal, "directory", None)
-    if directory is None:
+    if not health.enabled:
         return {"enabled": False}
-    from ..server.metrics import binlog_problem
-    problem = binlog_problem(journal)
-    size = files = 0
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.startswith("binlog.") and entry.is_file():
-                    files += 1
-                    size += entry.stat().st_size
-    except OSError:
-        pass
-    return {"enabled": True, "directory": directory, "writable": problem is None,
-            "problem": problem, "files": files, "size_bytes": size}
+    return {"enabled": True, "directory": health.directory,
+            "writable": health.problem is None, "problem": health.problem,
+            "files": health.files, "size_bytes": health.bytes}
 
 
 _SERVER_FIELDS = (
@@ -160,11 +137,11 @@ _SERVER_FIELDS = (
 )
 
 
-def server_view(pairs: Iterable[Tuple[str, Any]], engine) -> Dict[str, Any]:
+def server_view(pairs: Iterable[Tuple[str, Any]], engine: Engine) -> Dict[str, Any]:
     stats = as_dict(pairs)
     view = {key: _text(stats.get(key)) for key in _SERVER_FIELDS}
-    view["job_bytes"] = getattr(engine, "job_bytes", None)
-    view["binlog"] = binlog_view(engine.journal)
+    view["job_bytes"] = engine.memory().used
+    view["binlog"] = binlog_view(engine.journal.health())
     return view
 
 

@@ -1,10 +1,10 @@
 # -*- test-case-name: tests.test_pg_wire -*-
 """A few pipelined connections per node, reconnected when lost.
 
-:class:`Pool` sends each statement on the least busy connection that is up.
+:class:`Connections` sends each statement on the least busy connection that is up.
 While none is up (the database restarts, a failover is under way) statements
 wait, up to ``wait`` seconds, for one to come back; then they fail with
-:class:`~.driver.ConnectionLost`, which the engine answers as
+:class:`~.driver.PgConnectionLost`, which the engine answers as
 ``INTERNAL_ERROR``.  A statement that was sent and whose connection was lost
 before it answered also fails: it may or may not have committed, so its
 client is told ``INTERNAL_ERROR`` (nothing is acknowledged that is not
@@ -13,7 +13,7 @@ back) are retried.
 
 Lost connections are reopened with a growing pause (0.05 s doubling to 1 s);
 with a multi-host connection string libpq tries each host in turn, so the
-pool follows a failover to whichever server accepts writes.
+connections follow a failover to whichever server accepts writes.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from .driver import ConnectionLost, PgConnection, PgError
+from .driver import PgConnectionLost, PgConnection, PgError
 
 log = Logger(namespace="twisted_stalk.pg")
 
@@ -34,7 +34,7 @@ _RETRIES = 5
 _Waiting = Tuple[defer.Deferred, str, Sequence[Any], Optional[Sequence[int]], float]
 
 
-class Pool:
+class Connections:
     """``size`` connections to one database; see the module docstring."""
 
     def __init__(self, reactor: Any, conninfo: str, statements: Dict[str, str],
@@ -126,7 +126,7 @@ class Pool:
         self.up = []
         waiting, self._waiting = self._waiting, deque()
         for d, *_ in waiting:
-            d.errback(ConnectionLost("stopped"))
+            d.errback(PgConnectionLost("stopped"))
 
     # ------------------------------------------------------------ statements
 
@@ -166,7 +166,7 @@ class Pool:
                         conn = other
             return self._run(conn, name, params, formats, 0)
         if self._stopped:
-            return defer.fail(ConnectionLost("stopped"))
+            return defer.fail(PgConnectionLost("stopped"))
         d = defer.Deferred()
         self._waiting.append((d, name, params, formats, self.reactor.seconds() + self.wait))
         if self._expiry is None:
@@ -202,9 +202,9 @@ class Pool:
         waiting = self._waiting
         while waiting and waiting[0][4] <= now:
             d = waiting.popleft()[0]
-            d.errback(ConnectionLost("the database is unreachable"))
+            d.errback(PgConnectionLost("the database is unreachable"))
         if waiting:
             self._expiry = self.reactor.callLater(max(0.0, waiting[0][4] - now), self._expire)
 
 
-__all__ = ["Pool", "RETRYABLE"]
+__all__ = ["Connections", "RETRYABLE"]

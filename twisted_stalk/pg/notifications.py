@@ -2,7 +2,7 @@
 """LISTEN on the queue's channel: how a node hears what other nodes did.
 
 One dedicated connection per node runs ``LISTEN <schema>_events`` and hands
-each notification's payload to the engine.  Notifications sent while the
+each notification's payload to the engine (:mod:`.notices` reads it).  Notifications sent while the
 connection was down are lost (PostgreSQL keeps none for a listener that is
 not there), so every time it comes back the engine is told to look again
 (``on_up``): waiting reserves retry, timers are re-read.
@@ -19,7 +19,7 @@ from .driver import PgConnection
 log = Logger(namespace="twisted_stalk.pg")
 
 
-class Listener:
+class Notifications:
     """Keeps one LISTEN connection up (see the module docstring)."""
 
     def __init__(self, reactor: Any, conninfo: str, channel: str,
@@ -76,4 +76,4 @@ class Listener:
             self.conn.close()
 
 
-__all__ = ["Listener"]
+__all__ = ["Notifications"]

@@ -1,0 +1,332 @@
+# -*- test-case-name: tests.test_core,tests.test_engine_contract -*-
+"""The session rules every engine shares: one base, written once.
+
+What happens to a *session* is the same whichever engine stores the jobs:
+opening and closing it, the tubes it uses and watches (``use``, ``watch``,
+``ignore``, ``list-tube-used``, ``list-tubes-watched``), its waiting reserve
+and that wait's deadline (TIMED_OUT, DEADLINE_SOON), the queue of wake-ups,
+drain and hold, and the connection and command counters of ``stats``.
+:class:`SessionRules` holds those rules; :class:`~.memory.MemoryEngine` and
+:class:`~twisted_stalk.pg.engine.PgEngine` derive from it and supply its
+hooks:
+
+- :meth:`SessionRules.tube`: the tube record called ``name``, created if
+  needed (it has ``name``, ``using_count``, ``watching_count`` and
+  ``waiting``, an ordered dict of the sessions waiting on it);
+- :meth:`SessionRules.drop_tube_if_unused`: forget a tube nothing keeps;
+- :meth:`SessionRules.arm`: a wait deadline at ``when`` (the clock's
+  seconds) must be looked at by then: the engine's timer fires no later;
+- :meth:`SessionRules.return_reservations`: a closing session's
+  reservations go back to ready.
+
+The engine also provides ``_now`` (its clock's ``seconds``) and
+``default_tube``, and calls :meth:`_init_sessions` from its constructor.
+
+Command counters are ``cmd_counts``, keyed by the command table's counted
+names (``protocol.commands.COUNTED_COMMANDS``): a dict increment per command,
+as cheap as an attribute increment, and ``stats`` lists them in the table's
+order.  ``tests/test_engine_contract.py`` checks that each command moves its
+own counter, in every engine.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from ..protocol.commands import COUNTED_COMMANDS
+from ..protocol.constants import SAFETY_MARGIN
+from .outcomes import DEADLINE_SOON, JOB_TOO_BIG, NOT_IGNORED, TIMED_OUT, Outcome
+from .session import Session
+
+heappush = heapq.heappush
+heappop = heapq.heappop
+
+#: What a waiting reserve's wake-up carries: the session and the job it got,
+#: TIMED_OUT or DEADLINE_SOON.
+WakeUp = Tuple[Session, Any]
+
+
+class SessionRules:
+    """The rules about sessions, shared by every engine (see the module docstring).
+
+    Slots, not attributes, so that :class:`~.memory.MemoryEngine` (which
+    declares them) keeps its specialised attribute lookups.
+    """
+
+    __slots__ = ()
+
+    # Declared for readers and type checkers; each engine stores them.
+    sessions: Set[Session]
+    wakeups: List[WakeUp]
+    wait_heap: List[Tuple[float, int, Session]]
+    _wait_seq: int
+    cmd_counts: Dict[str, int]
+    current_connections: int
+    total_connections: int
+    producers: int
+    workers: int
+    waiting_count: int
+    draining: bool
+    held: bool
+    wake_changed: bool
+    notify: Any
+    default_tube: Any
+    max_job_size: int
+
+    def _init_sessions(self) -> None:
+        """Set the state these rules keep (from the engine's constructor)."""
+        #: Open sessions (for listings such as the console's connections page).
+        self.sessions = set()
+        #: Results for waiting sessions, to deliver after the current command's
+        #: own reply: ``(session, Job | TIMED_OUT | DEADLINE_SOON)``.
+        self.wakeups = []
+        #: (when, wait token, session): when a waiting session must be looked at.
+        self.wait_heap = []
+        self._wait_seq = 0
+        self.cmd_counts = dict.fromkeys(COUNTED_COMMANDS, 0)
+        self.current_connections = 0
+        self.total_connections = 0
+        self.producers = 0
+        self.workers = 0
+        self.waiting_count = 0
+        #: Drain mode (SIGUSR1): put answers DRAINING.
+        self.draining = False
+        #: True while no job is handed out (a graceful shutdown): reserves wait.
+        self.held = False
+        self.wake_changed = False
+        #: Set by the owner: called after wake-ups were queued outside a command.
+        self.notify = None
+
+    # ------------------------------------------------------------ hooks
+
+    def tube(self, name: bytes) -> Any:
+        """Hook: the tube called ``name``, created if it does not exist."""
+        raise NotImplementedError
+
+    def drop_tube_if_unused(self, t: Any) -> None:
+        """Hook: forget tube ``t`` if nothing keeps it (never the default tube)."""
+        raise NotImplementedError
+
+    def arm(self, when: float) -> None:
+        """Hook: something is due at ``when``: the engine's timer must fire by then."""
+        raise NotImplementedError
+
+    def return_reservations(self, s: Session) -> None:
+        """Hook: closing session ``s`` holds jobs no more; they go back to ready."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ sessions
+
+    def _opened(self, s: Session) -> Session:
+        """Count a new session ``s`` (it uses and watches the default tube)."""
+        t = self.default_tube
+        t.using_count += 1
+        t.watching_count += 1
+        self.current_connections += 1
+        self.total_connections += 1
+        self.sessions.add(s)
+        return s
+
+    def close_session(self, s: Session) -> None:
+        """Forget a client: stop its wait, return its reserved jobs to ready.
+
+        Tubes it leaves unused go in beanstalkd's order (its watch list is
+        cleared from the front, each removal moving the last entry there;
+        then the used tube), so ``list-tubes`` shows the same order after.
+        """
+        if s.closed:
+            return
+        s.closed = True
+        self.sessions.discard(s)
+        self._stop_waiting(s)
+        self.return_reservations(s)
+        s.ttr_heap.clear()
+        watch = s.watch
+        s.watch = []
+        while watch:
+            t = watch[0]
+            last = watch.pop()
+            if watch:
+                watch[0] = last
+            t.watching_count -= 1
+            self.drop_tube_if_unused(t)
+        s.use.using_count -= 1
+        self.drop_tube_if_unused(s.use)
+        self.current_connections -= 1
+        if s.is_producer:
+            self.producers -= 1
+        if s.is_worker:
+            self.workers -= 1
+
+    def _set_producer(self, s: Session) -> None:
+        s.is_producer = True
+        self.producers += 1
+
+    def _set_worker(self, s: Session) -> None:
+        s.is_worker = True
+        self.workers += 1
+
+    def cancel_wait(self, s: Session) -> bool:
+        """Withdraw ``s``'s waiting reserve without a result; True if it was waiting."""
+        if not s.waiting:
+            return False
+        self._stop_waiting(s)
+        return True
+
+    def take_wakeups(self) -> List[WakeUp]:
+        """The wake-ups queued so far, in order; the queue is emptied."""
+        wakeups, self.wakeups = self.wakeups, []
+        return wakeups
+
+    def drain(self) -> None:
+        """Enter drain mode (SIGUSR1): put answers DRAINING from now on."""
+        self.draining = True
+
+    def hold(self) -> None:
+        """Hand out no more jobs (a graceful shutdown): reserves wait instead
+        of taking jobs, while workers may still finish the ones they hold."""
+        self.held = True
+
+    # ------------------------------------------------------------ a session's commands
+
+    def reject_put(self, s: Session, reason: Outcome) -> Outcome:
+        """A put line that brings no job: its body was over ``max_job_size``
+        (JOB_TOO_BIG; the front end discarded it) or bytes trail its
+        arguments (BAD_FORMAT).  beanstalkd counts these puts too."""
+        self.cmd_counts["put"] += 1
+        return reason
+
+    def refuse_oversized(self, s: Session, size: int) -> Optional[Outcome]:
+        """The one size rule of a put body (without its CRLF): JOB_TOO_BIG,
+        counted as a put, when ``size`` passes ``max_job_size``; None when
+        the body may be put.  Every front end asks this (the wire protocol
+        once it has compared the size to decide between reading and
+        discarding the body)."""
+        if size > self.max_job_size:
+            return self.reject_put(s, JOB_TOO_BIG)
+        return None
+
+    def use(self, s: Session, name: bytes) -> bytes:
+        """Use tube ``name`` for puts (created if needed); returns its name."""
+        self.cmd_counts["use"] += 1
+        t = self.tube(name)
+        old = s.use
+        if old is not t:
+            t.using_count += 1
+            old.using_count -= 1
+            s.use = t
+            self.drop_tube_if_unused(old)
+        return name
+
+    def watch(self, s: Session, name: bytes) -> int:
+        """Add tube ``name`` to the watch list; returns the list's length."""
+        self.cmd_counts["watch"] += 1
+        t = self.tube(name)
+        if t not in s.watch:
+            s.watch.append(t)
+            t.watching_count += 1
+        return len(s.watch)
+
+    def ignore(self, s: Session, name: bytes) -> Any:
+        """Stop watching ``name``: the watch list's length, or NOT_IGNORED
+        when it is the last tube watched."""
+        self.cmd_counts["ignore"] += 1
+        t = self.tubes.get(name)  # type: ignore[attr-defined]
+        watch = s.watch
+        if t is not None and t in watch:
+            if len(watch) < 2:
+                return NOT_IGNORED
+            i = watch.index(t)
+            last = watch.pop()
+            if i < len(watch):
+                watch[i] = last
+            t.watching_count -= 1
+            self.drop_tube_if_unused(t)
+        return len(watch)
+
+    def list_tube_used(self, s: Session) -> bytes:
+        """The name of the tube ``s`` uses."""
+        self.cmd_counts["list-tube-used"] += 1
+        return s.use.name
+
+    def list_tubes_watched(self, s: Session) -> List[bytes]:
+        """The names of the tubes ``s`` watches, in its order."""
+        self.cmd_counts["list-tubes-watched"] += 1
+        return [t.name for t in s.watch]
+
+    # ------------------------------------------------------------ waiting reserves
+
+    def _track_session_deadline(self, s: Session, job_id: int, deadline: float) -> None:
+        """Record a new reservation's deadline in the session's own heap (for
+        DEADLINE_SOON), before the job joins ``s.reserved``.
+
+        A session holding one job needs no heap (its soonest deadline is that
+        job's); the heap is kept only while it holds more, so when a second
+        job arrives the first one's entry goes in too.  Stale entries (a job
+        given back, touched, timed out) are dropped when they outnumber the
+        live ones.
+        """
+        heap = s.ttr_heap
+        reserved = s.reserved
+        if len(reserved) == 1:
+            for other in reserved.values():
+                heappush(heap, (other.deadline_at, other.id))
+        heappush(heap, (deadline, job_id))
+        if len(heap) > 2 * len(reserved) + 32:
+            live = [e for e in heap if e[1] == job_id and e[0] == deadline
+                    or (e[1] in reserved and reserved[e[1]].deadline_at == e[0])]
+            heapq.heapify(live)
+            s.ttr_heap = live
+
+    def _start_waiting(self, s: Session, now: float, timeout: Optional[int]) -> None:
+        s.waiting = True
+        self.waiting_count += 1
+        for t in s.watch:
+            t.waiting[s] = None
+        s.wait_deadline = now + timeout if timeout is not None and timeout > 0 else None
+        if s.wait_deadline is not None or s.reserved:
+            self._schedule_wait(s)
+        # Otherwise only a job ends this wait: no timer entry, and its token
+        # stays 0, which no wait_heap entry carries.
+
+    def _schedule_wait(self, s: Session) -> None:
+        wake = s.wait_wake_time()
+        self._wait_seq += 1
+        s.wait_token = self._wait_seq
+        if wake is not None:
+            heappush(self.wait_heap, (wake, s.wait_token, s))
+            self.arm(wake)
+            if len(self.wait_heap) > 2 * self.waiting_count + 32:
+                self.wait_heap = [e for e in self.wait_heap
+                                  if e[2].waiting and e[2].wait_token == e[1]]
+                heapq.heapify(self.wait_heap)
+
+    def _stop_waiting(self, s: Session) -> None:
+        if not s.waiting:
+            return
+        s.waiting = False
+        s.wait_token = 0
+        self.waiting_count -= 1
+        for t in s.watch:
+            t.waiting.pop(s, None)
+
+    def _waits_due(self, now: float) -> None:
+        """End the waits due by ``now``: DEADLINE_SOON for a waiter whose
+        reservation is a second from its TTR, TIMED_OUT for one whose
+        ``reserve-with-timeout`` ran out; any other is scheduled again."""
+        while self.wait_heap and self.wait_heap[0][0] <= now:
+            _, token, s = heappop(self.wait_heap)
+            if not s.waiting or s.wait_token != token:
+                continue
+            soonest = s.soonest_deadline() if s.reserved else None
+            if soonest is not None and now >= soonest - SAFETY_MARGIN:
+                self._stop_waiting(s)
+                self.wakeups.append((s, DEADLINE_SOON))
+            elif s.wait_deadline is not None and now >= s.wait_deadline:
+                self._stop_waiting(s)
+                self.wakeups.append((s, TIMED_OUT))
+            else:
+                self._schedule_wait(s)
+
+
+__all__ = ["SessionRules", "WakeUp"]
