@@ -49,6 +49,10 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
                         only tubes whose names match get their own series
  --max-connections N    at N connections stop accepting until one closes
                         (default: as many as the open-file limit allows)
+ --max-connections-wait SECS
+                        at the limit, a connection that waited SECS in the
+                        listen backlog is accepted and closed, counted and
+                        logged (default 2; 0: at once)
  --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
  --extensions           serve list-jobs, flush-tube and capabilities
  --stats-yaml 1.12      print stats string values bare, as beanstalkd 1.12 did
@@ -70,6 +74,7 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
 _LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
+                    "max-connections-wait",
                     "max-memory", "shutdown-grace", "tls-handshake-timeout", "metrics-tubes",
                     "metrics-tube-pattern", "stats-yaml", "web", "web-auth", "engine",
                     "busy-poll"}
@@ -213,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         # test suites stop it between tests while workers hold jobs.
         opts["shutdown-grace"] = _seconds(opts, "shutdown-grace", 0.0)
         opts["tls-handshake-timeout"] = _seconds(opts, "tls-handshake-timeout", 5.0)
+        if opts.get("max-connections-wait") is not None:  # (default: limits.DEFAULT_WAIT)
+            opts["max-connections-wait"] = _seconds(opts, "max-connections-wait", 0.0)
         opts["metrics-tubes"] = _int_option(opts, "metrics-tubes", 100, 0, 2**31 - 1)
         if opts.get("web-auth") and not opts.get("web"):
             raise UsageError("--web-auth goes with --web")
@@ -282,7 +289,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
         "binlog-size": binlog_size,
     }
     for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                 "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
+                 "max-connections-wait", "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
                  "metrics-tubes", "metrics-tube-pattern", "stats-yaml", "engine", "busy-poll"):
         config[name] = opts.get(name)
     tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])

@@ -96,7 +96,9 @@ def configure(factory, config, clock) -> None:
                  "(about {derived}); connections beyond that are refused",
                  n=explicit, soft=soft, derived=derived)
     maximum = min(explicit, derived) if explicit and derived else (explicit or derived)
-    limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit))
+    wait = config.get("max-connections-wait")
+    limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit),
+                                    wait=limits.DEFAULT_WAIT if wait is None else float(wait))
     log.info("open-file limit {soft} (hard {hard}); accepting at most {maximum} connections",
              soft=_show(soft), hard=_show(hard), maximum=maximum or "unlimited")
     factory.set_stats_quoted(stats_quoted(config.get("stats-yaml")))
