@@ -310,8 +310,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
         from twisted_stalk.server import ops
         if config["binlog-dir"]:
             import twisted_stalk.binlog  # noqa: F401  (imported before -u drops privileges)
-        if config["metrics"] or opts.get("web"):
-            from twisted_stalk.server.listening import ListenError, listen_now
+        from twisted_stalk.server.listening import ListenError, listen_now, listening_line
         if config["metrics"]:
             from twisted_stalk.server import metrics  # noqa: F401
         if opts.get("web"):
@@ -341,10 +340,13 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
         except TLSConfigError as e:
             raise fail(str(e), 1)
     site = None
+    #: (what, port, endpoint) of every listener, announced once all are up.
+    listeners: list = []
     if config["metrics"]:
         site = ops.metrics_site()  # served once the queue exists, before the reactor runs
         try:
-            listen_now(reactor, str(config["metrics"]), site, "--metrics")
+            listeners.append(("--metrics", listen_now(reactor, str(config["metrics"]), site,
+                                                      "--metrics"), str(config["metrics"])))
         except ListenError as e:
             raise fail(str(e), 111)
     credentials = None
@@ -367,6 +369,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
     if tls is not None:
         listening = wrap_factory(factory, tls, float(config["tls-handshake-timeout"]), reactor)
     port = reactor.adoptStreamPort(sock.fileno(), family, listening)
+    listeners.insert(0, ("--tls-listen" if tls is not None else "--listen", port, ""))
     limit = factory.connection_limit
     if limit is not None:
         limit.watch(port)
@@ -379,9 +382,13 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
         site.attach(factory, shutdown, lambda: port.connected, policy)
     if opts.get("web"):  # bound as the -u user: the console needs the engine
         try:
-            web.listen(factory, reactor, str(opts["web"]), credentials)
+            listeners.append(("--web", web.listen(factory, reactor, str(opts["web"]), credentials),
+                              str(opts["web"])))
         except ListenError as e:
             raise fail(str(e), 111)
+    for what, bound, description in listeners:  # one line each, whatever -V says
+        sys.stderr.write(f"stalkd: {listening_line(what, bound, description)}\n")
+    sys.stderr.flush()
     reactor.run()
     return 0
 
