@@ -37,11 +37,11 @@ def test_the_page_shows_the_shipped_units_and_install_steps():
     for name in UNITS:
         text = _read(os.path.join(SHIPPED, name))
         assert shown[text.splitlines()[0]] == text, name
-    install = _read(os.path.join(SHIPPED, "install.sh"))
-    header, _, steps = install.partition("set -eu\n")
-    assert header.startswith("#!/bin/sh\n") and steps in _blocks("sh"), \
-        "docs/deploy/install.sh is the page's install block, after its header"
-    assert os.stat(os.path.join(SHIPPED, "install.sh")).st_mode & stat.S_IXUSR
+    for script in ("install.sh", "pipx.sh"):
+        header, _, steps = _read(os.path.join(SHIPPED, script)).partition("set -eu\n")
+        assert header.startswith("#!/bin/sh\n") and steps in _blocks("sh"), \
+            f"docs/deploy/{script} is one of the page's blocks, after its header"
+        assert os.stat(os.path.join(SHIPPED, script)).st_mode & stat.S_IXUSR
 
 
 def test_the_steps_and_the_units_agree():
@@ -63,7 +63,9 @@ def test_the_steps_and_the_units_agree():
         assert f"docs/deploy/{name}" in steps
         grace = float(argv[argv.index("--shutdown-grace") + 1])
         assert float(settings["TimeoutStopSec"]) > grace
-    assert f"sed 's#{VENV_BIN}#/opt/pipx/venvs/twisted-stalk/bin/#'" in _read(DOC)
+    pipx = _read(os.path.join(SHIPPED, "pipx.sh"))
+    assert f"sed 's#{VENV_BIN}#/opt/pipx/venvs/twisted-stalk/bin/#'" in pipx
+    assert "for unit in %s; do" % " ".join(UNITS) in pipx
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
