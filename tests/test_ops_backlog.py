@@ -180,3 +180,35 @@ def test_twistd_and_stalkd_take_the_wait():
     bad = subprocess.run(ours_command(free_port(), "--max-connections-wait", "soon"),
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 5 and "--max-connections-wait needs a number" in bad.stderr
+
+
+def test_where_the_queue_cannot_be_read_a_backlog_waiting_the_whole_wait_is_emptied(tmp_path):
+    """A unix socket has no TCP_INFO: a backlog that stays non-empty for the
+    wait is emptied, each connection counted."""
+    clock = Clock()
+    factory = BeanstalkServerFactory(clock)
+    limit = limits.install_connection_limit(factory, 1, clock, wait=1.0)
+    port = _ListeningPort.__new__(_ListeningPort)
+    port.socket = socket.socket(socket.AF_UNIX)
+    port.socket.bind(str(tmp_path / "s"))
+    port.socket.listen(16)
+    port.socket.setblocking(False)
+    port.reading = True
+    limit.watch(port)
+    clients = []
+    try:
+        assert limits.backlog_length(port.socket) is None
+        for _ in range(2):  # waiting when the limit is reached (at 0)
+            c = socket.socket(socket.AF_UNIX)
+            c.connect(str(tmp_path / "s"))
+            c.setblocking(False)
+            clients.append(c)
+        held, _ = _connect(factory)
+        for _ in range(4):
+            assert not any(_is_closed(c) for c in clients) and limit.refused == 0
+            clock.advance(0.25)
+        assert all(_is_closed(c) for c in clients) and limit.refused == 2
+    finally:
+        for c in clients:
+            c.close()
+        port.socket.close()
