@@ -4,7 +4,9 @@ Accepts beanstalkd's flags (``-b -f -F -l -p -u -z -s -v -V -h``) so scripts and
 test suites that start ``beanstalkd`` can start this instead.  The listening
 socket is bound before Twisted is imported, so connections are accepted (into
 the kernel's backlog) within a few milliseconds of launch; the reactor adopts
-the socket once it is loaded.
+the socket once it is loaded.  With ``--engine`` the port is bound only once
+the database has answered (the schema checked, the node registered): a
+server that cannot start never holds clients on an open port.
 
 Exit status follows beanstalkd: 5 for a bad flag, 111 when the address (or
 the ``--metrics`` endpoint) cannot be bound, 10 for a binlog directory that
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from typing import Optional
 
 USAGE = """Use: stalkd [OPTIONS]
 
@@ -239,14 +242,21 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"stalkd {__version__} (beanstalkd {PROTOCOL_VERSION} compatible)\n")
         return 0
     address = str(opts.get("l", "0.0.0.0"))
+    if opts.get("engine"):  # bound once the database has answered (_serve)
+        return _serve(None, (address, port), opts, max_job_size, fsync_ms, binlog_size, early)
+    return _serve(bind_or_exit(address, port), (address, port), opts, max_job_size, fsync_ms,
+                  binlog_size, early)
+
+
+def bind_or_exit(address: str, port: int) -> tuple[socket.socket, int]:
+    """:func:`bind_listener`, or exit 111 with one line."""
     try:
-        sock, family = bind_listener(address, port)
+        return bind_listener(address, port)
     except OSError as e:
         where = address if address.startswith("unix:") else f"{address}:{port}"
         raise fail(f"cannot listen on {where}: {e.strerror or e}", 111)
     except UnicodeError:
         raise fail(f"bad listen address: {address}", 111)
-    return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size, early)
 
 
 def _engine_init(opts: dict[str, object]) -> int:
@@ -276,11 +286,14 @@ def _seconds(opts: dict[str, object], name: str, default: float) -> float:
     return value
 
 
-def _serve(sock: socket.socket, family: int, opts: dict[str, object],
-           max_job_size: int, fsync_ms: int, binlog_size: int, early) -> int:
+def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
+           opts: dict[str, object], max_job_size: int, fsync_ms: int, binlog_size: int,
+           early) -> int:
     """Everything after the bind, in the order daemons do it: import, read the
     secrets, bind the other listeners, drop privileges (``-u``), open the
-    binlog as that user, serve."""
+    binlog as that user, serve.  With ``--engine`` (``bound`` None) the main
+    port is bound only once the database has answered, so clients never wait
+    on a port whose server cannot start; then privileges drop."""
     config: dict[str, object] = {
         "max-job-size": max_job_size,
         "binlog-dir": opts.get("b"),
@@ -355,12 +368,17 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
             credentials = web.load_credentials(str(opts["web-auth"]))
         except AuthFileError as e:
             raise fail(str(e), 1)
-    if opts.get("u"):
+    if opts.get("u") and bound is not None:
         become_user(str(opts["u"]))
     try:
         factory = ops.make_factory(config, reactor)
-    except Exception as e:  # a binlog directory that cannot be used
+    except Exception as e:  # a binlog directory (or --engine database) that cannot be used
         raise fail(str(e) or e.__class__.__name__, 10)
+    if bound is None:
+        bound = bind_or_exit(*where)
+        if opts.get("u"):
+            become_user(str(opts["u"]))
+    sock, family = bound
     if early.drain_requested:
         ops.enter_drain(factory)
     ops.install_drain_signal(factory)

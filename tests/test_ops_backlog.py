@@ -24,9 +24,9 @@ class _ListeningPort:
 
     connected = True
 
-    def __init__(self) -> None:
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
+    def __init__(self, path: str = "") -> None:
+        self.socket = socket.socket(socket.AF_UNIX if path else socket.AF_INET)
+        self.socket.bind(path or ("127.0.0.1", 0))
         self.socket.listen(16)
         self.socket.setblocking(False)
         self.address = self.socket.getsockname()
@@ -39,8 +39,19 @@ class _ListeningPort:
         self.reading = True
 
 
+def _limit_of_one(port: _ListeningPort):
+    """(clock, factory, limit): one place, a wait of 1 s, ``port`` watched."""
+    clock = Clock()
+    factory = BeanstalkServerFactory(clock)
+    limit = limits.install_connection_limit(factory, 1, clock, wait=1.0)
+    limit.watch(port)
+    return clock, factory, limit
+
+
 def _client(port: _ListeningPort) -> socket.socket:
-    c = socket.create_connection(port.address, timeout=5)
+    c = socket.socket(port.socket.family)
+    c.settimeout(5)
+    c.connect(port.address)
     c.setblocking(False)
     return c
 
@@ -54,11 +65,8 @@ def _is_closed(c: socket.socket) -> bool:
 
 @pytest.mark.skipif(not hasattr(socket, "TCP_INFO"), reason="reads the backlog with TCP_INFO")
 def test_a_connection_that_waited_longer_than_the_wait_is_closed_and_counted():
-    clock = Clock()
-    factory = BeanstalkServerFactory(clock)
-    limit = limits.install_connection_limit(factory, 1, clock, wait=1.0)
     port = _ListeningPort()
-    limit.watch(port)
+    clock, factory, limit = _limit_of_one(port)
     try:
         first = _client(port)  # queued at 0
         held, _ = _connect(factory)  # the one place: paused, the backlog watched
@@ -93,11 +101,8 @@ def test_a_connection_that_waited_longer_than_the_wait_is_closed_and_counted():
 
 
 def test_the_wait_is_off_the_clock_once_a_place_frees():
-    clock = Clock()
-    factory = BeanstalkServerFactory(clock)
-    limit = limits.install_connection_limit(factory, 1, clock, wait=1.0)
     port = _ListeningPort()
-    limit.watch(port)
+    clock, factory, limit = _limit_of_one(port)
     try:
         held, _ = _connect(factory)
         assert clock.getDelayedCalls()  # sweeping while paused
@@ -185,24 +190,12 @@ def test_twistd_and_stalkd_take_the_wait():
 def test_where_the_queue_cannot_be_read_a_backlog_waiting_the_whole_wait_is_emptied(tmp_path):
     """A unix socket has no TCP_INFO: a backlog that stays non-empty for the
     wait is emptied, each connection counted."""
-    clock = Clock()
-    factory = BeanstalkServerFactory(clock)
-    limit = limits.install_connection_limit(factory, 1, clock, wait=1.0)
-    port = _ListeningPort.__new__(_ListeningPort)
-    port.socket = socket.socket(socket.AF_UNIX)
-    port.socket.bind(str(tmp_path / "s"))
-    port.socket.listen(16)
-    port.socket.setblocking(False)
-    port.reading = True
-    limit.watch(port)
+    port = _ListeningPort(str(tmp_path / "s"))
+    clock, factory, limit = _limit_of_one(port)
     clients = []
     try:
         assert limits.backlog_length(port.socket) is None
-        for _ in range(2):  # waiting when the limit is reached (at 0)
-            c = socket.socket(socket.AF_UNIX)
-            c.connect(str(tmp_path / "s"))
-            c.setblocking(False)
-            clients.append(c)
+        clients += [_client(port), _client(port)]  # waiting when the limit is reached (at 0)
         held, _ = _connect(factory)
         for _ in range(4):
             assert not any(_is_closed(c) for c in clients) and limit.refused == 0

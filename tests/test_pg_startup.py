@@ -2,7 +2,8 @@
 service, a proxy with nothing behind it) used to hang at start for ever: the
 blocking start-up connections (schema migration, the node's registration) had
 no timeout.  Now ``stalk_wait`` bounds them as libpq's ``connect_timeout``:
-one line on stderr, a non-zero exit, within that time."""
+one line on stderr, a non-zero exit, within that time, and the beanstalk
+port never opened meanwhile."""
 from __future__ import annotations
 
 import os
@@ -29,23 +30,35 @@ def silent_port():
     sock.close()
 
 
-def _run(argv, timeout=30.0):
+def _run(argv, port=None, timeout=30.0):
+    """Run ``argv`` to its end; meanwhile ``port`` must refuse every connection."""
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    return proc, time.monotonic() - started
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    accepted = 0
+    while port is not None and proc.poll() is None and time.monotonic() - started < timeout:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            accepted += 1
+        except OSError:
+            pass
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=timeout)
+    assert accepted == 0, "the beanstalk port accepted while the engine could not start"
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err), time.monotonic() - started
 
 
 @pytest.mark.parametrize("command", ["stalkd", "twistd", "engine-init"])
 def test_a_database_port_that_never_speaks_ends_the_start_with_one_line(silent_port, command):
     engine = f"postgresql://stalk@127.0.0.1:{silent_port}/stalk?stalk_wait=2"
+    port = free_port()
     if command == "stalkd":
-        argv = ours_command(free_port(), "--engine", engine)
+        argv = ours_command(port, "--engine", engine)
     elif command == "twistd":
-        argv = _twistd("--port", str(free_port()), "--engine", engine)
+        argv = _twistd("--port", str(port), "--engine", engine)
     else:
         argv = [sys.executable, "-m", "twisted_stalk_cli.stalkd", "--engine", engine, "--engine-init"]
-    proc, took = _run(argv)
+    proc, took = _run(argv, port)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0, proc.stderr
     assert len(lines) == 1, proc.stderr
