@@ -229,7 +229,7 @@ class BacklogWait:
 
     def start(self) -> None:
         """The limit paused: sweep now, then every tick until :meth:`stop`."""
-        if self._call is None and self.limit.wait >= 0:
+        if self._call is None:
             self.seen = {}
             self.sweep()
 

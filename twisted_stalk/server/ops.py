@@ -85,7 +85,8 @@ def configure(factory, config, clock) -> None:
     Raises the open-file limit and reports it; installs the connection limit
     (``--max-connections``, or what the open-file limit allows, so that the
     connection after the last one the process can hold is refused at once
-    instead of hanging in the listen backlog); ``--max-memory``; ``--busy-poll``
+    instead of hanging in the listen backlog; ``--max-connections-wait`` bounds
+    the wait in the backlog at the limit); ``--max-memory``; ``--busy-poll``
     (on the reactor); ``--extensions``.
     """
     soft, hard = limits.raise_open_file_limit()
