@@ -45,8 +45,8 @@ def test_top_rows_fit_the_terminal_width(ours, tmp_path):
             s = Screen(tmp_path / str(cols), ["-a", f"127.0.0.1:{ours.port}", "top", "-n", "0.2"],
                        cols=cols, rows=20, env=terminal_env(tmp_path))
             try:
-                # A frame drawn before tmux has sized the pseudo-terminal (a busy
-                # machine) takes 80 columns; the next one, 0.2 s later, fits.
+                # (The width is the terminal's own: under pytest-xdist the
+                # environment says COLUMNS=80, which a 60-column top ignores.)
                 text = s.wait(lambda t: _table_rows(t) == ["TUBE", "a-rathe", "default", "(all)"],
                               what="top's table, each row on one line")
             finally:
