@@ -70,7 +70,7 @@ def test_connection_flood_keeps_descriptors_for_the_binlog(tmp_path):
     binlog.mkdir()
     with open(tmp_path / "log", "wb") as log:
         proc = subprocess.Popen(fd_limited(256, *ours_command(
-            port, "-b", str(binlog), "-s", "4096",
+            port, "-b", str(binlog), "-s", "4096", "--max-connections-wait", "60",
             "--metrics", f"tcp:{metrics_port}:interface=127.0.0.1")),
             stdout=subprocess.DEVNULL, stderr=log)
     flood: list = []

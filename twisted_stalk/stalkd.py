@@ -4,7 +4,9 @@ Accepts beanstalkd's flags (``-b -f -F -l -p -u -z -s -v -V -h``) so scripts and
 test suites that start ``beanstalkd`` can start this instead.  The listening
 socket is bound before Twisted is imported, so connections are accepted (into
 the kernel's backlog) within a few milliseconds of launch; the reactor adopts
-the socket once it is loaded.
+the socket once it is loaded.  With ``--engine`` the port is bound only once
+the database has answered (the schema checked, the node registered): a
+server that cannot start never holds clients on an open port.
 
 Exit status follows beanstalkd: 5 for a bad flag, 111 when the address (or
 the ``--metrics`` endpoint) cannot be bound, 10 for a binlog directory that
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from typing import Optional
 
 USAGE = """Use: stalkd [OPTIONS]
 
@@ -49,6 +52,10 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
                         only tubes whose names match get their own series
  --max-connections N    at N connections stop accepting until one closes
                         (default: as many as the open-file limit allows)
+ --max-connections-wait SECS
+                        at the limit, a connection that waited SECS in the
+                        listen backlog is accepted and closed, counted and
+                        logged (default 2; 0: at once)
  --max-memory BYTES     put answers OUT_OF_MEMORY above BYTES of stored jobs
  --extensions           serve list-jobs, flush-tube and capabilities
  --stats-yaml 1.12      print stats string values bare, as beanstalkd 1.12 did
@@ -70,6 +77,7 @@ Operations (twisted-stalk extensions to beanstalkd's flags):
 _WITH_VALUE = set("bflpuzs")
 _FLAGS = set("FvVh")
 _LONG_WITH_VALUE = {"tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
+                    "max-connections-wait",
                     "max-memory", "shutdown-grace", "tls-handshake-timeout", "metrics-tubes",
                     "metrics-tube-pattern", "stats-yaml", "web", "web-auth", "engine",
                     "busy-poll"}
@@ -213,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         # test suites stop it between tests while workers hold jobs.
         opts["shutdown-grace"] = _seconds(opts, "shutdown-grace", 0.0)
         opts["tls-handshake-timeout"] = _seconds(opts, "tls-handshake-timeout", 5.0)
+        if opts.get("max-connections-wait") is not None:  # (default: limits.DEFAULT_WAIT)
+            opts["max-connections-wait"] = _seconds(opts, "max-connections-wait", 0.0)
         opts["metrics-tubes"] = _int_option(opts, "metrics-tubes", 100, 0, 2**31 - 1)
         if opts.get("web-auth") and not opts.get("web"):
             raise UsageError("--web-auth goes with --web")
@@ -232,14 +242,21 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"stalkd {__version__} (beanstalkd {PROTOCOL_VERSION} compatible)\n")
         return 0
     address = str(opts.get("l", "0.0.0.0"))
+    if opts.get("engine"):  # bound once the database has answered (_serve)
+        return _serve(None, (address, port), opts, max_job_size, fsync_ms, binlog_size, early)
+    return _serve(bind_or_exit(address, port), (address, port), opts, max_job_size, fsync_ms,
+                  binlog_size, early)
+
+
+def bind_or_exit(address: str, port: int) -> tuple[socket.socket, int]:
+    """:func:`bind_listener`, or exit 111 with one line."""
     try:
-        sock, family = bind_listener(address, port)
+        return bind_listener(address, port)
     except OSError as e:
         where = address if address.startswith("unix:") else f"{address}:{port}"
         raise fail(f"cannot listen on {where}: {e.strerror or e}", 111)
     except UnicodeError:
         raise fail(f"bad listen address: {address}", 111)
-    return _serve(sock, family, opts, max_job_size, fsync_ms, binlog_size, early)
 
 
 def _engine_init(opts: dict[str, object]) -> int:
@@ -269,11 +286,14 @@ def _seconds(opts: dict[str, object], name: str, default: float) -> float:
     return value
 
 
-def _serve(sock: socket.socket, family: int, opts: dict[str, object],
-           max_job_size: int, fsync_ms: int, binlog_size: int, early) -> int:
+def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
+           opts: dict[str, object], max_job_size: int, fsync_ms: int, binlog_size: int,
+           early) -> int:
     """Everything after the bind, in the order daemons do it: import, read the
     secrets, bind the other listeners, drop privileges (``-u``), open the
-    binlog as that user, serve."""
+    binlog as that user, serve.  With ``--engine`` (``bound`` None) the main
+    port is bound only once the database has answered, so clients never wait
+    on a port whose server cannot start; then privileges drop."""
     config: dict[str, object] = {
         "max-job-size": max_job_size,
         "binlog-dir": opts.get("b"),
@@ -282,7 +302,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
         "binlog-size": binlog_size,
     }
     for name in ("tls-cert", "tls-key", "tls-ca", "metrics", "max-connections",
-                 "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
+                 "max-connections-wait", "max-memory", "extensions", "shutdown-grace", "tls-handshake-timeout",
                  "metrics-tubes", "metrics-tube-pattern", "stats-yaml", "engine", "busy-poll"):
         config[name] = opts.get(name)
     tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
@@ -303,8 +323,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
         from twisted_stalk.server import ops
         if config["binlog-dir"]:
             import twisted_stalk.binlog  # noqa: F401  (imported before -u drops privileges)
-        if config["metrics"] or opts.get("web"):
-            from twisted_stalk.server.listening import ListenError, listen_now
+        from twisted_stalk.server.listening import ListenError, listen_now, listening_line
         if config["metrics"]:
             from twisted_stalk.server import metrics  # noqa: F401
         if opts.get("web"):
@@ -336,10 +355,13 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
         except TLSConfigError as e:
             raise fail(str(e), 1)
     site = None
+    #: (what, port, endpoint) of every listener, announced once all are up.
+    listeners: list = []
     if config["metrics"]:
         site = ops.metrics_site()  # served once the queue exists, before the reactor runs
         try:
-            listen_now(reactor, str(config["metrics"]), site, "--metrics")
+            listeners.append(("--metrics", listen_now(reactor, str(config["metrics"]), site,
+                                                      "--metrics"), str(config["metrics"])))
         except ListenError as e:
             raise fail(str(e), 111)
     credentials = None
@@ -348,12 +370,17 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
             credentials = web.load_credentials(str(opts["web-auth"]))
         except AuthFileError as e:
             raise fail(str(e), 1)
-    if opts.get("u"):
+    if opts.get("u") and bound is not None:
         become_user(str(opts["u"]))
     try:
         factory = ops.make_factory(config, reactor)
-    except Exception as e:  # a binlog directory that cannot be used
+    except Exception as e:  # a binlog directory (or --engine database) that cannot be used
         raise fail(str(e) or e.__class__.__name__, 10)
+    if bound is None:
+        bound = bind_or_exit(*where)
+        if opts.get("u"):
+            become_user(str(opts["u"]))
+    sock, family = bound
     if early.drain_requested:
         ops.enter_drain(factory)
     ops.install_drain_signal(factory)
@@ -362,6 +389,7 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
     if tls is not None:
         listening = wrap_factory(factory, tls, float(config["tls-handshake-timeout"]), reactor)
     port = reactor.adoptStreamPort(sock.fileno(), family, listening)
+    listeners.insert(0, ("--tls-listen" if tls is not None else "--listen", port, ""))
     limit = factory.connection_limit
     if limit is not None:
         limit.watch(port)
@@ -374,9 +402,13 @@ def _serve(sock: socket.socket, family: int, opts: dict[str, object],
         site.attach(factory, shutdown, lambda: port.connected, policy)
     if opts.get("web"):  # bound as the -u user: the console needs the engine
         try:
-            web.listen(factory, reactor, str(opts["web"]), credentials)
+            listeners.append(("--web", web.listen(factory, reactor, str(opts["web"]), credentials),
+                              str(opts["web"])))
         except ListenError as e:
             raise fail(str(e), 111)
+    for what, bound, description in listeners:  # one line each, whatever -V says
+        sys.stderr.write(f"stalkd: {listening_line(what, bound, description)}\n")
+    sys.stderr.flush()
     reactor.run()
     return 0
 

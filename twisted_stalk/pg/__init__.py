@@ -50,6 +50,16 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def cannot_use(error: BaseException, config: Any) -> str:
+    """The one line for a database that the start-up connections cannot use."""
+    import psycopg
+    if isinstance(error, psycopg.errors.ConnectionTimeout):
+        from .config import startup_timeout
+        return (f"--engine: the database did not answer within {startup_timeout(config)} s "
+                f"(connect_timeout, from stalk_wait): {one_line(error)}")
+    return f"--engine: cannot use the database: {one_line(error)}"
+
+
 def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Facts] = None,
                 start: bool = True) -> Any:
     """A registered :class:`~.engine.PgEngine` for the ``--engine`` value ``text``."""
@@ -58,7 +68,7 @@ def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Fact
         raise EngineError(problem)
     import psycopg
 
-    from .config import parse
+    from .config import parse, startup_conninfo
     from .engine import PgEngine
     from .schema import SchemaError
     try:
@@ -66,12 +76,16 @@ def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Fact
     except ValueError as e:
         raise EngineError(f"--engine: {e}")
     engine = PgEngine(reactor, config, max_job_size=max_job_size, facts=facts)
+    running = config.conninfo
+    config.conninfo = startup_conninfo(config)  # bounded: register() blocks
     try:
         engine.register()
     except SchemaError as e:
         raise EngineError(f"--engine: {e}")
     except psycopg.Error as e:
-        raise EngineError(f"--engine: cannot use the database: {one_line(e)}")
+        raise EngineError(cannot_use(e, config))
+    finally:
+        config.conninfo = running
     if start:
         engine.start().addErrback(lambda f: None)  # the pool keeps trying
     return engine
@@ -84,15 +98,15 @@ def init_schema(text: str) -> str:
         raise EngineError(problem)
     import psycopg
 
-    from .config import parse
+    from .config import parse, startup_conninfo
     from .schema import SchemaError, migrate
     try:
         config = parse(text)
-        found, now = migrate(config.conninfo, config.schema)
+        found, now = migrate(startup_conninfo(config), config.schema)
     except (ValueError, SchemaError) as e:
         raise EngineError(f"--engine: {e}")
     except psycopg.Error as e:
-        raise EngineError(f"--engine: cannot use the database: {one_line(e)}")
+        raise EngineError(cannot_use(e, config))
     if found == now:
         return f"schema {config.schema} is at version {now}"
     return f"schema {config.schema}: version {found} -> {now}"

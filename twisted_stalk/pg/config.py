@@ -13,11 +13,14 @@ which libpq would refuse:
 ``stalk_dead_after`` 5       seconds without a heartbeat after which other nodes
                              give a node's reservations back
 ``stalk_wait``      10       seconds a command waits for the database to come
-                             back before it answers INTERNAL_ERROR
+                             back before it answers INTERNAL_ERROR; also the
+                             ``connect_timeout`` of the start-up connections
+                             (:func:`startup_conninfo`)
 ==================  =======  ==================================================
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Dict, Tuple
@@ -98,4 +101,22 @@ def parse(text: str) -> EngineConfig:
     return config
 
 
-__all__ = ["EngineConfig", "parse", "split_settings"]
+def startup_conninfo(config: EngineConfig) -> str:
+    """The connection string for the blocking start-up connections (the schema
+    migration, the node's registration): with libpq's ``connect_timeout`` set
+    to ``stalk_wait`` (rounded up; libpq waits at least 2 s) unless the string
+    sets one.  Without it a port that accepts but never speaks (another
+    service, a proxy with nothing behind it) held the start for ever; the
+    running driver bounds its own connects."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    if "connect_timeout" in conninfo_to_dict(config.conninfo):
+        return config.conninfo
+    return make_conninfo(config.conninfo, connect_timeout=startup_timeout(config))
+
+
+def startup_timeout(config: EngineConfig) -> int:
+    """Seconds libpq's ``connect_timeout`` gives a start-up connection (``stalk_wait``)."""
+    return max(2, math.ceil(config.wait))
+
+
+__all__ = ["EngineConfig", "parse", "split_settings", "startup_conninfo", "startup_timeout"]

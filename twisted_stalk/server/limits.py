@@ -7,7 +7,10 @@ Everything here is installed at start and costs nothing per command:
   ports while the server holds its maximum of connections and resumes when
   one closes; a connection accepted over it is closed at once, counted in
   :attr:`ConnectionLimit.refused` (``beanstalk_refused_connections_total`` in
-  /metrics) and logged (at most one line per :data:`LOG_EVERY` seconds);
+  /metrics) and logged (at most one line per :data:`LOG_EVERY` seconds); so
+  is a connection that waited in the listen backlog for longer than
+  ``--max-connections-wait`` (:class:`BacklogWait`): a short burst waits for a
+  place, a client that would wait for hours sees its connection closed;
 * the memory limit is the engine's ``max_memory``: the engine counts the
   bytes of stored bodies (``job_bytes``) and answers a put that would take
   that count over the limit with ``OUT_OF_MEMORY``;
@@ -18,7 +21,8 @@ Everything here is installed at start and costs nothing per command:
 from __future__ import annotations
 
 import resource
-from typing import List, Optional, Tuple
+from collections import deque
+from typing import Deque, Dict, List, Optional, Tuple
 
 from twisted.logger import Logger
 
@@ -33,6 +37,9 @@ log = Logger(namespace="twisted_stalk.limits")
 RESERVED_FDS = 64
 #: A flood of refused connections logs one line per this many seconds.
 LOG_EVERY = 10.0
+#: Seconds a connection may wait in the listen backlog at the limit before it
+#: is accepted and closed (``--max-connections-wait``).
+DEFAULT_WAIT = 2.0
 #: Tried when the hard limit is unlimited (macOS refuses more than OPEN_MAX).
 _FALLBACK_TARGETS = (1048576, 524288, 65536, 10240)
 
@@ -105,10 +112,18 @@ class ConnectionLimit:
     recovery; see :func:`emfile_closes`): every connection the server closes
     unserved.  A connection the kernel drops because the backlog is full never
     reaches the process and is not counted (see docs/operations.md).
+
+    While paused, :class:`BacklogWait` closes the connections that have
+    waited in a port's backlog for longer than ``wait`` seconds (counted and
+    logged as refused too), so a client never waits in silence for a place
+    that may not free for hours.
     """
 
-    def __init__(self, maximum: int, clock, explicit: bool = True) -> None:
+    def __init__(self, maximum: int, clock, explicit: bool = True,
+                 wait: float = DEFAULT_WAIT) -> None:
         self.maximum = maximum
+        #: Seconds a connection may wait in the backlog while paused.
+        self.wait = wait
         #: True for --max-connections, False when derived from RLIMIT_NOFILE.
         self.explicit = explicit
         #: Connections accepted over the limit and closed at once.
@@ -123,6 +138,7 @@ class ConnectionLimit:
         self._emfile_base = _emfile_closed[0]
         self._logged_at: Optional[float] = None
         self._unlogged = 0
+        self._backlog = BacklogWait(self)
 
     @property
     def refused(self) -> int:
@@ -152,17 +168,19 @@ class ConnectionLimit:
             self.pauses += 1
             for port in self.ports:
                 _pause(port)
+            self._backlog.start()
 
     def closed(self, count: int) -> None:
         """A connection closed; ``count`` are open now."""
         self.open = count
         if self.paused and count < self.maximum:
             self.paused = False
+            self._backlog.stop()
             for port in self.ports:
                 _resume(port)
 
-    def refuse(self, addr) -> None:
-        """Count and (rate-limited) log a connection over the limit; the
+    def refuse(self, addr, why: str = "") -> None:
+        """Count and (rate-limited) log a connection closed unserved; the
         factory returns this None as its protocol: the port closes the socket."""
         self.over_limit += 1
         now = self._clock.seconds()
@@ -170,14 +188,146 @@ class ConnectionLimit:
             peer = getattr(addr, "host", None) or str(addr)
             port = getattr(addr, "port", None)
             log.warn("refused connection from {peer}: at the limit of {maximum} "
-                     "connections ({refused} refused so far, {since} since the last "
-                     "such message)", peer=peer if port is None else f"{peer}:{port}",
+                     "connections" + (f" ({why})" if why else "") + " ({refused} refused "
+                     "so far, {since} since the last such message)",
+                     peer=peer if port is None else f"{peer}:{port}", wait=self.wait,
                      maximum=self.maximum, refused=self.refused, since=self._unlogged + 1)
             self._logged_at = now
             self._unlogged = 0
         else:
             self._unlogged += 1
         return None
+
+
+class BacklogWait:
+    """While the limit is paused: close what waited too long in the backlogs.
+
+    Every ``tick`` (a quarter of the wait) it reads how many connections each
+    watched port's backlog holds (Linux: ``TCP_INFO`` on a listening socket
+    gives the accept queue's length) and notes when each new one was first
+    seen; the backlog is first in, first out, so those first seen ``wait``
+    seconds ago or more are at its head: it accepts them and closes them at
+    once (the client reads end-of-file), counted and logged by
+    :meth:`ConnectionLimit.refuse`.  A connection so closed waited between
+    ``wait`` and ``wait + tick`` seconds.  Those accepted meanwhile by the
+    port (a place freed) leave from the head too, and are forgotten.
+
+    Where the queue's length cannot be read (a unix socket, not Linux) a
+    backlog that stays non-empty for ``wait`` seconds is emptied: such a
+    connection waits at most ``wait + tick`` seconds, possibly less.
+    """
+
+    def __init__(self, limit: ConnectionLimit) -> None:
+        self.limit = limit
+        #: Per watched port: [(first seen at, how many; None: unknown)], oldest first.
+        self.seen: Dict[int, Deque[List]] = {}
+        self._call = None
+
+    @property
+    def tick(self) -> float:
+        return max(0.05, self.limit.wait / 4)
+
+    def start(self) -> None:
+        """The limit paused: sweep now, then every tick until :meth:`stop`."""
+        if self._call is None:
+            self.seen = {}
+            self.sweep()
+
+    def stop(self) -> None:
+        call, self._call = self._call, None
+        if call is not None and call.active():
+            call.cancel()
+        self.seen = {}
+
+    def sweep(self) -> None:
+        clock = self.limit._clock
+        self._call = None
+        now = clock.seconds()
+        for port in self.limit.ports:
+            sock = getattr(port, "socket", None)
+            if sock is not None and getattr(port, "connected", False):
+                self._sweep_port(port, sock, now)
+        self._call = clock.callLater(self.tick, self.sweep)
+
+    def _sweep_port(self, port, sock, now: float) -> None:
+        batches = self.seen.setdefault(id(port), deque())
+        queued = backlog_length(sock)
+        if queued is None:  # the length is unknown: is anyone waiting?
+            if not _readable(sock):
+                batches.clear()
+            elif not batches:
+                batches.append([now, None])
+            if batches and now - batches[0][0] >= self.limit.wait:
+                batches.clear()
+                self._close(sock, None)
+            return
+        known = sum(b[1] for b in batches)
+        gone = known - queued  # accepted from the head since the last sweep
+        while gone > 0 and batches:
+            taken = min(gone, batches[0][1])
+            batches[0][1] -= taken
+            gone -= taken
+            if not batches[0][1]:
+                batches.popleft()
+        if queued > known:
+            batches.append([now, queued - known])
+        due = 0
+        while batches and now - batches[0][0] >= self.limit.wait:
+            due += batches.popleft()[1]
+        if due:
+            self._close(sock, due)
+
+    def _close(self, sock, count: Optional[int]) -> None:
+        """Accept ``count`` connections (None: all there are) and close each."""
+        while count is None or count > 0:
+            try:
+                conn, addr = sock.accept()
+            except OSError:  # none left (or the port's own accept deals with it)
+                return
+            conn.close()
+            self.limit.refuse(_Address(addr), "waited {wait:g} s in the backlog")
+            if count is not None:
+                count -= 1
+
+
+class _Address:
+    """A socket address as refuse() reads it (host, port)."""
+
+    def __init__(self, addr) -> None:
+        if isinstance(addr, tuple) and len(addr) >= 2:
+            self.host, self.port = addr[0], addr[1]
+        else:
+            self.host, self.port = str(addr or "unix socket"), None
+
+
+#: tcp_info's state for a listening socket, and the offset of tcpi_unacked
+#: (for a listening socket, the accept queue's length; Linux).
+_TCP_LISTEN = 10
+_UNACKED_AT = 24
+
+
+def backlog_length(sock) -> Optional[int]:
+    """Connections waiting in ``sock``'s accept queue (Linux TCP; None elsewhere)."""
+    import socket
+    import struct
+    option = getattr(socket, "TCP_INFO", None)
+    if option is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, option, 104)
+    except OSError:  # not a TCP socket
+        return None
+    if len(info) < _UNACKED_AT + 4 or info[0] != _TCP_LISTEN:
+        return None
+    return struct.unpack_from("I", info, _UNACKED_AT)[0]
+
+
+def _readable(sock) -> bool:
+    import select
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def _pause(port) -> None:
@@ -215,13 +365,14 @@ def emfile_closes() -> int:
     return _emfile_closed[0]
 
 
-def install_connection_limit(factory, maximum: int, clock, explicit: bool = True
-                             ) -> Optional[ConnectionLimit]:
-    """Stop accepting at ``maximum`` connections (0: no limit)."""
+def install_connection_limit(factory, maximum: int, clock, explicit: bool = True,
+                             wait: float = DEFAULT_WAIT) -> Optional[ConnectionLimit]:
+    """Stop accepting at ``maximum`` connections (0: no limit); close those
+    that wait in the backlog for longer than ``wait`` seconds meanwhile."""
     if maximum <= 0:
         factory.connection_limit = None
         return None
-    limit = factory.connection_limit = ConnectionLimit(maximum, clock, explicit)
+    limit = factory.connection_limit = ConnectionLimit(maximum, clock, explicit, wait)
     return limit
 
 
@@ -238,6 +389,7 @@ def memory_limit_of(factory) -> int:
     return factory.engine.memory().limit
 
 
-__all__ = ["ConnectionLimit", "emfile_closes", "RESERVED_FDS",
+__all__ = ["BacklogWait", "ConnectionLimit", "DEFAULT_WAIT", "backlog_length", "emfile_closes",
+           "RESERVED_FDS",
            "connections_allowed_by", "install_connection_limit", "install_memory_limit",
            "memory_limit_of", "open_fds", "raise_open_file_limit"]

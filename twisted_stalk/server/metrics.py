@@ -161,7 +161,8 @@ class Collector:
                "Connections accepted at once (0: no limit).",
                [("", limit.maximum if limit is not None else 0)])
         family("beanstalk_refused_connections_total", "counter",
-               "Connections closed at once because the connection limit was reached.",
+               "Connections closed unserved at the connection limit (accepted over it, "
+               "or waited longer than --max-connections-wait in the backlog).",
                [("", limit.refused if limit is not None else 0)])
         family("beanstalk_max_memory_bytes", "gauge",
                "--max-memory: put answers OUT_OF_MEMORY above it (0: no limit).",

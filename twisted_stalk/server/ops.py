@@ -85,7 +85,8 @@ def configure(factory, config, clock) -> None:
     Raises the open-file limit and reports it; installs the connection limit
     (``--max-connections``, or what the open-file limit allows, so that the
     connection after the last one the process can hold is refused at once
-    instead of hanging in the listen backlog); ``--max-memory``; ``--busy-poll``
+    instead of hanging in the listen backlog; ``--max-connections-wait`` bounds
+    the wait in the backlog at the limit); ``--max-memory``; ``--busy-poll``
     (on the reactor); ``--extensions``.
     """
     soft, hard = limits.raise_open_file_limit()
@@ -96,7 +97,9 @@ def configure(factory, config, clock) -> None:
                  "(about {derived}); connections beyond that are refused",
                  n=explicit, soft=soft, derived=derived)
     maximum = min(explicit, derived) if explicit and derived else (explicit or derived)
-    limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit))
+    wait = config.get("max-connections-wait")
+    limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit),
+                                    wait=limits.DEFAULT_WAIT if wait is None else float(wait))
     log.info("open-file limit {soft} (hard {hard}); accepting at most {maximum} connections",
              soft=_show(soft), hard=_show(hard), maximum=maximum or "unlimited")
     factory.set_stats_quoted(stats_quoted(config.get("stats-yaml")))

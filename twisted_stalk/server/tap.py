@@ -18,6 +18,7 @@ from twisted.python import usage
 
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT
 from .factory import BeanstalkServerFactory
+from .limits import DEFAULT_WAIT
 from .listening import ListenerService
 from .ops import install_drain_signal, make_factory
 from .tls import DEFAULT_HANDSHAKE_TIMEOUT
@@ -47,6 +48,9 @@ class Options(usage.Options):
         ["web-auth", None, None, "Credentials file that lets the web console act (else read-only)."],
         ["max-connections", None, 0, "At N connections stop accepting until one closes "
          "(default: as many as the open-file limit allows).", int],
+        ["max-connections-wait", None, DEFAULT_WAIT, "At the connection limit, a connection that "
+         "waited SECS in the listen backlog is accepted and closed (counted and logged; "
+         "0: at once).", float],
         ["max-memory", None, 0, "Put answers OUT_OF_MEMORY above BYTES of stored jobs.", int],
         ["tls-cert", None, None, "PEM certificate (then its chain) for --tls-listen."],
         ["tls-key", None, None, "PEM private key of --tls-cert (default: in the cert file)."],
@@ -108,7 +112,7 @@ class Options(usage.Options):
         endpoints: List[str] = list(self["listen"])
         if self["port"]:
             endpoints.append(endpoint_for_port(self["port"]))
-        for name in ("max-connections", "max-memory", "shutdown-grace",
+        for name in ("max-connections", "max-connections-wait", "max-memory", "shutdown-grace",
                      "tls-handshake-timeout", "metrics-tubes"):
             if self[name] < 0:
                 raise usage.UsageError(f"--{name} must not be negative")

@@ -8,6 +8,9 @@ server took to answer (the 30 s reply timeout for a server that stopped).  A
 connection of its own (so it can never interleave with the user's commands
 or be taken for their replies), with a short deadline; completion takes the
 names of the last lookup that finished and uses what it knew meanwhile.
+A Tab on a tube name asks for a lookup at once (:meth:`TubeLookup.refresh_now`)
+and completes when its answer arrives, so the first Tab offers a tube created
+a moment ago.
 """
 from __future__ import annotations
 
@@ -63,10 +66,24 @@ class TubeLookup:
             if self._closed or self.running or (
                     self._started is not None and now - self._started < self.interval):
                 return False
-            self._started = now
-            self._thread = threading.Thread(target=self._run, name="stalk-lookup", daemon=True)
-            self._thread.start()
+            self._start(now)
             return True
+
+    def refresh_now(self) -> bool:
+        """Start a lookup now, however recent the last (a Tab wants today's
+        tubes); True when one is under way, so ``on_done`` will be called."""
+        with self._lock:
+            if self._closed:
+                return False
+            if self.running:
+                return True
+            self._start(self.clock())
+            return True
+
+    def _start(self, now: float) -> None:
+        self._started = now
+        self._thread = threading.Thread(target=self._run, name="stalk-lookup", daemon=True)
+        self._thread.start()
 
     def take(self) -> Optional[List[str]]:
         """The tube names of the last lookup that finished since the last call."""

@@ -2,6 +2,7 @@
 """Printing replies and records in command-line mode: pretty, raw, json or yaml."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from typing import TYPE_CHECKING, Any, Optional
@@ -35,9 +36,16 @@ class Output:
         self.pager: Optional["Pager"] = None
 
     def size(self) -> "Size":
-        """The terminal's size (80 x 24 when stdout is not one)."""
+        """The terminal's size, asked of the terminal itself (an exported
+        ``COLUMNS`` may be stale or inherited: pytest-xdist sets 80); into a
+        pipe, ``COLUMNS``/``LINES`` or 80 x 24."""
         from prompt_toolkit.data_structures import Size
-        columns, rows = shutil.get_terminal_size((80, 24))
+        try:
+            columns, rows = os.get_terminal_size(self.stream.fileno())
+        except (AttributeError, ValueError, OSError):
+            columns = rows = 0
+        if not (columns and rows):
+            columns, rows = shutil.get_terminal_size((80, 24))
         return Size(rows=rows, columns=columns)
 
     def fragments(self, frags: Fragments) -> None:

@@ -215,18 +215,38 @@ def render_list(names: Sequence[str], *, use: str = "", watch: Sequence[str] = (
     return frags
 
 
+#: A table fitted to a terminal cuts its first column no narrower than this.
+MIN_FIRST_COLUMN = 16
+
+
 def render_columns(headers: Sequence[str], rows: Sequence[Sequence[Any]], *,
-                   align_left: int = 1) -> List[str]:
+                   align_left: int = 1, width: int = 0) -> List[str]:
     """A plain aligned table (for stalk top); the first ``align_left`` columns
-    are left-aligned, the rest right-aligned."""
-    cells = [list(map(str, headers))] + [[_fmt(c) for c in r] for r in rows]
+    are left-aligned, the rest right-aligned.
+
+    With ``width`` (a terminal's columns) no line is wider: the first
+    column's long values are cut (ending in ``…``), down to
+    :data:`MIN_FIRST_COLUMN` characters at most, then the columns that still do not fit are left out from the
+    right, so no row wraps."""
+    cells = [[escape_text(str(h)) for h in headers]] + [[escape_text(_fmt(c)) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    keep = len(headers)
+    if width > 0:
+        rest = sum(widths[1:]) + 2 * (len(widths) - 1)
+        widths[0] = max(min(widths[0], MIN_FIRST_COLUMN), min(widths[0], width - rest))
+        while keep > 1 and sum(widths[:keep]) + 2 * (keep - 1) > width:
+            keep -= 1
     lines = []
     for row in cells:
-        parts = [escape_text(c.ljust(widths[i]) if i < align_left else c.rjust(widths[i]))
-                 for i, c in enumerate(row)]
+        parts = [_cell(c, widths[i], i < align_left) for i, c in enumerate(row[:keep])]
         lines.append("  ".join(parts).rstrip())
     return lines
+
+
+def _cell(text: str, width: int, left: bool) -> str:
+    if len(text) > width:
+        text = text[:max(0, width - 1)] + "\u2026"
+    return text.ljust(width) if left else text.rjust(width)
 
 
 # --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.application.current import get_app
 from prompt_toolkit.auto_suggest import AutoSuggestFromHistory
 from prompt_toolkit.data_structures import Size
+from prompt_toolkit.document import Document
 from prompt_toolkit.enums import EditingMode
 from prompt_toolkit.filters import Condition, completion_is_selected
 from prompt_toolkit.formatted_text import FormattedText
@@ -90,6 +91,8 @@ class Shell:
         self.wire = False
         self.set_wire(wire)
         self.lookup = self._new_lookup()
+        #: The line as it was when a Tab on a tube name started a lookup.
+        self._tab_waiting: Optional[Document] = None
         self.prompt = PromptSession(
             message=self.prompt_message,
             history=history or InMemoryHistory(),
@@ -222,7 +225,16 @@ class Shell:
 
         @kb.add("tab", filter=~completion_is_selected)
         def _(event) -> None:
-            complete_now(event.current_buffer)
+            buffer = event.current_buffer
+            completer = self.prompt.completer
+            if (buffer.complete_state is None and isinstance(completer, StalkCompleter)
+                    and completer.completes_tube(buffer.document)
+                    and self.lookup.refresh_now()):
+                # Complete from the server's answer, not from the last lookup's
+                # list: _lookup_done does it when the answer arrives (or fails).
+                self._tab_waiting = buffer.document
+                return
+            complete_now(buffer)
 
         @kb.add("escape", "enter")
         def _(event) -> None:
@@ -248,8 +260,9 @@ class Shell:
         return TubeLookup(self.session.target, on_done=self._lookup_done)
 
     def _lookup_done(self) -> None:
-        """A lookup ended (in its thread): refresh an open completion menu
-        that nothing is selected in, with the names found."""
+        """A lookup ended (in its thread): complete the line a Tab is waiting
+        on, or refresh an open completion menu that nothing is selected in,
+        with the names found."""
         app = self.prompt.app
         loop = getattr(app, "loop", None)
         if not app.is_running or loop is None:
@@ -257,6 +270,11 @@ class Shell:
 
         def refresh() -> None:
             buffer = app.current_buffer
+            waiting, self._tab_waiting = self._tab_waiting, None
+            if waiting is not None and buffer.document == waiting:
+                complete_now(buffer)  # the Tab pressed while the lookup ran
+                app.invalidate()
+                return
             state = buffer.complete_state
             if state is not None and state.current_completion is None:
                 buffer.complete_state = None

@@ -207,6 +207,16 @@ def current_arg(text: str) -> Tuple[Optional[CommandSpec], Optional[int]]:
     return spec, index
 
 
+def unknown_command(word: str, extensions: Extensions = ()) -> str:
+    """Why ``word`` is not a command, and what to type instead: a tool of
+    ``stalk`` (``top``, ``tail`` ...) runs from the system shell, not in here."""
+    from .tools import TOOLS  # (here: the tools import this module)
+    if word in TOOLS:
+        return (f"{word!r} is not a beanstalk command but a stalk tool: run "
+                f"`stalk {word}` from your terminal (stalk --help lists the tools)")
+    return f"unknown command {word!r}{suggest_command(word, extensions)}"
+
+
 def suggest_command(word: str, extensions: Extensions = ()) -> str:
     names = ([c.name for c in COMMANDS] + [c.name for c in offered_extensions(extensions)]
              + [m.name for m in META_COMMANDS])
@@ -398,8 +408,8 @@ def build_request(text: str, *, body: Optional[bytes] = None,
         return _build_extension(word, tokens[1:], first, rest if nl else "", extensions)
     spec = BY_NAME.get(word)
     if spec is None:
-        raise InputError(f"unknown command {word!r}{suggest_command(word, extensions)}; "
-                         "type help for the list, or prefix the line with ! to send it anyway")
+        raise InputError(f"{unknown_command(word, extensions)}; type help for the list, "
+                         "or prefix the line with ! to send it anyway")
     args = tokens[1:]
     if spec.name == "put":
         return _build_put(first, rest if nl else None, body, put_defaults, editor, check_only)

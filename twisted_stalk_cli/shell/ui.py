@@ -34,6 +34,7 @@ from .request import (
     hint_for,
     needs_more_input,
     offered_extensions,
+    unknown_command,
     usage,
 )
 
@@ -94,6 +95,14 @@ class StalkCompleter(Completer):
         self.refresh_tubes = refresh_tubes
         self.extensions = extensions
         self.paths = PathCompleter(expanduser=True)
+
+    def completes_tube(self, document: Document) -> bool:
+        """True when the word under the cursor is a tube name argument."""
+        text = document.text_before_cursor
+        if "\n" in text or not text.strip() or text.split()[0] in META_BY_NAME:
+            return False
+        spec, index = current_arg(text)
+        return spec is not None and index is not None and spec.args[index].kind == "tube"
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
         text = document.text_before_cursor
@@ -322,7 +331,7 @@ def syntax_help(text: str, extensions: Extensions = (), width: int = 200) -> Lis
         matches = [n for n in names if n.startswith(tokens[0])]
         if matches and len(tokens) == 1:
             return [("class:toolbar.help", " " + "  ".join(matches))]
-        return [("class:toolbar.help", f" unknown command {tokens[0]!r}: type help for the list")]
+        return [("class:toolbar.help", f" {unknown_command(tokens[0])}: type help for the list")]
     out = [("class:toolbar.syntax", " " + usage(spec)), ("class:toolbar.help", "  " + spec.summary)]
     if "\n" in text:
         if spec.name == "put":

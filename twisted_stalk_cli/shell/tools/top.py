@@ -84,7 +84,12 @@ def run(conn: Connection, argv: Sequence[str], out: Output) -> int:
                         f"{server.get('current-waiting', 0)} waiting  {len(tubes)} tubes")
                 total = [sum(r[i] for r in rows) for i in range(1, 9)]
                 table = rows + ([["(all)"] + total + ["", "", ""]] if len(rows) > 1 else [])
-                lines = render_columns(TOP_COLUMNS, table)
+                # On a terminal every line fits its width (a wider line wrapped
+                # and broke every row in two); into a pipe the table is whole.
+                width = out.size().columns if isatty(out.stream) else 0
+                lines = render_columns(TOP_COLUMNS, table, width=width)
+                if width:
+                    head = head if len(head) <= width else head[:max(0, width - 1)] + "\u2026"
                 text = "\n".join([head, ""] + lines) + "\n"
                 if live:
                     text = "\x1b[H\x1b[2J" + text + f"\nevery {a.interval:g}s, Ctrl-C quits"

@@ -1,0 +1,114 @@
+"""docs/deploy.md, held to what ships: each file the page shows is the file in
+docs/deploy/ byte for byte, ``systemd-analyze verify`` accepts both units, and
+each unit's command line starts a working server (tests/deploy_check.py).  The
+install steps themselves run in .ci/run (they create a user and write under /opt)."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from deploy_check import check_server, exec_start, unit_settings
+from servers import free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(ROOT, "docs", "deploy.md")
+SHIPPED = os.path.join(ROOT, "docs", "deploy")
+UNITS = ("twisted-stalk.service", "stalkd.service")
+VENV_BIN = "/opt/twisted-stalk/bin/"
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _blocks(kind: str):
+    return re.findall(r"^```%s\n(.*?)^```$" % kind, _read(DOC), re.S | re.M)
+
+
+def test_the_page_shows_the_shipped_units_and_install_steps():
+    shown = {block.splitlines()[0]: block for block in _blocks("ini")}
+    for name in UNITS:
+        text = _read(os.path.join(SHIPPED, name))
+        assert shown[text.splitlines()[0]] == text, name
+    for script in ("install.sh", "pipx.sh"):
+        header, _, steps = _read(os.path.join(SHIPPED, script)).partition("set -eu\n")
+        assert header.startswith("#!/bin/sh\n") and steps in _blocks("sh"), \
+            f"docs/deploy/{script} is one of the page's blocks, after its header"
+        assert os.stat(os.path.join(SHIPPED, script)).st_mode & stat.S_IXUSR
+
+
+def test_the_steps_and_the_units_agree():
+    """The units run the venv the steps create, as the user they create, on the
+    directories they create; the pipx variant rewrites exactly the venv path."""
+    steps = _read(os.path.join(SHIPPED, "install.sh"))
+    for name in UNITS:
+        text = _read(os.path.join(SHIPPED, name))
+        settings = unit_settings(text)
+        argv = exec_start(text)
+        assert argv[0].startswith(VENV_BIN) and "/usr/bin/python3 -m venv /opt/twisted-stalk\n" in steps
+        assert settings["User"] == settings["Group"] == "stalk" and "--user-group" in steps
+        state = "/var/lib/" + settings["StateDirectory"]
+        assert state in argv and settings["WorkingDirectory"] == state
+        assert f"install -d -o stalk -g stalk -m 0750 {state}\n" in steps
+        auth = argv[argv.index("--web-auth") + 1]
+        assert f"--file {auth}\n" in steps and f"chown root:stalk {auth}\n" in steps
+        assert f"chmod 0640 {auth}\n" in steps
+        assert f"docs/deploy/{name}" in steps
+        grace = float(argv[argv.index("--shutdown-grace") + 1])
+        assert float(settings["TimeoutStopSec"]) > grace
+    pipx = _read(os.path.join(SHIPPED, "pipx.sh"))
+    assert f"sed 's#{VENV_BIN}#/opt/pipx/venvs/twisted-stalk/bin/#'" in pipx
+    assert "for unit in %s; do" % " ".join(UNITS) in pipx
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_systemd_analyze_verifies_the_units(tmp_path):
+    """Each unit as shipped, but for its program's directory (verify checks that
+    the program exists; the install puts it under /opt)."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for program in ("twistd", "stalkd"):
+        shutil.copy("/bin/true", stubs / program)
+    paths = []
+    for name in UNITS:
+        text = _read(os.path.join(SHIPPED, name)).replace(VENV_BIN, f"{stubs}/")
+        (tmp_path / name).write_text(text)
+        paths.append(str(tmp_path / name))
+    result = subprocess.run(["systemd-analyze", "verify", "--man=no", *paths],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr == "" and result.stdout == "", result
+
+
+@pytest.mark.parametrize("name", UNITS)
+def test_each_units_command_line_serves(name, tmp_path):
+    """The unit's ExecStart, with this interpreter's programs, a temporary
+    binlog directory and credentials file, and free ports."""
+    binlog, auth = tmp_path / "binlog", tmp_path / "console.auth"
+    binlog.mkdir()
+    made = subprocess.run([sys.executable, "-m", "twisted_stalk.web.auth", "token", "deploy",
+                           "--file", str(auth)], capture_output=True, text=True, timeout=60)
+    token = made.stdout.strip()
+    assert made.returncode == 0 and token, made
+    text = _read(os.path.join(SHIPPED, name))
+    state = "/var/lib/" + unit_settings(text)["StateDirectory"]
+    moved = {state: str(binlog), "/etc/twisted-stalk/console.auth": str(auth)}
+    for port in ("11300", "9100", "8080"):
+        moved[port] = str(free_port())
+    argv = []
+    for arg in exec_start(text):
+        if arg.startswith(VENV_BIN):
+            arg = os.path.join(os.path.dirname(sys.executable), arg[len(VENV_BIN):])
+        for old, new in moved.items():
+            arg = arg.replace(f":{old}", f":{new}") if old.isdigit() else arg.replace(old, new)
+        if arg in moved:
+            arg = moved[arg]
+        argv.append(arg)
+    lines = check_server(argv, token, str(binlog))
+    assert any("beanstalk on tcp" in line for line in lines), lines
