@@ -168,8 +168,8 @@ def test_twistd_and_stalkd_take_the_wait():
     from twisted.python import usage
 
     from twisted_stalk.server import ops
-    from twisted_stalk.server.tap import Options
-    from twisted_stalk_cli import stalkd
+    from twisted_stalk.tap import Options
+    from twisted_stalk import stalkd
     options = Options()
     options.parseOptions(["--max-connections", "3", "--max-connections-wait", "0.5"])
     clock = Clock()

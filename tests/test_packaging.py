@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from typing import List, Tuple
 
 import pytest
 
@@ -19,7 +20,7 @@ def test_plugin_discoverable():
 
     makers = {p.tapname: p for p in getPlugins(IServiceMaker)}
     assert "beanstalk" in makers
-    assert makers["beanstalk"].module == "twisted_stalk.server.tap"
+    assert makers["beanstalk"].module == "twisted_stalk.tap"
 
 
 def test_reactor_plugin_discoverable():
@@ -32,7 +33,7 @@ def test_reactor_plugin_discoverable():
 def test_tap_options_and_service():
     from twisted.internet.task import Clock
 
-    from twisted_stalk.server.tap import Options, makeService
+    from twisted_stalk.tap import Options, makeService
 
     config = Options()
     config.parseOptions(["--listen", "tcp:0:interface=127.0.0.1", "--port", "0", "-z", "100"])
@@ -121,23 +122,46 @@ def test_no_symlink_in_the_repository():
     assert links == []
 
 
-def test_the_library_does_not_import_the_application():
-    """Nothing in twisted_stalk/ imports twisted_stalk_cli: the server, client
-    and ``python -m twisted_stalk`` stand without the shell."""
-    offenders = []
-    for top, _, files in os.walk(os.path.join(ROOT, "twisted_stalk")):
+def _imports_under(folder: str) -> List[Tuple[str, str]]:
+    """(where, absolute module name) for every import in the .py files under
+    ``twisted_stalk/<folder>``, relative imports resolved."""
+    found = []
+    base = os.path.join(ROOT, "twisted_stalk", folder)
+    for top, _, files in os.walk(base):
         for name in files:
             if not name.endswith(".py"):
                 continue
             path = os.path.join(top, name)
+            package = os.path.relpath(top, ROOT).replace(os.sep, ".")
             with open(path, encoding="utf-8") as f:
                 tree = ast.parse(f.read(), path)
             for node in ast.walk(tree):
-                modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                           else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-                offenders += [f"{path}:{node.lineno}" for m in modules
-                              if m.split(".")[0] == "twisted_stalk_cli"]
-    assert offenders == []
+                if isinstance(node, ast.Import):
+                    modules = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    if node.level:
+                        parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                        modules = [".".join(parent + ([node.module] if node.module else []))]
+                    else:
+                        modules = [node.module or ""]
+                else:
+                    continue
+                found += [(f"{path}:{node.lineno}", m) for m in modules]
+    return found
+
+
+def test_the_library_does_not_import_the_application():
+    """Nothing in twisted_stalk/ imports twisted_stalk_cli: the server, client
+    and ``python -m twisted_stalk`` stand without the shell."""
+    assert [where for where, m in _imports_under("")
+            if m.split(".")[0] == "twisted_stalk_cli"] == []
+
+
+def test_the_server_does_not_import_the_console():
+    """``web`` imports ``server``, never the reverse: the programs that
+    assemble both (twisted_stalk/tap.py, twisted_stalk/stalkd.py) sit above."""
+    assert [where for where, m in _imports_under("server")
+            if m.startswith("twisted_stalk.web")] == []
 
 
 def _user_env() -> dict:

@@ -256,7 +256,7 @@ def test_connections_beyond_the_limit_are_refused(h):
 
 
 def test_without_web_nothing_of_the_console_is_imported():
-    code = ("import sys, twisted_stalk.server.tap as tap, twisted_stalk_cli.stalkd;"
+    code = ("import sys, twisted_stalk.tap as tap, twisted_stalk_cli.stalkd;"
             "o = tap.Options(); o.parseOptions(['--port', 'tcp:0']);"
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('twisted_stalk.web'))))")
     out = subprocess.run([sys.executable, "-c", "import json;" + code], capture_output=True,
@@ -275,7 +275,7 @@ def test_viewer_token_reads_but_cannot_act():
 def test_startup_refuses_bad_console_options(tmp_path):
     from twisted.python import usage
 
-    from twisted_stalk.server import tap
+    from twisted_stalk import tap
     bad = tmp_path / "auth"
     bad.write_text("user x admin nothing\n")
     options = tap.Options()

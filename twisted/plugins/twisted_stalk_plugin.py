@@ -9,7 +9,7 @@ from twisted.application.service import ServiceMaker
 
 beanstalk = ServiceMaker(
     "twisted-stalk",
-    "twisted_stalk.server.tap",
+    "twisted_stalk.tap",
     "A beanstalkd-compatible work-queue server.",
     "beanstalk",
 )

@@ -4,7 +4,7 @@
 service per endpoint string (tcp, tcp6, unix, ssl, systemd: anything
 ``serverFromString`` knows).  Every listener binds in
 ``privilegedStartService``; one that cannot bind ends twistd with one line
-naming it and status 1 (:class:`~.listening.ListenerService`).
+naming it and status 1 (:class:`~.server.listening.ListenerService`).
 """
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python import usage
 
-from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT
-from .factory import BeanstalkServerFactory
-from .limits import DEFAULT_WAIT
-from .listening import ListenerService
-from .ops import install_drain_signal, make_factory
-from .tls import DEFAULT_HANDSHAKE_TIMEOUT
+from .protocol.constants import DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT
+from .server.factory import BeanstalkServerFactory
+from .server.limits import DEFAULT_WAIT
+from .server.listening import ListenerService
+from .server.ops import install_drain_signal, make_factory
+from .server.tls import DEFAULT_HANDSHAKE_TIMEOUT
 
 log = Logger()
 
@@ -116,7 +116,7 @@ class Options(usage.Options):
                      "tls-handshake-timeout", "metrics-tubes"):
             if self[name] < 0:
                 raise usage.UsageError(f"--{name} must not be negative")
-        from .ops import busy_poll_window, stats_quoted, tube_policy
+        from .server.ops import busy_poll_window, stats_quoted, tube_policy
         try:
             busy_poll_window(self)
             stats_quoted(self["stats-yaml"])
@@ -126,7 +126,7 @@ class Options(usage.Options):
         if bool(self["tls-listen"]) != bool(self["tls-cert"]):
             raise usage.UsageError("--tls-listen and --tls-cert go together")
         if self["tls-cert"] or self["tls-key"] or self["tls-ca"]:
-            from .tls import TLSConfigError, options_from_config
+            from .server.tls import TLSConfigError, options_from_config
             try:
                 options_from_config(self)  # fail now, with the file's name
             except TLSConfigError as e:
@@ -134,7 +134,7 @@ class Options(usage.Options):
         if self["web-auth"]:
             if not self["web"]:
                 raise usage.UsageError("--web-auth goes with --web")
-            from ..web.auth import AuthFileError, load
+            from .web.auth import AuthFileError, load
             try:
                 load(self["web-auth"])  # fail now, with the file's name
             except AuthFileError as e:
@@ -167,7 +167,7 @@ class BeanstalkService(MultiService):
         install_drain_signal(self.factory)
         super().startService()
         if self.shutdown is not None:
-            from .ops import install_signals_when_running
+            from .server.ops import install_signals_when_running
             install_signals_when_running(self.factory.reactor, self.shutdown)
 
     def stopService(self):
@@ -208,7 +208,7 @@ def makeService(config, reactor=None) -> MultiService:
     if reactor is None:
         from twisted.internet import reactor as default_reactor
         reactor = default_reactor
-    from .reactor import upgrade
+    from .server.reactor import upgrade
     upgrade(reactor)  # twistd's epoll reactor gets the lean main loop (see reactor.py)
     factory = _factory_or_exit(config, reactor)
     service = BeanstalkService(factory)
@@ -218,25 +218,25 @@ def makeService(config, reactor=None) -> MultiService:
         ListenerService(description, factory, "--listen", reactor, watch
                         ).setServiceParent(service)
     if config.get("tls-listen"):
-        from .ops import tls_options
-        from .tls import wrap_factory
+        from .server.ops import tls_options
+        from .server.tls import wrap_factory
         tls_factory = wrap_factory(factory, tls_options(config),
                                    config.get("tls-handshake-timeout", DEFAULT_HANDSHAKE_TIMEOUT),
                                    reactor)
         for description in config["tls-listen"]:
             ListenerService(description, tls_factory, "--tls-listen", reactor, watch
                             ).setServiceParent(service)
-    from .ops import make_shutdown, metrics_site
+    from .server.ops import make_shutdown, metrics_site
     listening = list(service)
     service.shutdown = make_shutdown(
         factory, reactor, lambda: defer.DeferredList([s.stopService() for s in listening]),
         config)
     if config.get("metrics"):
-        from .ops import tube_policy
+        from .server.ops import tube_policy
         site = metrics_site(factory, service.shutdown, policy=tube_policy(config))
         ListenerService(config["metrics"], site, "--metrics", reactor).setServiceParent(service)
     if config.get("web"):
-        from ..web import console_service
+        from .web import console_service
         console_service(factory, reactor, config["web"], config.get("web-auth")
                         ).setServiceParent(service)
     return service
