@@ -150,6 +150,9 @@ class ConsoleSite(Site):
 
     requestFactory = BoundedRequest
     displayTracebacks = False
+    #: No "Starting factory" line: the console's namespace logs at info even
+    #: without -V (its actions), and the listener line already says where it is.
+    noisy = False
 
     def __init__(self, resource, reactor, max_body: int, max_connections: int = 64,
                  timeout: float = 60.0) -> None:
