@@ -11,7 +11,8 @@ system at a time:
 * ``graphile``: Graphile Worker (when ``node`` and ``npm`` are there),
   installed with npm into a temporary folder for this run only, with its own
   performance-test settings (bench/pg_bench_graphile.js);
-* ``memory``: the in-memory engine, for scale (no database figures).
+* ``memory``: the in-memory engine, for scale (no database figures; its
+  drain's node CPU includes the put phase, which no database shows the end of).
 
 Rows (ours are driven by the shared C load generator ``bstalk_load``;
 ``BSTALK_LOAD`` names another build):
@@ -201,6 +202,7 @@ class Bench:
         self.conn.execute(f"{pgmeter.MARK} CREATE EXTENSION pg_stat_statements")
         self.schemas = iter(range(1, 10 ** 6))
         self.tops: List[Tuple[str, str, List[Tuple[str, float, float]]]] = []
+        self.graphile_version = "?"
 
     def snapshot(self, nodes: List[int]) -> pgmeter.Snapshot:
         return pgmeter.take(self.conn, self.cluster.proc.pid, nodes)
@@ -232,8 +234,6 @@ class Bench:
 
                 def at_boundary() -> None:
                     marks["before"] = self.snapshot(target.pids)
-            elif row == "drain":
-                boundary, at_boundary = (lambda: True), (lambda: None)
             r = run_generators(gen, target.ports, row, self.args.cap, boundary, at_boundary)
             time.sleep(SETTLE)
             after = self.snapshot(target.pids)
@@ -265,9 +265,9 @@ class Bench:
             subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent",
                             "--prefix", folder, f"graphile-worker@{self.args.graphile}", "pg"],
                            check=True, stdout=subprocess.DEVNULL, timeout=300)
-            version = json.load(open(os.path.join(
-                folder, "node_modules", "graphile-worker", "package.json")))["version"]
-            self.graphile_version = version
+            with open(os.path.join(folder, "node_modules", "graphile-worker",
+                                   "package.json")) as f:
+                self.graphile_version = json.load(f)["version"]
             url = (f"postgresql://postgres@/postgres?host={self.cluster.sockets}"
                    f"&port={self.cluster.port}")
             proc = subprocess.Popen(["node", os.path.join(HERE, "pg_bench_graphile.js"), folder,
