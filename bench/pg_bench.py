@@ -1,65 +1,101 @@
 #!/usr/bin/env python3
-"""The PostgreSQL engine against the in-memory engine and beanstalkd -b -f 0.
+"""The PostgreSQL engine's rows of issue 22, beside Graphile Worker, on one cluster.
 
-Drives each server with the shared C load generator (``bstalk_load``, the
-one ``../shared/bench/run_compare.py`` builds; ``BSTALK_LOAD`` names another
-build) over loopback, one scenario after the other:
+One throwaway PostgreSQL 15 cluster (tests/pgcluster.py; fsync on,
+``synchronous_commit=on``, ``pg_stat_statements`` loaded), and on it, one
+system at a time:
 
-* ``memory``: ``stalkd`` (in-memory engine, no binlog);
-* ``beanstalkd``: Debian's ``beanstalkd -b DIR -f 0`` (fsync on every change:
-  the nearest durable reference);
-* ``pg-1``: one ``stalkd --engine`` node on a throwaway local PostgreSQL
-  (fsync on, ``synchronous_commit=on``: every acknowledged change is on disk);
-* ``pg-2``: two nodes on that database; the scenario's connections are split
-  between them (one generator per node, run at the same time; ops/s are
-  added, the latency shown is the worse of the two).
+* ``pg-1``: one ``stalkd --engine`` node; ``pg-2``: two nodes on the same
+  schema, the row's connections split between them (one generator per
+  node, run at once; jobs/s are added, the latency is the worse of the two);
+* ``graphile``: Graphile Worker (when ``node`` and ``npm`` are there),
+  installed with npm into a temporary folder for this run only, with its own
+  performance-test settings (bench/pg_bench_graphile.js);
+* ``memory``: the in-memory engine, for scale (no database figures; its
+  drain's node CPU includes the put phase, which no database shows the end of).
 
-Then ``--sweep`` runs mixed put/reserve/delete on pg-2 at growing client
-counts, for throughput against latency.
+Rows (ours are driven by the shared C load generator ``bstalk_load``;
+``BSTALK_LOAD`` names another build):
 
-    python bench/pg_bench.py                       # all targets, all scenarios
-    python bench/pg_bench.py --targets pg-2 --sweep 2,4,8,16,32,64
+* ``drain``: a backlog of 20,000 jobs drained by 24 workers
+  (``put-reserve-delete``: the figures are those of its reserve-delete phase);
+* ``closed``: closed loop, 50 clients each doing put, reserve, delete
+  (``mixed``); Graphile: 50 clients each adding a job and waiting until a
+  worker has run it;
+* ``enqueue``: 50 producers putting 20,000 jobs;
+* ``wake-20``: 20 workers waiting in reserve, one producer (``wait-wake``);
+* ``latency``: one worker waiting, put -> RESERVED, the median; the
+  producer puts 100 jobs a second (open loop), so that every put finds the
+  worker waiting (a closed-loop producer waits only for INSERTED and would
+  measure a queue).  Graphile: one client adding a job and waiting until a
+  worker has run it.
 
-Bounded in time (each run is capped by ``--cap`` seconds) and in jobs; all
-servers listen on 127.0.0.1 only and are stopped at the end.
+Per row, besides jobs/s and the median latency: commits, statements, WAL
+bytes, PostgreSQL CPU and node CPU per job (see bench/pgmeter.py for how
+each is read), and for the engine the statements that took the most time.
+``--explain`` then times ``delete_many`` under ``EXPLAIN (ANALYZE, BUFFERS)``
+as it is and without its per-row ``EXISTS``.
+
+    python bench/pg_bench.py                            # everything
+    python bench/pg_bench.py --targets pg-1 --rows closed,drain --no-explain
+
+Bounded in time (``--cap`` seconds per generator run) and in jobs;
+loopback and a unix socket only; every server, the cluster and the npm
+folder are gone at the end.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
 
+import pgmeter  # noqa: E402
 from pgcluster import Cluster, unavailable  # noqa: E402
 
-# name: (mode, connections, pipeline, jobs)
-SCENARIOS: Dict[str, Tuple[str, int, int, int]] = {
-    "put-seq": ("put", 1, 1, 5000),
-    "mixed-50c": ("mixed", 50, 1, 20000),
-    "wake-20": ("wait-wake", 20, 1, 5000),
-    "prd": ("put-reserve-delete", 10, 16, 20000),
+#: row: (generator mode, connections, jobs, measured phase, extra arguments)
+ROWS: Dict[str, Tuple[str, int, int, str, List[str]]] = {
+    "drain": ("put-reserve-delete", 24, 20000, "reserve-delete", []),
+    "closed": ("mixed", 50, 30000, "mixed", []),
+    "enqueue": ("put", 50, 20000, "put", ["--no-cleanup"]),
+    "wake-20": ("wait-wake", 20, 5000, "wait-wake", []),
+    "latency": ("wait-wake", 1, 500, "wait-wake", ["--rate", "100"]),
 }
+#: Graphile Worker's rows: the command sent to bench/pg_bench_graphile.js.
+GRAPHILE = {"drain": "drain 20000", "closed": "closed 5000 50", "enqueue": "enqueue 20000 50",
+            "latency": "latency 500"}
+#: Seconds the servers idle before a snapshot (backends publish their
+#: transaction counts at most once a second).
+SETTLE = 1.2
 
 
 def generator() -> str:
-    found = os.environ.get("BSTALK_LOAD") or os.path.join(ROOT, "..", "shared", "bench",
-                                                          "bstalk_load")
+    places = [os.path.join(ROOT, *[".."] * up, "shared", "bench", "bstalk_load")
+              for up in (1, 2)]  # a checkout next to shared/, or a worktree one deeper
+    found = os.environ.get("BSTALK_LOAD") or next(
+        (p for p in places if os.path.exists(p) or os.path.exists(p + ".c")), places[0])
     if not os.path.exists(found):
         source = found + ".c"
         if not os.path.exists(source):
             raise SystemExit("no bstalk_load: set BSTALK_LOAD to the shared load generator")
-        subprocess.run(["gcc", "-O2", "-o", found, source], check=True)
+        found = os.path.join(tempfile.gettempdir(), f"bstalk_load-{os.getuid()}")
+        if not os.path.exists(found):
+            subprocess.run(["gcc", "-O2", "-o", found, source], check=True)
     return found
 
 
@@ -85,17 +121,21 @@ def wait_listening(port: int, proc: subprocess.Popen, wait: float = 30.0) -> Non
 
 
 class Target:
-    """One or more servers the generator is pointed at."""
+    """One or more of our servers the generator is pointed at."""
 
     def __init__(self, name: str, argvs: List[List[str]]) -> None:
         self.name = name
         self.ports = [free_port() for _ in argvs]
-        self.procs = []
+        self.procs: List[subprocess.Popen] = []
         for argv, port in zip(argvs, self.ports):
             argv = [a.replace("{port}", str(port)) for a in argv]
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             self.procs.append(proc)
             wait_listening(port, proc)
+
+    @property
+    def pids(self) -> List[int]:
+        return [p.pid for p in self.procs]
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -108,108 +148,266 @@ class Target:
                     proc.wait()
 
 
-def run(gen: str, target: Target, scenario: str, conns: Optional[int], cap: float
-        ) -> Dict[str, Dict[str, float]]:
-    """One figure row per measured phase of the generator(s)."""
-    mode, default_conns, pipeline, jobs = SCENARIOS[scenario]
-    conns = conns or default_conns
-    ports = target.ports if conns > 1 else target.ports[:1]
-    share = max(1, conns // len(ports))
+def merge(results: List[dict], phase: str) -> Optional[dict]:
+    """One figure row from the generators' JSON lines (None: one failed)."""
+    phases = [p for r in results for p in r.get("phases", []) if p.get("name") == phase]
+    if len(phases) != len(results) or not phases:
+        return None
+    return {"jobs": sum(p["jobs"] for p in phases),
+            "rate": sum(p["ops_per_sec"] for p in phases),
+            "p50": max(p["lat_us"]["p50"] for p in phases) / 1000,
+            "p99": max(p["lat_us"]["p99"] for p in phases) / 1000,
+            "errors": sum(p["errors"] for p in phases)}
+
+
+def run_generators(gen: str, ports: List[int], row: str, cap: float,
+                   boundary: Optional[Callable[[], bool]] = None,
+                   at_boundary: Optional[Callable[[], None]] = None) -> Optional[dict]:
+    """Run a row's generator(s); ``at_boundary`` is called once
+    ``boundary()`` holds while they run (the drain's phase change)."""
+    mode, conns, jobs, phase, extra = ROWS[row]
+    ports = ports if conns > 1 else ports[:1]
     procs = []
     for i, port in enumerate(ports):
-        argv = [gen, "--addr", f"127.0.0.1:{port}", "--mode", mode, "--conns", str(share),
-                "--pipeline", str(pipeline), "--ops", str(jobs // len(ports)),
-                "--duration", str(cap), "--timeout", str(cap + 60), "--quiet",
-                "--tube", f"b{os.getpid()}x{i}"]
+        argv = [gen, "--addr", f"127.0.0.1:{port}", "--mode", mode,
+                "--conns", str(max(1, conns // len(ports))), "--ops", str(jobs // len(ports)),
+                "--duration", str(cap), "--timeout", str(cap * 2 + 30), "--quiet",
+                "--tube", f"b{os.getpid()}x{i}"] + extra
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    if boundary is not None:
+        while any(p.poll() is None for p in procs) and not boundary():
+            time.sleep(0.002)
+        at_boundary()
     results = []
     for proc in procs:
-        out, err = proc.communicate(timeout=cap + 90)
-        line = out.decode().strip().splitlines()[-1] if out.strip() else "{}"
-        results.append(json.loads(line))
-    out: Dict[str, Dict[str, float]] = {}
-    for r in results:
-        for p in r.get("phases", []):
-            if not p.get("measured") or p["name"] == "cleanup":
-                continue
-            row = out.setdefault(p["name"], {"ops": 0.0, "p50": 0.0, "p99": 0.0, "errors": 0,
-                                              "conns": share * len(ports), "runs": 0})
-            row["ops"] += p["ops_per_sec"]
-            row["p50"] = max(row["p50"], p["lat_us"]["p50"] / 1000)
-            row["p99"] = max(row["p99"], p["lat_us"]["p99"] / 1000)
-            row["errors"] += p["errors"]
-            row["runs"] += 1
-    for row in out.values():
-        if row["runs"] != len(procs):
-            row["ops"] = 0.0  # a generator failed: no figure
-    return out
+        out, err = proc.communicate(timeout=cap * 2 + 60)
+        lines = out.decode().strip().splitlines()
+        if not lines:
+            print(f"# generator failed: {err.decode()[-500:]}", file=sys.stderr)
+        results.append(json.loads(lines[-1]) if lines else {})
+    return merge(results, phase)
+
+
+class Bench:
+    """The cluster, the measuring connection, and the rows' output."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cluster = Cluster(settings=[
+            "shared_buffers=256MB", "max_wal_size=2GB", "fsync=on", "synchronous_commit=on",
+            "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=2000",
+            "pg_stat_statements.track=top"]).init().start()
+        import psycopg
+        self.conn = psycopg.connect(self.cluster.dsn(), autocommit=True)
+        self.conn.execute(f"{pgmeter.MARK} CREATE EXTENSION pg_stat_statements")
+        self.schemas = iter(range(1, 10 ** 6))
+        self.tops: List[Tuple[str, str, List[Tuple[str, float, float]]]] = []
+        self.graphile_version = "?"
+
+    def snapshot(self, nodes: List[int]) -> pgmeter.Snapshot:
+        return pgmeter.take(self.conn, self.cluster.proc.pid, nodes)
+
+    def engine(self, schema: str) -> str:
+        return self.cluster.dsn() + f" stalk_schema={schema} stalk_pool={self.args.pool}"
+
+    def ours(self, name: str, row: str, gen: str) -> Optional[dict]:
+        stalkd = [sys.executable, "-m", "twisted_stalk_cli.stalkd", "-l", "127.0.0.1",
+                  "-p", "{port}"]
+        if name == "memory":
+            target = Target(name, [stalkd])
+            schema = None
+        else:
+            schema = f"bench{next(self.schemas)}"
+            count = 2 if name == "pg-2" else 1
+            target = Target(name, [stalkd + ["--engine", self.engine(schema)]] * count)
+        try:
+            time.sleep(SETTLE)
+            marks: Dict[str, pgmeter.Snapshot] = {"before": self.snapshot(target.pids)}
+            boundary = at_boundary = None
+            if row == "drain" and schema:
+                jobs = ROWS[row][2]
+
+                def boundary() -> bool:  # every put of the backlog has been taken
+                    return self.conn.execute(
+                        f"{pgmeter.MARK} SELECT last_value FROM {schema}.job_ids"
+                    ).fetchone()[0] >= jobs
+
+                def at_boundary() -> None:
+                    marks["before"] = self.snapshot(target.pids)
+            r = run_generators(gen, target.ports, row, self.args.cap, boundary, at_boundary)
+            time.sleep(SETTLE)
+            after = self.snapshot(target.pids)
+        finally:
+            target.stop()
+        if r is None:
+            return None
+        r.update(pgmeter.per_job(marks["before"], after, r["jobs"]))
+        if schema:
+            from twisted_stalk.pg.sql import statements
+            named = statements(schema)
+            self.tops.append((name, row, pgmeter.top_statements(marks["before"], after,
+                                                                r["jobs"], named)))
+        if row == "drain":
+            r["xacts"] = None  # the boundary falls inside a running generator
+        if row == "latency":
+            r["rate"] = None  # paced
+        return r
+
+    def graphile(self, rows: List[str]) -> Dict[str, dict]:
+        """Graphile Worker's rows (empty without node and npm)."""
+        if not (shutil.which("node") and shutil.which("npm")):
+            print("# graphile: no node/npm here, skipped")
+            return {}
+        folder = tempfile.mkdtemp(prefix="stalk-bench-graphile-")
+        out: Dict[str, dict] = {}
+        proc = None
+        try:
+            subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent",
+                            "--prefix", folder, f"graphile-worker@{self.args.graphile}", "pg"],
+                           check=True, stdout=subprocess.DEVNULL, timeout=300)
+            with open(os.path.join(folder, "node_modules", "graphile-worker",
+                                   "package.json")) as f:
+                self.graphile_version = json.load(f)["version"]
+            url = (f"postgresql://postgres@/postgres?host={self.cluster.sockets}"
+                   f"&port={self.cluster.port}")
+            proc = subprocess.Popen(["node", os.path.join(HERE, "pg_bench_graphile.js"), folder,
+                                     url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True, bufsize=1)
+            if proc.stdout.readline().strip() != "MIGRATED":
+                raise RuntimeError("graphile: the schema was not installed")
+            for row in rows:
+                if row not in GRAPHILE:
+                    continue
+                proc.stdin.write(GRAPHILE[row] + "\n")
+                if proc.stdout.readline().strip() != "READY":
+                    raise RuntimeError(f"graphile: {row} did not start")
+                time.sleep(SETTLE)
+                before = self.snapshot([proc.pid])
+                proc.stdin.write("GO\n")
+                line = proc.stdout.readline().strip()
+                if not line.startswith("DONE "):
+                    raise RuntimeError(f"graphile: {row} failed")
+                done = json.loads(line[5:])
+                time.sleep(SETTLE)
+                after = self.snapshot([proc.pid])
+                r = {"jobs": done["jobs"],
+                     "rate": None if row == "latency" else done["jobs"] / done["secs"],
+                     "p50": done.get("p50_ms"), "errors": 0}
+                r.update(pgmeter.per_job(before, after, done["jobs"]))
+                self.tops.append(("graphile", row, pgmeter.top_statements(
+                    before, after, done["jobs"], {})))
+                out[row] = r
+        except (subprocess.SubprocessError, RuntimeError, OSError) as e:
+            print(f"# graphile: {e}", file=sys.stderr)
+        finally:
+            if proc is not None:
+                proc.stdin.close()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            shutil.rmtree(folder, ignore_errors=True)
+        return out
+
+    def explain(self, gen: str) -> None:
+        """``delete_many`` under EXPLAIN (ANALYZE, BUFFERS), with and without
+        its per-row EXISTS, on a tube of 20,000 ready jobs, 24 ids at a time."""
+        from twisted_stalk.pg.sql import statements
+        schema = f"bench{next(self.schemas)}"
+        target = Target("pg-1", [[sys.executable, "-m", "twisted_stalk_cli.stalkd", "-l",
+                                  "127.0.0.1", "-p", "{port}", "--engine", self.engine(schema)]])
+        try:
+            subprocess.run([gen, "--addr", f"127.0.0.1:{target.ports[0]}", "--mode", "put",
+                            "--conns", "8", "--ops", "20000", "--no-cleanup", "--quiet",
+                            "--tube", "explained", "--timeout", "120"],
+                           check=True, stdout=subprocess.DEVNULL)
+        finally:
+            target.stop()
+        sql = statements(schema)["delete_many"]
+        variants = {"as is": sql, "without EXISTS": re.sub(
+            r"EXISTS \(SELECT 1 FROM .*?FROM d\)\)", "true", sql, flags=re.S)}
+        if variants["without EXISTS"] == sql:
+            raise RuntimeError("delete_many has no EXISTS (SELECT 1 FROM ... FROM d)) to leave out")
+        ids = [row[0] for row in self.conn.execute(
+            f"{pgmeter.MARK} SELECT id FROM {schema}.jobs ORDER BY id LIMIT 2400").fetchall()]
+        print("\n## delete_many under EXPLAIN (ANALYZE, BUFFERS): 24 ids per statement, "
+              "100 statements each, the tube's lowest ids first (as a drain takes them)")
+        for label, text in variants.items():
+            # Each variant deletes the same ids inside a transaction rolled back.
+            self.conn.execute(f"{pgmeter.MARK} BEGIN")
+            try:
+                total, plan_shown = 0.0, None
+                for k in range(0, len(ids), 24):
+                    chunk = ids[k:k + 24]
+                    bound = (text.replace("$1::bigint[]", f"ARRAY{chunk}::bigint[]")
+                             .replace("$2::bigint[]", f"ARRAY{[0] * len(chunk)}::bigint[]")
+                             .replace("$3::bigint", "0::bigint"))
+                    plan = [r[0] for r in self.conn.execute(
+                        f"{pgmeter.MARK} EXPLAIN (ANALYZE, BUFFERS) {bound}").fetchall()]
+                    total += float(re.search(r"Execution Time: ([\d.]+)", plan[-1]).group(1))
+                    plan_shown = plan_shown or (plan if k >= 24 * 50 else None)
+                print(f"\n### {label}: {1000 * total / len(ids):.1f} µs per deleted job\n")
+                print("\n".join("    " + line for line in plan_shown or []))
+            finally:
+                self.conn.execute(f"{pgmeter.MARK} ROLLBACK")
+
+    def close(self) -> None:
+        self.conn.close()
+        self.cluster.destroy()
+
+
+def fmt(r: Optional[dict], key: str, spec: str) -> str:
+    value = r.get(key) if r else None
+    return "n/a" if value is None else format(value, spec)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--targets", default="memory,beanstalkd,pg-1,pg-2")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
-    ap.add_argument("--sweep", default="", help="client counts for mixed on pg-2, e.g. 2,4,8")
-    ap.add_argument("--cap", type=float, default=10.0, help="seconds per run at most")
+    ap.add_argument("--targets", default="pg-1,pg-2,graphile")
+    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--cap", type=float, default=15.0, help="seconds per generator run at most")
     ap.add_argument("--pool", type=int, default=4, help="stalk_pool of each node")
+    ap.add_argument("--graphile", default="0.17", help="graphile-worker version to install")
+    ap.add_argument("--no-explain", dest="explain", action="store_false")
     args = ap.parse_args()
     why = unavailable()
     if why:
         raise SystemExit(why)
     gen = generator()
-    python = sys.executable
-    ours = [python, "-m", "twisted_stalk_cli.stalkd", "-l", "127.0.0.1", "-p", "{port}"]
-    cluster = Cluster(settings=["shared_buffers=256MB", "max_wal_size=2GB"]).init().start()
-    binlog = tempfile.mkdtemp(prefix="stalk-bench-binlog-")
-    targets = args.targets.split(",")
-    print(f"# PostgreSQL {cluster.sql('SHOW server_version')[0][0]}, fsync on, "
-          f"synchronous_commit on; stalk_pool={args.pool}")
-    print("| target | scenario | clients | jobs/s | p50 ms | p99 ms |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    rows = args.rows.split(",")
+    bench = Bench(args)
+    load = os.getloadavg()
+    print(f"# PostgreSQL {bench.cluster.sql('SHOW server_version')[0][0]}, fsync on, "
+          f"synchronous_commit on, 100-byte bodies; stalk_pool={args.pool}; "
+          f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print("| system | row | jobs/s | p50 ms | commits/job | xacts/job | statements/job "
+          "| WAL B/job | PG CPU µs/job | node CPU µs/job |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+
+    def show(name: str, row: str, r: Optional[dict]) -> None:
+        print(f"| {name} | {row} | {fmt(r, 'rate', ',.0f')} | {fmt(r, 'p50', '.2f')} | "
+              f"{fmt(r, 'commits', '.3f')} | {fmt(r, 'xacts', '.3f')} | "
+              f"{fmt(r, 'statements', '.2f')} | {fmt(r, 'wal', ',.0f')} | "
+              f"{fmt(r, 'pg_cpu', '.0f')} | {fmt(r, 'node_cpu', '.0f')} |", flush=True)
     try:
-        for name in targets:
-            for scenario in args.scenarios.split(","):
-                target = make_target(name, ours, cluster, binlog, args.pool)
-                try:
-                    rows = run(gen, target, scenario, None, args.cap)
-                finally:
-                    target.stop()
-                for phase, r in rows.items():
-                    label = scenario if len(rows) == 1 else f"{scenario}/{phase}"
-                    print(f"| {name} | {label} | {r['conns']} | {r['ops']:,.0f} | "
-                          f"{r['p50']:.2f} | {r['p99']:.2f} |", flush=True)
-        if args.sweep:
-            print("\n| pg-2 mixed, clients | jobs/s | p50 ms | p99 ms |")
-            print("| ---: | ---: | ---: | ---: |")
-            for conns in [int(c) for c in args.sweep.split(",")]:
-                target = make_target("pg-2", ours, cluster, binlog, args.pool)
-                try:
-                    r = run(gen, target, "mixed-50c", conns, args.cap)["mixed"]
-                finally:
-                    target.stop()
-                print(f"| {conns} | {r['ops']:,.0f} | {r['p50']:.2f} | {r['p99']:.2f} |",
-                      flush=True)
+        for name in args.targets.split(","):
+            if name == "graphile":
+                for row, r in bench.graphile(rows).items():
+                    show(f"Graphile Worker {bench.graphile_version}", row, r)
+                continue
+            for row in rows:
+                show(name, row, bench.ours(name, row, gen))
+        print("\n## Top statements by execution time (µs per job; calls per job)\n")
+        for name, row, top in bench.tops:
+            print(f"- {name} {row}: " + "; ".join(
+                f"{stmt} {us:.0f} µs ({n:.2f})" for stmt, n, us in top))
+        if args.explain:
+            bench.explain(gen)
+        load = os.getloadavg()
+        print(f"\n# load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     finally:
-        cluster.destroy()
-        shutil.rmtree(binlog, ignore_errors=True)
-
-
-_SCHEMAS = iter(range(1, 10 ** 6))
-
-
-def make_target(name: str, ours: List[str], cluster: Cluster, binlog: str, pool: int) -> Target:
-    if name == "memory":
-        return Target(name, [ours])
-    if name == "beanstalkd":
-        if not shutil.which("beanstalkd"):
-            raise SystemExit("beanstalkd is not installed (apt-get install beanstalkd)")
-        shutil.rmtree(binlog, ignore_errors=True)
-        os.makedirs(binlog)
-        return Target(name, [["beanstalkd", "-l", "127.0.0.1", "-p", "{port}", "-b", binlog,
-                              "-f", "0"]])
-    engine = cluster.dsn() + f" stalk_schema=bench{next(_SCHEMAS)} stalk_pool={pool}"
-    count = 2 if name == "pg-2" else 1
-    return Target(name, [ours + ["--engine", engine] for _ in range(count)])
+        bench.close()
 
 
 if __name__ == "__main__":

@@ -164,3 +164,41 @@ def test_notices_round_trip_and_merge():
     assert payload_array(merged(notices)[:2]) == b'{"r 3 a 3","r 4 a 1"}'
     for junk in (b"", b"r", b"r x a 1", b"r 1 a", b"d 1 soon", b"q 1 a 1", b"p 1 a"):
         assert decode(junk) is None
+
+
+def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_tube(pg_cluster):
+    import json
+
+    import psycopg
+
+    from twisted_stalk.pg.schema import migrate
+    from twisted_stalk.pg.sql import statements
+    migrate(pg_cluster.dsn(), "units_del")
+    jobs = [(1, "a", 0, None), (2, "a", 0, None), (3, "a", 0, None), (4, "b", 2, None),
+            (5, "c", 0, None), (6, "c", 1, 1), (7, "d", 1, 2)]
+    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
+        for job_id, tube, state, owner in jobs:
+            conn.execute("INSERT INTO units_del.jobs (id, tube, state, pri, delay, ttr,"
+                         " created_at, owner_node, owner_conn, body) VALUES"
+                         " (%s, %s, %s, 0, 0, 60, 0, %s, %s, '')",
+                         (job_id, tube, state, 7 if owner else None, owner))
+        conn.execute(f"PREPARE dm AS {statements('units_del')['delete_many']}")
+        # 99 is no job; 7 is held by another connection of node 7: no rows.
+        call = "EXECUTE dm('{1,2,4,99,5,6,7}', '{0,0,0,0,0,1,1}', 7)"
+        with conn.transaction(force_rollback=True):
+            # The plan of a table that is not tiny: probes through the jobs_tube index.
+            conn.execute("SET LOCAL enable_seqscan = off")
+            plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {call}").fetchone()[0]
+        rows = sorted(conn.execute(call).fetchall())
+    assert rows == [(1, "a", 0, True), (2, "a", 0, True), (3, "b", 2, False),
+                    (5, "c", 0, False), (6, "c", 1, False)]
+    # The tube look-up ran once per tube of the batch (a, b, c), not once per job.
+    found = []
+
+    def walk(node):
+        if node.get("Alias") == "o":
+            found.append(node["Actual Loops"])
+        for child in node.get("Plans", []):
+            walk(child)
+    walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
+    assert found == [3]

@@ -67,17 +67,22 @@ STATEMENTS: Dict[str, str] = {
         SELECT x.id, x.n FROM x ORDER BY x.n""",
     # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node.
     # One row per deleted job: ordinal, tube, state, whether its tube keeps jobs.
+    # That last is looked up once per tube of the batch (``k``), not once per
+    # job: a drain's batch holds one tube, and each look-up walks the index
+    # entries of the tube's deleted jobs.
     "delete_many": """
         WITH d AS (
             DELETE FROM {s}.jobs j
             USING unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS u(id, conn, n)
             WHERE j.id = u.id AND (j.state <> 1 OR (j.owner_node = $3::bigint
                                                    AND j.owner_conn = u.conn))
-            RETURNING u.n, j.id, j.tube, j.state)
-        SELECT d.n, d.tube, d.state,
-               EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = d.tube
-                       AND o.id NOT IN (SELECT id FROM d))
-        FROM d""",
+            RETURNING u.n, j.id, j.tube, j.state),
+        k AS MATERIALIZED (
+            SELECT t.tube, EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = t.tube
+                                   AND o.id NOT IN (SELECT id FROM d)) AS keeps
+            FROM (SELECT DISTINCT tube FROM d) t)
+        SELECT d.n, d.tube, d.state, k.keeps
+        FROM d JOIN k ON k.tube = d.tube""",
     # An id for a put that is refused (beanstalkd takes one for those too).
     "take_id": "SELECT nextval('{s}.job_ids')",
     # ------------------------------------------------------------ reserve

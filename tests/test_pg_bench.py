@@ -1,0 +1,70 @@
+"""The PostgreSQL benchmark's arithmetic (bench/pgmeter.py, bench/pg_bench.py): no database."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "bench"))
+
+import pg_bench  # noqa: E402
+import pgmeter  # noqa: E402
+
+
+def test_parse_stat_reads_parent_and_times_after_a_command_with_spaces_and_parens():
+    line = ("4242 (postgres: x (y) ) S 17 4242 4242 0 -1 4194560 100 0 0 0 "
+            "250 40 7 3 20 0 1 0 123 456 78 0\n")
+    assert pgmeter.parse_stat(line) == (17, 250, 40, 7, 3)
+
+
+def test_process_cpu_of_this_process_grows_with_work():
+    before = pgmeter.process_cpu([os.getpid()])
+    deadline = before + 0.05
+    while pgmeter.process_cpu([os.getpid()]) < deadline:
+        sum(range(10000))
+    assert pgmeter.process_cpu([os.getpid()]) >= deadline
+    assert pgmeter.process_cpu([2 ** 30]) == 0.0  # a process that is gone counts nothing
+
+
+def snap(xid, xacts, wal, pg, node, statements):
+    return pgmeter.Snapshot(xid=xid, xacts=xacts, wal=wal, pg_cpu=pg, node_cpu=node,
+                            statements=statements)
+
+
+def test_per_job_divides_the_deltas_and_counts_only_statements_that_ran():
+    before = snap(100, 50, 1000, 1.0, 2.0, {1: (10, 5.0, "SELECT a"), 2: (3, 1.0, "SELECT b")})
+    after = snap(300, 450, 201000, 1.5, 2.2,
+                 {1: (410, 45.0, "SELECT a"), 2: (3, 1.0, "SELECT b"), 3: (200, 2.0, "x")})
+    figures = pgmeter.per_job(before, after, 200)
+    assert figures == pytest.approx({"commits": 1.0, "xacts": 2.0, "statements": 3.0,
+                                     "wal": 1000.0, "pg_cpu": 2500.0, "node_cpu": 1000.0})
+
+
+def test_top_statements_names_the_engines_statements_and_orders_by_time():
+    from twisted_stalk.pg.sql import statements
+    named = statements("bench7")
+    before = snap(0, 0, 0, 0, 0, {})
+    after = snap(0, 0, 0, 0, 0, {
+        # As pg_stat_statements shows them: constants (and extract's field) become $n.
+        1: (100, 10.0, named["reserve"].replace("epoch", "$4").replace("\n", "\n  ")),
+        2: (50, 40.0, named["delete_many"].replace(" 1 ", " $4 ")),
+        3: (1, 0.5, "SELECT pg_notify($1::text, x) FROM something long enough to be cut " * 2)})
+    top = pgmeter.top_statements(before, after, 100, named)
+    assert [t[0] for t in top[:2]] == ["delete_many", "reserve"]
+    assert top[0][1:] == pytest.approx((0.5, 400.0))
+    assert top[2][0].startswith("SELECT pg_notify") and len(top[2][0]) == 48
+
+
+def phase(name, jobs, rate, p50):
+    return {"name": name, "jobs": jobs, "ops_per_sec": rate, "errors": 0,
+            "lat_us": {"p50": p50, "p99": 2 * p50}}
+
+
+def test_merge_adds_the_generators_rates_and_keeps_the_worse_latency():
+    results = [{"phases": [phase("put", 10, 1.0, 5), phase("reserve-delete", 100, 1000.0, 900)]},
+               {"phases": [phase("put", 10, 1.0, 5), phase("reserve-delete", 120, 1500.0, 700)]}]
+    r = pg_bench.merge(results, "reserve-delete")
+    assert r == {"jobs": 220, "rate": 2500.0, "p50": 0.9, "p99": 1.8, "errors": 0}
+    assert pg_bench.merge([results[0], {}], "reserve-delete") is None  # one generator failed
