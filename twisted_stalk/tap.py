@@ -141,12 +141,12 @@ class Options(usage.Options):
                 raise usage.UsageError(str(e))
         self["endpoints"] = endpoints or ([] if self["tls-listen"] else ["tcp:11300"])
         if self["engine"] and self["binlog-dir"]:
-            from ..pg import ENGINE_WITH_BINLOG
+            from .pg import ENGINE_WITH_BINLOG
             raise usage.UsageError(ENGINE_WITH_BINLOG)
         if self["engine-init"]:
             if not self["engine"]:
                 raise usage.UsageError("--engine-init goes with --engine")
-            from ..pg import EngineError, init_schema
+            from .pg import EngineError, init_schema
             try:
                 print(init_schema(self["engine"]))
             except EngineError as e:
@@ -183,7 +183,7 @@ def _factory_or_exit(config, reactor) -> BeanstalkServerFactory:
     one line and exit status 10, as stalkd does, not a traceback; so does
     an ``--engine`` database that cannot be used."""
     if config.get("engine"):
-        from ..pg import EngineError
+        from .pg import EngineError
         try:
             return make_factory(config, reactor)
         except EngineError as e:
@@ -192,7 +192,7 @@ def _factory_or_exit(config, reactor) -> BeanstalkServerFactory:
     if not config.get("binlog-dir"):
         return make_factory(config, reactor)
     try:
-        from ..binlog import BinlogError, check_run_as
+        from .binlog import BinlogError, check_run_as
     except ImportError:  # make_factory says that -b is not available
         return make_factory(config, reactor)
     try:
