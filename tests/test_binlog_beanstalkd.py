@@ -511,8 +511,8 @@ def test_every_job_beanstalkd_acknowledged_comes_back(tmp_path):
         assert (fields[1], body, fields[2]) == (tube.decode(), sent, state)
         assert int(fields[3]) in (pri if isinstance(pri, tuple) else (pri,))
     log = stop_and_read_log(ours, signal.SIGKILL)
-    assert f"binlog: {len(acked)} jobs came from {len(theirs)} beanstalkd binlog files " \
-           f"(format version 7" in log
+    files = "1 beanstalkd binlog file" if len(theirs) == 1 else f"{len(theirs)} beanstalkd binlog files"
+    assert f"binlog: {len(acked)} jobs came from {files} (format version 7" in log
     # nothing deleted: their files moved aside, byte for byte
     (sub,) = subfolders(d)
     assert {n: (d / sub / n).read_bytes() for n in os.listdir(d / sub)} == theirs
@@ -557,7 +557,7 @@ def test_a_truncated_or_damaged_beanstalkd_file(tmp_path, how):
     assert [body_of(w, jid) for jid in live] == [b"one", b"two"][:len(live)]
     log = stop_and_read_log(ours)
     assert expect in log
-    assert f"{len(live)} jobs came from 1 beanstalkd binlog files" in log
+    assert f"{len(live)} job{'' if len(live) == 1 else 's'} came from 1 beanstalkd binlog file " in log
 
 
 @needs_reference
@@ -615,7 +615,7 @@ def test_twistd_imports_too(tmp_path):
         srv.stop()
     log = proc.stdout.read().decode()
     proc.stdout.close()
-    assert "binlog: 2 jobs came from 1 beanstalkd binlog files (format version 7, 2 records)" \
+    assert "binlog: 2 jobs came from 1 beanstalkd binlog file (format version 7, 2 records)" \
            in log, log
     assert binlogs(tmp_path) == ["binlog.2"] and len(subfolders(tmp_path)) == 1
 

@@ -101,6 +101,11 @@ ROOM_RETRY_SECONDS = 0.25
 __all__ = ["BinlogJournal", "RETRY_SECONDS", "ROOM_RETRY_SECONDS", "round_size"]
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``: a count with its noun."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 class BinlogJournal:
     """Write-ahead log of every change that must survive a restart.
 
@@ -261,10 +266,12 @@ class BinlogJournal:
             raise BinlogError(f"cannot import beanstalkd's binlog files in {self.directory}: "
                               f"{getattr(e, 'strerror', None) or e}")
         # A warning, so that it shows without -V: the directory changed.
-        self.log.warn("binlog: {jobs} jobs came from {files} beanstalkd binlog files (format "
-                      "version {version}, {records} records); the files were moved to {where}",
-                      jobs=len(imported), files=len(found.files), version=found.versions,
-                      records=found.records, where=where)
+        self.log.warn("binlog: {jobs} came from {files} (format version {version}, {records}); "
+                      "the files were moved to {where}",
+                      jobs=_count(len(imported), "job"),
+                      files=_count(len(found.files), "beanstalkd binlog file"),
+                      version=found.versions, records=_count(found.records, "record"),
+                      where=where)
 
     # ------------------------------------------------------- Journal protocol
 
