@@ -164,3 +164,19 @@ def test_notices_round_trip_and_merge():
     assert payload_array(merged(notices)[:2]) == b'{"r 3 a 3","r 4 a 1"}'
     for junk in (b"", b"r", b"r x a 1", b"r 1 a", b"d 1 soon", b"q 1 a 1", b"p 1 a"):
         assert decode(junk) is None
+
+
+def test_a_batch_answers_its_commands_in_order_then_runs_its_after_hook():
+    """Hand-offs' wake-ups go out after the put batch's replies (batch.py)."""
+    from twisted.internet import defer
+    from twisted.internet.task import Clock
+
+    from twisted_stalk.pg.batch import Batcher
+    clock, events = Clock(), []
+    batch = Batcher(clock, lambda items: defer.succeed([i * 10 for i in items]),
+                    after=lambda: events.append("after"))
+    for i in (1, 2, 3):
+        batch.add(i).addCallback(events.append)
+    assert events == []
+    clock.advance(0)
+    assert events == [10, 20, 30, "after"]
