@@ -50,9 +50,11 @@ def counters(cluster: Cluster) -> Dict[str, float]:
     return {"commits": float(rows[0][0]), "calls": float(calls[0][0])}
 
 
-def run(gen: str, target: "pg_bench.Target", scenario: str, cap: float):
-    """(jobs/s, jobs) of the scenario's measured phases, all generators together."""
+def run(gen: str, target: "pg_bench.Target", scenario: str, cap: float, depth: int = 0):
+    """(jobs/s, jobs) of the scenario's measured phases, all generators
+    together; ``depth``: commands in flight per connection (0: the scenario's)."""
     mode, conns, pipeline, jobs = pg_bench.SCENARIOS[scenario]
+    pipeline = depth or pipeline
     ports = target.ports if conns > 1 else target.ports[:1]
     procs = [subprocess.Popen([gen, "--addr", f"127.0.0.1:{port}", "--mode", mode,
                                "--conns", str(max(1, conns // len(ports))),
@@ -77,6 +79,8 @@ def main() -> None:
     ap.add_argument("--cap", type=float, default=10.0)
     ap.add_argument("--pool", type=int, default=4)
     ap.add_argument("--top", type=int, default=6)
+    ap.add_argument("--pipeline", type=int, default=0,
+                    help="commands in flight per connection (wake-20: the producer's)")
     args = ap.parse_args()
     gen = pg_bench.generator()
     ours = [sys.executable, "-m", "twisted_stalk_cli.stalkd", "-l", "127.0.0.1", "-p", "{port}"]
@@ -97,7 +101,7 @@ def main() -> None:
                 pg = [cluster.proc.pid] + _children(cluster.proc.pid)
                 before = counters(cluster)
                 c0, p0, t0 = cpu(nodes), cpu(pg), time.monotonic()
-                rows, jobs = run(gen, target, scenario, args.cap)
+                rows, jobs = run(gen, target, scenario, args.cap, args.pipeline)
                 c1, p1 = cpu(nodes), cpu(pg + _children(cluster.proc.pid))
                 after = counters(cluster)
                 top = cluster.sql(
@@ -108,7 +112,7 @@ def main() -> None:
                 target.stop()
             span = time.monotonic() - t0
             jobs = max(jobs, 1.0)
-            print(f"| {args.nodes} | {scenario} | {rows:,.0f} | "
+            print(f"| {args.nodes} | {scenario}{'/p%d' % args.pipeline if args.pipeline else ''} | {rows:,.0f} | "
                   f"{(after['calls'] - before['calls']) / jobs:.2f} | "
                   f"{(after['commits'] - before['commits']) / jobs:.2f} | "
                   f"{(c1 - c0) * 1e6 / jobs:.0f} | {(p1 - p0) * 1e6 / jobs:.0f} |  "

@@ -72,6 +72,10 @@ _MAX_ID = 2**63 - 1
 class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     """One node's engine on a PostgreSQL queue (see the module docstring)."""
 
+    #: A connection's pipelined puts run while its earlier ones are out
+    #: (server/flow.py: a chain), so one read's puts share a batch statement.
+    pipelined_puts = True
+
     def __init__(self, reactor: Any, config: EngineConfig,
                  max_job_size: int = DEFAULT_MAX_JOB_SIZE, facts: Optional[Facts] = None) -> None:
         self.reactor = self.clock = reactor
