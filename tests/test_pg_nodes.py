@@ -187,6 +187,32 @@ def test_a_better_ready_job_goes_before_a_hand_off(nodes, pg_engine, ready_pri, 
     assert _jobs_sql(pg_engine, "SELECT id FROM {s}.jobs WHERE state = 0") == [(3 - want,)]
 
 
+def test_a_reserve_on_a_tube_known_empty_still_gets_every_ready_job(nodes, pg_engine):
+    """A reserve that would wait on a tube where a reserve statement found
+    nothing (and nothing since made a job ready) waits without asking the
+    database; jobs made ready elsewhere still reach it: by notification, or
+    at the next heartbeat when nobody told (here: behind the nodes' backs)."""
+    a, b = nodes(2, extra=" stalk_heartbeat=0.5 stalk_dead_after=5")
+    worker, other = wires(a, b)
+    assert worker.ask(b"reserve-with-timeout 0\r\n") == b"TIMED_OUT\r\n"  # found empty
+    assert other.ask(b"put 0 3600 60 1\r\nx\r\n") == b"INSERTED 1\r\n"
+    _jobs_sql(pg_engine, "UPDATE {s}.jobs SET state = 0 WHERE id = 1")
+    assert worker.ask(b"reserve-with-timeout 0\r\n") == b"RESERVED 1 1\r\nx\r\n"  # asks
+    assert worker.ask(b"delete 1\r\n") == b"DELETED\r\n"
+    assert worker.ask(b"reserve-with-timeout 0\r\n") == b"TIMED_OUT\r\n"
+    assert other.ask(b"put 0 3600 60 1\r\ny\r\n") == b"INSERTED 2\r\n"
+    _jobs_sql(pg_engine, "UPDATE {s}.jobs SET state = 0 WHERE id = 2")
+    t0 = time.monotonic()
+    worker.send(b"reserve\r\n")
+    assert worker.reply() == b"RESERVED 2 1\r\ny\r\n"  # the heartbeat's ready_among
+    assert time.monotonic() - t0 < 2.0
+    assert worker.ask(b"delete 2\r\n") == b"DELETED\r\n"
+    worker.send(b"reserve\r\n")
+    assert worker.nothing_within(0.1)
+    assert other.ask(b"put 0 0 60 1\r\nz\r\n") == b"INSERTED 3\r\n"
+    assert worker.reply() == b"RESERVED 3 1\r\nz\r\n"  # the notification
+
+
 def test_a_pause_on_one_node_holds_reserves_on_another(nodes):
     a, b = wires(*nodes(2))
     a.ask(b"put 0 0 60 1\r\nx\r\n")

@@ -64,7 +64,8 @@ class Reserving:
         now = self._now()
         soonest = s.soonest_deadline() if s.reserved else None
         deadline_soon = soonest is not None and now >= soonest - SAFETY_MARGIN
-        if self.held or s.attempting:
+        if self.held or s.attempting or (timeout != 0 and not deadline_soon
+                                         and self._known_empty(s)):
             return self._no_job(s, timeout, deadline_soon, None)
         marks = [t.events for t in s.watch]
         d = self._take(s)
@@ -88,11 +89,26 @@ class Reserving:
             self._attempt(s)  # jobs came while the statement was out
         return WAITING
 
+    def _known_empty(self, s: PgSession) -> bool:
+        """No watched tube of ``s`` can hold a ready job: a reserve statement
+        found none in each, and nothing since made one ready (every way a job
+        becomes ready, here or on another node, bumps the tube's ``events``;
+        a lost notification is caught as for any waiting reserve: the LISTEN
+        connection coming back, the heartbeat's ``ready_among``).  A reserve
+        that would wait then waits without asking the database."""
+        if not self.notifications.listening:
+            return False
+        for t in s.watch:
+            if t.empty_at != t.events:
+                return False
+        return True
+
     def _take(self, s: PgSession) -> defer.Deferred:
         """Run the reserve statement for ``s``: a Job (now held by ``s``),
         None, or INTERNAL_ERROR."""
         s.attempting = True
         watch = s.watch
+        marks = [t.events for t in watch]
         if len(watch) == 1:  # the common case: batched with others (batch.py)
             d = self._reserves.add((watch[0].name, s.conn_id))
         else:
@@ -103,7 +119,13 @@ class Reserving:
         def done(row: Any) -> Any:
             s.attempting = False
             if row is None:
+                for t, mark in zip(watch, marks):
+                    if t.events == mark:
+                        t.empty_at = mark
                 return None
+            for t in watch:  # a job where none was thought to be: forget that
+                if t.name == row[4]:
+                    t.empty_at = -1
             return self._reserved(s, row)
 
         def failed(failure: Any) -> Any:
