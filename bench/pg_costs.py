@@ -43,6 +43,31 @@ def cpu(pids: List[int]) -> float:
     return total
 
 
+def cpu_by_kind(postmaster: int) -> Dict[str, float]:
+    """PostgreSQL's CPU seconds so far by process kind (backends, walwriter,
+    autovacuum ...); ``exited`` is what the postmaster has reaped."""
+    out: Dict[str, float] = {}
+    for pid in [postmaster] + _children(postmaster):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                title = f.read().split(b"\0")[0].decode("utf-8", "replace")
+        except OSError:
+            continue
+        kind = title.split(":", 1)[1].strip() if ":" in title else "postmaster"
+        if kind.startswith(("autovacuum worker", "autovacuum launcher")):
+            kind = kind.split(" ")[0] + " " + kind.split(" ")[1]
+        elif pid != postmaster and not kind.startswith(("walwriter", "checkpointer",
+                                                         "background writer", "logical",
+                                                         "archiver")):
+            kind = "backends"
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK
+        if pid == postmaster:
+            out["exited"] = (int(fields[13]) + int(fields[14])) / _TICK
+    return out
+
+
 def counters(cluster: Cluster) -> Dict[str, float]:
     rows = cluster.sql("SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'")
     calls = cluster.sql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements "
@@ -100,9 +125,11 @@ def main() -> None:
                 nodes = [p.pid for p in target.procs]
                 pg = [cluster.proc.pid] + _children(cluster.proc.pid)
                 before = counters(cluster)
+                k0 = cpu_by_kind(cluster.proc.pid)
                 c0, p0, t0 = cpu(nodes), cpu(pg), time.monotonic()
                 rows, jobs = run(gen, target, scenario, args.cap, args.pipeline)
-                c1, p1 = cpu(nodes), cpu(pg + _children(cluster.proc.pid))
+                c1, p1 = cpu(nodes), cpu(sorted(set(pg + _children(cluster.proc.pid))))
+                k1 = cpu_by_kind(cluster.proc.pid)
                 after = counters(cluster)
                 top = cluster.sql(
                     "SELECT calls, round(total_exec_time::numeric, 1), "
@@ -117,6 +144,10 @@ def main() -> None:
                   f"{(after['commits'] - before['commits']) / jobs:.2f} | "
                   f"{(c1 - c0) * 1e6 / jobs:.0f} | {(p1 - p0) * 1e6 / jobs:.0f} |  "
                   f"({span:.1f} s)", flush=True)
+            kinds = {k: (v - k0.get(k, 0.0)) * 1e6 / jobs for k, v in k1.items()}
+            print("    PostgreSQL us/job by process: " + ", ".join(
+                f"{k} {v:.0f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])
+                if v >= 1))
             for calls, ms, query in top:
                 print(f"    {calls:>7} {ms:>9} ms  {query}")
     finally:
