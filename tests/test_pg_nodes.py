@@ -138,6 +138,81 @@ def test_a_ready_job_no_node_was_told_of_still_reaches_a_waiting_reserve(nodes, 
     assert time.monotonic() - t0 < 2.0  # heartbeats every 0.2 s here
 
 
+def _jobs_sql(pg_engine: str, sql: str) -> list:
+    """Run ``sql`` on the queue's schema (``{s}``) behind the nodes' backs."""
+    import psycopg
+
+    from twisted_stalk.pg.config import parse
+    config = parse(pg_engine)
+    with psycopg.connect(config.conninfo, autocommit=True) as conn:
+        cur = conn.execute(sql.replace("{s}", config.schema))
+        return cur.fetchall() if cur.description else []
+
+
+def test_a_put_hands_its_job_to_a_reserve_waiting_on_its_node(nodes, pg_engine):
+    """The put's own statement inserts the job already reserved by the
+    waiting (node, connection): the row is written once (no reserve
+    statement updates it after), and the worker holds it."""
+    (a,) = nodes(1)
+    worker, producer = wires(a, a)
+    for w in (worker, producer):
+        assert w.ask(b"use hand\r\n") == b"USING hand\r\n"
+    assert worker.ask(b"watch hand\r\n") == b"WATCHING 2\r\n"
+    assert worker.ask(b"ignore default\r\n") == b"WATCHING 1\r\n"
+    worker.send(b"reserve\r\n")
+    assert worker.nothing_within(0.1)
+    assert producer.ask(b"put 7 0 60 2\r\nhi\r\n") == b"INSERTED 1\r\n"
+    assert worker.reply() == b"RESERVED 1 2\r\nhi\r\n"
+    # ctid (0,1): the inserted tuple, never updated; reserved at once.
+    assert _jobs_sql(pg_engine, "SELECT ctid::text, state, reserves, owner_conn IS NOT NULL "
+                                "FROM {s}.jobs WHERE id = 1") == [("(0,1)", 1, 1, True)]
+    assert producer.ask(b"delete 1\r\n") == b"NOT_FOUND\r\n"  # the worker's
+    assert worker.ask(b"delete 1\r\n") == b"DELETED\r\n"
+
+
+@pytest.mark.parametrize("ready_pri, handed", [(3, False), (5, False), (9, True)])
+def test_a_better_ready_job_goes_before_a_hand_off(nodes, pg_engine, ready_pri, handed):
+    """Priorities stay global: a job made ready on another node that this
+    node was not told of (here behind both nodes' backs, so no notification)
+    is taken before the put's own job when it is as good or better."""
+    a, b = nodes(2, extra=" stalk_heartbeat=1 stalk_dead_after=5")
+    worker, producer, other = wires(a, a, b)
+    assert other.ask(b"put %d 3600 60 1\r\nx\r\n" % ready_pri) == b"INSERTED 1\r\n"
+    worker.send(b"reserve\r\n")
+    assert worker.nothing_within(0.05)
+    _jobs_sql(pg_engine, "UPDATE {s}.jobs SET state = 0 WHERE id = 1")
+    assert producer.ask(b"put 5 0 60 1\r\ny\r\n") == b"INSERTED 2\r\n"
+    want = 2 if handed else 1
+    assert worker.reply() == b"RESERVED %d 1\r\n%s\r\n" % (want, b"y" if handed else b"x")
+    assert _jobs_sql(pg_engine, "SELECT id FROM {s}.jobs WHERE state = 0") == [(3 - want,)]
+
+
+def test_a_reserve_on_a_tube_known_empty_still_gets_every_ready_job(nodes, pg_engine):
+    """A reserve that would wait on a tube where a reserve statement found
+    nothing (and nothing since made a job ready) waits without asking the
+    database; jobs made ready elsewhere still reach it: by notification, or
+    at the next heartbeat when nobody told (here: behind the nodes' backs)."""
+    a, b = nodes(2, extra=" stalk_heartbeat=0.5 stalk_dead_after=5")
+    worker, other = wires(a, b)
+    assert worker.ask(b"reserve-with-timeout 0\r\n") == b"TIMED_OUT\r\n"  # found empty
+    assert other.ask(b"put 0 3600 60 1\r\nx\r\n") == b"INSERTED 1\r\n"
+    _jobs_sql(pg_engine, "UPDATE {s}.jobs SET state = 0 WHERE id = 1")
+    assert worker.ask(b"reserve-with-timeout 0\r\n") == b"RESERVED 1 1\r\nx\r\n"  # asks
+    assert worker.ask(b"delete 1\r\n") == b"DELETED\r\n"
+    assert worker.ask(b"reserve-with-timeout 0\r\n") == b"TIMED_OUT\r\n"
+    assert other.ask(b"put 0 3600 60 1\r\ny\r\n") == b"INSERTED 2\r\n"
+    _jobs_sql(pg_engine, "UPDATE {s}.jobs SET state = 0 WHERE id = 2")
+    t0 = time.monotonic()
+    worker.send(b"reserve\r\n")
+    assert worker.reply() == b"RESERVED 2 1\r\ny\r\n"  # the heartbeat's ready_among
+    assert time.monotonic() - t0 < 2.0
+    assert worker.ask(b"delete 2\r\n") == b"DELETED\r\n"
+    worker.send(b"reserve\r\n")
+    assert worker.nothing_within(0.1)
+    assert other.ask(b"put 0 0 60 1\r\nz\r\n") == b"INSERTED 3\r\n"
+    assert worker.reply() == b"RESERVED 3 1\r\nz\r\n"  # the notification
+
+
 def test_a_pause_on_one_node_holds_reserves_on_another(nodes):
     a, b = wires(*nodes(2))
     a.ask(b"put 0 0 60 1\r\nx\r\n")

@@ -202,3 +202,19 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
             walk(child)
     walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
     assert found == [3]
+
+
+def test_a_batch_answers_its_commands_in_order_then_runs_its_after_hook():
+    """Hand-offs' wake-ups go out after the put batch's replies (batch.py)."""
+    from twisted.internet import defer
+    from twisted.internet.task import Clock
+
+    from twisted_stalk.pg.batch import Batcher
+    clock, events = Clock(), []
+    batch = Batcher(clock, lambda items: defer.succeed([i * 10 for i in items]),
+                    after=lambda: events.append("after"))
+    for i in (1, 2, 3):
+        batch.add(i).addCallback(events.append)
+    assert events == []
+    clock.advance(0)
+    assert events == [10, 20, 30, "after"]

@@ -49,3 +49,34 @@ def wire(ours):
     w = Wire(ours.connect())
     yield w
     w.close()
+
+
+def test_a_connections_pipelined_puts_share_one_statement_replies_in_order(ours, pg_engine):
+    """One read's puts run together (one batch statement, one transaction:
+    one xmin), each answered in order; a command after them waits for their
+    replies and sees their effects."""
+    import psycopg
+
+    from twisted_stalk.pg.config import parse
+    w = Wire(ours.connect())
+    try:
+        puts = b"".join(b"put %d 0 60 2\r\np%d\r\n" % (i % 3, i % 10) for i in range(1, 41))
+        w.send(puts + b"stats-tube default\r\nuse other\r\nput 0 0 60 1\r\nz\r\n"
+               + b"put 1 0 60 1\r\na\r\nput 1 0 60 1\r\nb\r\n" + b"list-tube-used\r\n")
+        for i in range(1, 41):
+            assert w.reply() == b"INSERTED %d\r\n" % i
+        stats = w.reply()
+        assert b"current-jobs-ready: 40\n" in stats
+        assert w.reply() == b"USING other\r\n"
+        assert w.reply() == b"INSERTED 41\r\n"
+        for i in (42, 43):
+            assert w.reply() == b"INSERTED %d\r\n" % i
+        assert w.reply() == b"USING other\r\n"
+        assert w.ask(b"stats-job 42\r\n").count(b"tube: \"other\"") == 1
+        config = parse(pg_engine)
+        with psycopg.connect(config.conninfo, autocommit=True) as conn:
+            xmins = conn.execute(f"SELECT count(DISTINCT xmin::text) FROM {config.schema}.jobs "
+                                 "WHERE id <= 40").fetchone()[0]
+        assert xmins == 1
+    finally:
+        w.close()

@@ -14,7 +14,7 @@ as a single statement would.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 from twisted.internet import defer
 
@@ -26,10 +26,12 @@ class Batcher:
     """Collects items during a reactor turn and runs them together."""
 
     def __init__(self, reactor: Any, run: Callable[[List[Any]], defer.Deferred],
-                 limit: int = LIMIT) -> None:
+                 limit: int = LIMIT, after: Optional[Callable[[], None]] = None) -> None:
         self.reactor = reactor
         #: ``run(items)`` fires with one result per item, in order.
         self.run = run
+        #: Called once every item's Deferred has fired (their replies are out).
+        self.after = after
         self.limit = limit
         self._items: List[Any] = []
         self._waiting: List[defer.Deferred] = []
@@ -58,6 +60,8 @@ class Batcher:
         def done(results: List[Any]) -> None:
             for d, result in zip(waiting, results):
                 d.callback(result)
+            if self.after is not None:
+                self.after()
 
         def failed(failure: Any) -> None:
             for d in waiting:

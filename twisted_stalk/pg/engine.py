@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import socket
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -72,6 +72,10 @@ _MAX_ID = 2**63 - 1
 class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     """One node's engine on a PostgreSQL queue (see the module docstring)."""
 
+    #: A connection's pipelined puts run while its earlier ones are out
+    #: (server/flow.py: a chain), so one read's puts share a batch statement.
+    pipelined_puts = True
+
     def __init__(self, reactor: Any, config: EngineConfig,
                  max_job_size: int = DEFAULT_MAX_JOB_SIZE, facts: Optional[Facts] = None) -> None:
         self.reactor = self.clock = reactor
@@ -95,12 +99,14 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         # counters (core.sessions.SessionRules).
         self._init_sessions()
         self._by_conn: Dict[int, PgSession] = {}
+        #: Wake-ups of reserves handed a put's job, sent after the put batch's replies.
+        self._handoffs: List[Any] = []
         self._next_conn = 0
         self.job_timeouts = 0
         self.total_jobs = 0
         self._init_tubes()
         self._init_upkeep()
-        self._puts = Batcher(reactor, self._put_many)
+        self._puts = Batcher(reactor, self._put_many, after=self._deliver_handoffs)
         self._deletes = Batcher(reactor, self._delete_many)
         self._reserves = Batcher(reactor, self._reserve_many)
 
@@ -188,24 +194,48 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         t = s.use
         d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2]))
 
-        def inserted(job_id: int) -> int:
+        def inserted(result: Tuple[int, bool]) -> int:
+            job_id, handed = result
             self.total_jobs += 1
             t.total_jobs += 1
             self._has_jobs(t)
             if delay:
                 self._delayed_due_in(delay)
-            else:
+            elif not handed:
                 self._ready_by_name(t.name)
             return job_id
         return d.addCallbacks(inserted, self._internal_error)
 
     def _put_many(self, items: List[Any]) -> defer.Deferred:
-        """Run a batch of puts (batch.py): one job id per item."""
+        """Run a batch of puts (batch.py): (job id, handed over) per item.
+
+        The batch's best jobs of each tube are offered to that tube's waiting
+        reserves on this node (:meth:`_takers`); the statement hands each over
+        unless a ready job as good is in the database (see ``put_many``)."""
         tubes, pris, delays, ttrs, bodies = zip(*items)
-        d = self.db.execute("put_many", [text_array(list(tubes)), int_array(list(pris)),
-                                         int_array(list(delays)), int_array(list(ttrs)),
-                                         bytea_array(list(bodies))])
-        return d.addCallback(lambda rows: [job_id for job_id, _ in rows])
+        takers = self._takers(items)
+        d = self.db.execute("put_many", [
+            text_array(list(tubes)), int_array(list(pris)), int_array(list(delays)),
+            int_array(list(ttrs)), bytea_array(list(bodies)),
+            int_array([0 if s is None else s.conn_id for s in takers]), self.node_id])
+
+        def answers(rows: Any) -> List[Tuple[int, bool]]:
+            out = []
+            for (job_id, _, handed), item, s in zip(rows, items, takers):
+                if s is not None:
+                    s.attempting = False
+                    if handed:  # (id, body, ttr, pri, tube, time left)
+                        self._handed(s, (job_id, item[4], item[3], item[1], item[0],
+                                         float(item[3])))
+                out.append((job_id, handed))
+            return out
+
+        def failed(failure: Any) -> Any:
+            for s in takers:
+                if s is not None:
+                    s.attempting = False
+            return failure
+        return d.addCallbacks(answers, failed)
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
         """Run a batch of deletes: (tube, state, tube keeps jobs) or None per item."""

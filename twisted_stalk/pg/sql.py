@@ -52,19 +52,36 @@ STATEMENTS: Dict[str, str] = {
         FROM c
         RETURNING j.id""",
     # Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4 TTRs,
-    # $5 bodies; one (id, ordinal) per put.
+    # $5 bodies, $6 the connection of this node ($7) waiting to be handed each
+    # job (0: none).  A job is handed over (inserted reserved by ($7, conn))
+    # only if no ready job of its tube is as good (pri <= its own: those have
+    # smaller ids) and the tube is not paused, so priorities stay global; the
+    # node picks the best jobs of the batch for its waiting reserves.  One
+    # (id, ordinal, handed over) per put.
     "put_many": f"""
         WITH {_NOW},
         x AS MATERIALIZED (
             SELECT nextval('{{s}}.job_ids') AS id, u.*
-            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[])
-                 WITH ORDINALITY AS u(tube, pri, delay, ttr, body, n)),
+            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
+                        $6::bigint[]) WITH ORDINALITY AS u(tube, pri, delay, ttr, body, conn, n)),
+        h AS MATERIALIZED (
+            SELECT x.id, x.conn FROM x, c
+            WHERE x.conn > 0
+              AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
+                              WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri)
+              AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
+                              WHERE p.name = x.tube AND p.unpause_at > c.now)),
         ins AS (
-            INSERT INTO {{s}}.jobs (id, tube, state, pri, delay, ttr, created_at, deadline_at, body)
-            SELECT x.id, x.tube, CASE WHEN x.delay > 0 THEN 2 ELSE 0 END, x.pri, x.delay,
-                   x.ttr, c.now, c.now + x.delay, x.body
-            FROM x, c)
-        SELECT x.id, x.n FROM x ORDER BY x.n""",
+            INSERT INTO {{s}}.jobs (id, tube, state, pri, delay, ttr, created_at, deadline_at,
+                                    owner_node, owner_conn, reserves, body)
+            SELECT x.id, x.tube,
+                   CASE WHEN h.id IS NOT NULL THEN 1 WHEN x.delay > 0 THEN 2 ELSE 0 END,
+                   x.pri, x.delay, x.ttr, c.now,
+                   c.now + CASE WHEN h.id IS NOT NULL THEN x.ttr ELSE x.delay END,
+                   CASE WHEN h.id IS NOT NULL THEN $7::bigint END, h.conn,
+                   CASE WHEN h.id IS NOT NULL THEN 1 ELSE 0 END, x.body
+            FROM x CROSS JOIN c LEFT JOIN h ON h.id = x.id)
+        SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id ORDER BY x.n""",
     # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node.
     # One row per deleted job: ordinal, tube, state, whether its tube keeps jobs.
     # That last is looked up once per tube of the batch (``k``), not once per

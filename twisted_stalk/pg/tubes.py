@@ -31,7 +31,7 @@ class NodeTube:
 
     __slots__ = (
         "name", "index", "using_count", "watching_count", "waiting", "has_jobs", "seen",
-        "total_jobs", "cmd_delete", "cmd_pause", "events", "urgent_count", "ready_count",
+        "total_jobs", "cmd_delete", "cmd_pause", "events", "empty_at", "urgent_count", "ready_count",
         "reserved_count", "delayed_count", "buried_count", "pause", "unpause_at",
     )
 
@@ -53,6 +53,9 @@ class NodeTube:
         #: Bumped whenever jobs may have become ready here: a reserve that
         #: found nothing while it moved tries again.
         self.events = 0
+        #: ``events`` when a reserve statement last found no ready job here
+        #: (-1: none did): while they are equal the tube holds none.
+        self.empty_at = -1
         # Job counts and pause as last read from the database (inspection).
         self.urgent_count = 0
         self.ready_count = 0

@@ -64,7 +64,8 @@ class Reserving:
         now = self._now()
         soonest = s.soonest_deadline() if s.reserved else None
         deadline_soon = soonest is not None and now >= soonest - SAFETY_MARGIN
-        if self.held or s.attempting:
+        if self.held or s.attempting or (timeout != 0 and not deadline_soon
+                                         and self._known_empty(s)):
             return self._no_job(s, timeout, deadline_soon, None)
         marks = [t.events for t in s.watch]
         d = self._take(s)
@@ -88,11 +89,26 @@ class Reserving:
             self._attempt(s)  # jobs came while the statement was out
         return WAITING
 
+    def _known_empty(self, s: PgSession) -> bool:
+        """No watched tube of ``s`` can hold a ready job: a reserve statement
+        found none in each, and nothing since made one ready (every way a job
+        becomes ready, here or on another node, bumps the tube's ``events``;
+        a lost notification is caught as for any waiting reserve: the LISTEN
+        connection coming back, the heartbeat's ``ready_among``).  A reserve
+        that would wait then waits without asking the database."""
+        if not self.notifications.listening:
+            return False
+        for t in s.watch:
+            if t.empty_at != t.events:
+                return False
+        return True
+
     def _take(self, s: PgSession) -> defer.Deferred:
         """Run the reserve statement for ``s``: a Job (now held by ``s``),
         None, or INTERNAL_ERROR."""
         s.attempting = True
         watch = s.watch
+        marks = [t.events for t in watch]
         if len(watch) == 1:  # the common case: batched with others (batch.py)
             d = self._reserves.add((watch[0].name, s.conn_id))
         else:
@@ -103,7 +119,13 @@ class Reserving:
         def done(row: Any) -> Any:
             s.attempting = False
             if row is None:
+                for t, mark in zip(watch, marks):
+                    if t.events == mark:
+                        t.empty_at = mark
                 return None
+            for t in watch:  # a job where none was thought to be: forget that
+                if t.name == row[4]:
+                    t.empty_at = -1
             return self._reserved(s, row)
 
         def failed(failure: Any) -> Any:
@@ -168,10 +190,8 @@ class Reserving:
 
         def done(job: Any) -> None:
             if isinstance(job, Job):
-                if not s.waiting:
-                    self._unreserve(s, job)  # the wait ended meanwhile
+                if not self._woken(s, job):
                     return
-                self._stop_waiting(s)
                 self.wakeups.append((s, job))
                 self._deliver()
                 for t in watched:  # more jobs may be there for the next waiter
@@ -180,6 +200,69 @@ class Reserving:
             elif s.waiting and [t.events for t in s.watch] != marks:
                 self._attempt(s)
         self._take(s).addCallback(done)
+
+    def _woken(self, s: PgSession, job: Job) -> bool:
+        """``s`` got ``job`` for its waiting reserve: True if it still waits
+        (its wait ends), else the job goes back (the wait ended meanwhile)."""
+        if not s.waiting:
+            self._unreserve(s, job)
+            return False
+        self._stop_waiting(s)
+        return True
+
+    # ------------------------------------------------------------ hand-offs
+
+    def _takers(self, puts: List[Any]) -> List[Optional[PgSession]]:
+        """For each put of a batch, the session waiting on this node to be
+        handed its job, or None.
+
+        In each tube the batch's best jobs (priority, then order) are offered
+        to the tube's waiting sessions, first come first, as far as these each
+        watch that one tube (the statement checks that tube for better ready
+        jobs; a waiter watching several tubes is served by a reserve
+        statement, and so are those after it); a session with a reserve
+        statement out is skipped.  Each taker is marked ``attempting`` until
+        the put statement has answered."""
+        takers: List[Optional[PgSession]] = [None] * len(puts)
+        if self.held or not self.waiting_count:
+            return takers
+        by_tube: dict = {}
+        for n, (name, _, delay, _, _) in enumerate(puts):
+            if not delay:
+                by_tube.setdefault(name, []).append(n)
+        for name, ns in by_tube.items():
+            t = self.tubes.get(name)
+            if t is None or not t.waiting:
+                continue
+            free = []
+            for s in t.waiting:
+                if s.attempting:
+                    continue
+                if len(s.watch) != 1:
+                    break
+                free.append(s)
+                if len(free) == len(ns):
+                    break
+            ns.sort(key=lambda n: puts[n][1])  # stable: priority, then order
+            for n, s in zip(ns, free):
+                takers[n] = s
+                s.attempting = True
+        return takers
+
+    def _handed(self, s: PgSession, row: Tuple[Any, ...]) -> None:
+        """A put's statement handed its job to waiting session ``s``; the
+        wake-up goes out after the batch's replies (:meth:`_deliver_handoffs`)."""
+        job = self._reserved(s, row)
+        if job is not None and self._woken(s, job):
+            self._handoffs.append((s, job))
+
+    def _deliver_handoffs(self) -> None:
+        """After a put batch's replies: its hand-offs' wake-ups (so a
+        producer's INSERTED leaves before the RESERVED it caused)."""
+        if self._handoffs:
+            self.wakeups.extend(self._handoffs)
+            self._handoffs = []
+            self._deliver()
 
     def _unreserve(self, s: PgSession, job: Job) -> None:
         """Give back a job a reserve got for a session that no longer waits."""

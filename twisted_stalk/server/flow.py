@@ -8,7 +8,10 @@ dispatched command by command until one of these holds it (``_halt``):
 
 * **blocked**: the last command's reply is outstanding: a reserve waits for
   a job (its result arrives as a wake-up, :meth:`FlowControl.wake`), or the
-  engine answers later (a Deferred, :meth:`FlowControl._later`);
+  engine answers later (a Deferred, :meth:`FlowControl._later`); puts of an
+  engine with ``pipelined_puts`` form a chain instead
+  (:meth:`FlowControl._chain_put`): the next puts still run, anything else
+  waits for their replies;
 * **stalled**: more than ``MAX_UNSENT`` bytes of replies wait for the client
   (Twisted calls :meth:`FlowControl.pauseProducing`, then
   :meth:`FlowControl.resumeProducing` once they are written);
@@ -20,7 +23,8 @@ hold ends, in order, so replies stay in order.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections import deque
+from typing import Any, Callable, Deque, List, Optional
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -34,6 +38,8 @@ log = Logger(namespace="twisted_stalk.protocol")
 
 #: Bytes a client may send ahead while its reply is outstanding before reading pauses.
 MAX_BUFFERED_WHILE_WAITING = 256 * 1024
+#: Puts a connection may have outstanding in one chain (then input waits).
+MAX_CHAIN = 256
 
 
 class FlowControl:
@@ -57,6 +63,10 @@ class FlowControl:
         self._halt = False
         #: True while the transport is not being read.
         self._paused_reading = False
+        #: Replies of the outstanding chained puts, in order (None: no chain).
+        self._chain: Optional[Deque[List[Any]]] = None
+        #: Set from the engine when the connection is made.
+        self._pipelined_puts = False
 
     def wake(self, outcome: Any) -> None:
         """The waiting reserve's result (a Job, TIMED_OUT or DEADLINE_SOON):
@@ -82,6 +92,46 @@ class FlowControl:
         self._block()
         d.addCallback(lambda outcome: self._answered(render, outcome))
         d.addErrback(self._engine_failed)
+
+    def _chain_put(self, d: Deferred) -> None:
+        """A put the engine answers later while this connection's next puts
+        may run (an engine with ``pipelined_puts``: puts never depend on each
+        other, so one read's puts share the engine's batch statement).  The
+        protocol lets only puts join (``_blocked`` with ``_halt`` clear);
+        their replies go out in order, each once its own put has answered,
+        and the chain's end runs what waited behind it."""
+        chain = self._chain
+        if chain is None:
+            chain = self._chain = deque()
+            self._blocked = True
+        slot: List[Any] = [None]
+        chain.append(slot)
+        if len(chain) >= MAX_CHAIN:
+            self._halt = True
+        render = self._render["put"]
+
+        def answered(outcome: Any) -> None:
+            slot[0] = render(outcome)
+            self._chain_answered()
+
+        def failed(failure: Any) -> None:
+            log.failure("engine failed a command", failure)
+            slot[0] = INTERNAL_ERROR
+            self._chain_answered()
+        d.addCallbacks(answered, failed)
+
+    def _chain_answered(self) -> None:
+        chain = self._chain
+        ready = []
+        while chain and chain[0][0] is not None:
+            ready.append(chain.popleft()[0])
+        if self._closing:
+            return
+        if ready:
+            self._write(b"".join(ready))
+        if not chain:
+            self._chain = None
+            self._unblock()
 
     def _engine_failed(self, failure) -> None:
         log.failure("engine failed a command", failure)

@@ -90,6 +90,8 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         self.engine: Engine = factory.engine
         self._journal = self.engine.journal
         self._render = factory.render
+        #: The engine answers puts later and lets a connection's puts overlap.
+        self._pipelined_puts = getattr(self.engine, "pipelined_puts", False)
         self.session = self.engine.open_session(self)
         factory.connection_opened(self)
         transport = self.transport
@@ -228,6 +230,13 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
                         self._mode = _SKIP_LINE
                         continue
                     break
+                if self._blocked:  # chained puts are out (flow.py): only a put joins
+                    entry = lines.get(line) or (line[:4] == b"put " and _put_header(line))
+                    if entry.__class__ is not tuple or entry[3] > self.engine.max_job_size:
+                        buf, pos = line + b"\r\n" + buf[pos:], 0
+                        end = len(buf)
+                        self._halt = True
+                        break
                 if len(line) > MAX_LINE_CONTENT:
                     out.append(BAD_FORMAT)
                     continue
@@ -257,6 +266,8 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
                     break
         finally:
             self._reading = False
+            if self._chain is not None:
+                self._halt = True  # a chain is one read's puts: one batch, ids in order
             if pos < end:
                 self._keep(buf[pos:])
             if out:
@@ -393,6 +404,8 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         outcome = self.engine.put(self.session, pri, delay, ttr, body)
         if outcome.__class__ is int:
             self._out.append(b"INSERTED %d\r\n" % outcome)
+        elif outcome.__class__ is Deferred and self._pipelined_puts:
+            self._chain_put(outcome)
         else:
             self._answer("put", outcome)
 
@@ -462,6 +475,7 @@ _HANDLERS: Dict[str, Callable] = {
 FAST_PATHS = FastPaths(_HANDLERS)
 _LINES = FAST_PATHS.lines
 _route = FAST_PATHS.route
+_put_header = FAST_PATHS.put_header
 #: Outcomes as replies with beanstalkd 1.13's stats shape (see render).
 RENDER = render_table()
 
