@@ -162,10 +162,15 @@ def merge(results: List[dict], phase: str) -> Optional[dict]:
 
 def run_generators(gen: str, ports: List[int], row: str, cap: float,
                    boundary: Optional[Callable[[], bool]] = None,
-                   at_boundary: Optional[Callable[[], None]] = None) -> Optional[dict]:
+                   at_boundary: Optional[Callable[[], None]] = None,
+                   pipeline: int = 0) -> Optional[dict]:
     """Run a row's generator(s); ``at_boundary`` is called once
-    ``boundary()`` holds while they run (the drain's phase change)."""
+    ``boundary()`` holds while they run (the drain's phase change);
+    ``pipeline``: commands in flight per connection (0: one; in wake-20 and
+    latency, the producer's)."""
     mode, conns, jobs, phase, extra = ROWS[row]
+    if pipeline:
+        extra = extra + ["--pipeline", str(pipeline)]
     ports = ports if conns > 1 else ports[:1]
     procs = []
     for i, port in enumerate(ports):
@@ -234,7 +239,8 @@ class Bench:
 
                 def at_boundary() -> None:
                     marks["before"] = self.snapshot(target.pids)
-            r = run_generators(gen, target.ports, row, self.args.cap, boundary, at_boundary)
+            r = run_generators(gen, target.ports, row, self.args.cap, boundary, at_boundary,
+                               self.args.pipeline)
             time.sleep(SETTLE)
             after = self.snapshot(target.pids)
         finally:
@@ -370,6 +376,8 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=4, help="stalk_pool of each node")
     ap.add_argument("--graphile", default="0.17", help="graphile-worker version to install")
     ap.add_argument("--no-explain", dest="explain", action="store_false")
+    ap.add_argument("--pipeline", type=int, default=0,
+                    help="our rows: commands in flight per connection (wake-20: the producer's)")
     args = ap.parse_args()
     why = unavailable()
     if why:
