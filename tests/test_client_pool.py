@@ -469,3 +469,37 @@ def test_reserve_timeout_when_every_server_is_down(cluster, pool):
     assert not fired(d)
     cluster.advance(0.2)  # at the deadline, not 2 s (reserve_grace) later
     failure_of(cluster, d, TimedOut)
+
+
+def test_connect_past_a_hung_server_leaves_no_unhandled_error():
+    """connect() stops waiting for a server that does not settle after
+    ``stall_timeout`` by cancelling its wait: that cancellation was left
+    unconsumed, and logged as "Unhandled error in Deferred: CancelledError"
+    whenever the garbage collector freed the pool (on PyPy, during some later
+    test: a flaky failure of test_client_pool_wire)."""
+    import gc
+    from twisted.logger import globalLogPublisher
+    unhandled = []
+
+    def observe(event):
+        failure = event.get("log_failure")
+        if failure is not None or "Unhandled error" in str(event.get("log_format", "")):
+            unhandled.append(event)
+    globalLogPublisher.addObserver(observe)
+    try:
+        cluster = MemoryCluster(3)
+        hang(cluster, 2)  # accepts the connection, never answers: never settles
+        pool = cluster.pool()
+        d = pool.connect()
+        cluster.advance(1.9)
+        assert not fired(d)
+        cluster.advance(0.2)  # stall_timeout (2 s): connected to the two others
+        assert cluster.result(d) is pool
+        assert [s.state for s in pool.servers()] == ["up", "up", "connecting"]
+        cluster.close()
+        del cluster, pool, d
+        for _ in range(3):
+            gc.collect()
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert unhandled == []

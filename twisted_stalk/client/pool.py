@@ -200,7 +200,9 @@ class BeanstalkPool:
         waiting = [follow(m.settled) for m in self._members if not m.settled.called]
         if not waiting:
             return succeed(None)
-        d = DeferredList(waiting)
+        # consumeErrors: the timeout cancels the waits still pending, and
+        # their CancelledErrors would be logged as unhandled when collected.
+        d = DeferredList(waiting, consumeErrors=True)
         d.addTimeout(self.stall_timeout, self.clock)
         return d.addErrback(lambda f: f.trap(TimeoutError) and None)
 
