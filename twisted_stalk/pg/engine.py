@@ -337,8 +337,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
                     self._has_jobs(self.tube(name))
                 return
             if t is not None and t.seen <= since:
-                t.has_jobs = t.unsure = False
-                super(PgEngine, self).drop_tube_if_unused(t)
+                self._settle(name, False)
         self.db.execute("tube_has_jobs", [name]).addCallbacks(looked, self._failed)
 
     def _holder_statement(self, s: PgSession, job_id: int, name: str, args: List[Any],
@@ -473,11 +472,16 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
 
     def _tube_exists(self, name: bytes) -> defer.Deferred:
         """Whether tube ``name`` exists: known here, holding jobs, or used by another node."""
-        if name in self.tubes:
+        t = self.tubes.get(name)
+        if t is not None and not (t.unsure and not t.referenced):
             return defer.succeed(True)
         d = gather([self.db.execute("tube_has_jobs", [name]), self._read_fresh()])
-        return d.addCallback(lambda results: bool(results[0][0][0])
-                             or name in self._elsewhere())
+
+        def exists(results: Any) -> bool:
+            jobs = bool(results[0][0][0])
+            self._settle(name, jobs)
+            return jobs or name in self.tubes or name in self._elsewhere()
+        return d.addCallback(exists)
 
     # ------------------------------------------------------------ extension verbs
 

@@ -115,19 +115,29 @@ class TubeRegistry:
     def _tube_dropped(self, t: NodeTube) -> None:
         """Hook: a tube left this node's list (the engine forgets its pause)."""
 
+    def _settle(self, name: bytes, jobs: bool) -> None:
+        """A look at the database found tube ``name`` holds ``jobs``: an
+        unsure tube (see ``delete_many``) nobody here keeps and holding none
+        is dropped now, before the answer that looked."""
+        t = self.tubes.get(name)
+        if t is not None and t.unsure and not jobs and not t.referenced:
+            t.has_jobs = t.unsure = False
+            self.drop_tube_if_unused(t)
+
     def reconcile(self, with_jobs: Iterable[bytes], elsewhere: Iterable[bytes],
                   since: Optional[int] = None) -> None:
         """Bring the tube list in line with the database: ``with_jobs`` are
         the tubes holding jobs, ``elsewhere`` those other nodes' sessions use
-        or watch, as read when the node's event count was ``since``.  Tubes
+        or watch, as read when the node's event count was ``since`` (an
+        ``unsure`` tube's delete was answered before: see ``delete_many``).  Tubes
         nobody keeps are dropped (in list order); tubes new to this node are
         appended (in name order)."""
         jobs: Set[bytes] = set(with_jobs)
         others: Set[bytes] = set(elsewhere)
         for t in list(self.tube_list):
             if t.name in jobs:
-                t.has_jobs, t.unsure = True, False
-            elif t.has_jobs and (since is None or t.seen < since):
+                t.has_jobs = True
+            elif t.has_jobs and (since is None or t.seen < since or t.unsure):
                 t.has_jobs = t.unsure = False
         for t in [t for t in self.tube_list if t.unused and t.name not in others]:
             self.drop_tube_if_unused(t)
