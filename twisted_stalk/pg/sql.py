@@ -96,8 +96,8 @@ STATEMENTS: Dict[str, str] = {
                                                    AND j.owner_conn = u.conn))
             RETURNING u.n, j.id, j.tube, j.state),
         k AS MATERIALIZED (
-            SELECT t.tube, CASE WHEN t.tube = ANY($4::text[]) THEN NULL
-                   ELSE EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = t.tube
+            SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
+                   THEN EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = t.tube
                                 AND o.id NOT IN (SELECT id FROM d)) END AS keeps
             FROM (SELECT DISTINCT tube FROM d) t)
         SELECT d.n, d.tube, d.state, k.keeps
