@@ -348,7 +348,8 @@ class Bench:
                     chunk = ids[k:k + 24]
                     bound = (text.replace("$1::bigint[]", f"ARRAY{chunk}::bigint[]")
                              .replace("$2::bigint[]", f"ARRAY{[0] * len(chunk)}::bigint[]")
-                             .replace("$3::bigint", "0::bigint"))
+                             .replace("$3::bigint", "0::bigint")
+                             .replace("$4::text[]", "ARRAY[]::text[]"))
                     plan = [r[0] for r in self.conn.execute(
                         f"{pgmeter.MARK} EXPLAIN (ANALYZE, BUFFERS) {bound}").fetchall()]
                     total += float(re.search(r"Execution Time: ([\d.]+)", plan[-1]).group(1))

@@ -184,7 +184,7 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
                          (job_id, tube, state, 7 if owner else None, owner))
         conn.execute(f"PREPARE dm AS {statements('units_del')['delete_many']}")
         # 99 is no job; 7 is held by another connection of node 7: no rows.
-        call = "EXECUTE dm('{1,2,4,99,5,6,7}', '{0,0,0,0,0,1,1}', 7)"
+        call = "EXECUTE dm('{1,2,4,99,5,6,7}', '{0,0,0,0,0,1,1}', 7, '{z}')"
         with conn.transaction(force_rollback=True):
             # The plan of a table that is not tiny: probes through the jobs_tube index.
             conn.execute("SET LOCAL enable_seqscan = off")
@@ -202,6 +202,18 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
             walk(child)
     walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
     assert found == [3]
+    # A tube the batch's sessions use or watch is not looked up at all (NULL).
+    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
+        conn.execute(f"PREPARE dm AS {statements('units_del')['delete_many']}")
+        conn.execute("INSERT INTO units_del.jobs (id, tube, state, pri, delay, ttr,"
+                     " created_at, body) VALUES (8, 'a', 0, 0, 0, 60, 0, '')")
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON)"
+                            " EXECUTE dm('{3}', '{0}', 7, '{a}')").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM units_del.jobs WHERE id = 3"
+                            ).fetchone()[0] == 0
+    found.clear()
+    walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
+    assert found in ([], [0])
 
 
 def test_a_batch_answers_its_commands_in_order_then_runs_its_after_hook():

@@ -80,3 +80,31 @@ def test_a_connections_pipelined_puts_share_one_statement_replies_in_order(ours,
         assert xmins == 1
     finally:
         w.close()
+
+
+def test_a_tube_emptied_by_deletes_while_used_leaves_list_tubes_when_released(wire):
+    """``delete_many`` does not look whether a used or watched tube keeps jobs;
+    the node looks once the tube is released, so list-tubes stays beanstalkd's."""
+    w = wire
+    assert w.ask(b"use t\r\n") == b"USING t\r\n"
+    assert w.ask(b"watch t\r\n") == b"WATCHING 2\r\n"
+    assert w.ask(b"put 0 0 60 1\r\na\r\n") == b"INSERTED 1\r\n"
+    assert w.ask(b"put 0 0 60 1\r\nb\r\n") == b"INSERTED 2\r\n"
+    for job_id in (1, 2):
+        assert w.ask(b"reserve-job %d\r\n" % job_id).startswith(b"RESERVED %d " % job_id)
+    assert w.ask(b"delete 1\r\n") == b"DELETED\r\n"
+    assert w.ask(b"put 0 0 60 1\r\nc\r\n") == b"INSERTED 3\r\n"
+    assert w.ask(b"delete 2\r\n") == b"DELETED\r\n"
+    assert w.ask(b"use default\r\n") == b"USING default\r\n"
+    assert w.ask(b"ignore t\r\n") == b"WATCHING 1\r\n"
+    assert b"- t\n" in w.ask(b"list-tubes\r\n")  # job 3 keeps it
+    assert w.ask(b"delete 3\r\n") == b"DELETED\r\n"
+    assert w.ask(b"list-tubes\r\n").endswith(b"---\n- default\n\r\n")
+    assert w.ask(b"use t\r\n") == b"USING t\r\n"
+    assert w.ask(b"put 0 0 60 1\r\nd\r\n") == b"INSERTED 4\r\n"
+    assert w.ask(b"reserve-job 4\r\n").startswith(b"RESERVED 4 ")
+    assert w.ask(b"delete 4\r\n") == b"DELETED\r\n"
+    assert w.ask(b"use default\r\n") == b"USING default\r\n"
+    assert w.ask(b"stats-tube t\r\n") == b"NOT_FOUND\r\n"
+    assert w.ask(b"pause-tube t 0\r\n") == b"NOT_FOUND\r\n"
+    assert w.ask(b"list-tubes\r\n").endswith(b"---\n- default\n\r\n")

@@ -238,9 +238,13 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return d.addCallbacks(answers, failed)
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
-        """Run a batch of deletes: (tube, state, tube keeps jobs) or None per item."""
-        d = self.db.execute("delete_many", [int_array([i for i, _ in items]),
-                                            int_array([c for _, c in items]), self.node_id])
+        """Run a batch of deletes: (tube, state, tube keeps jobs) or None per
+        item; "keeps jobs" is None (not looked up) for a tube that one of the
+        batch's sessions uses or watches."""
+        kept = {name for _, _, names in items for name in names}
+        d = self.db.execute("delete_many", [int_array([i for i, _, _ in items]),
+                                            int_array([c for _, c, _ in items]), self.node_id,
+                                            text_array(sorted(kept))])
 
         def answers(rows: Any) -> List[Any]:
             out: List[Any] = [None] * len(items)
@@ -284,7 +288,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         if job_id > _MAX_ID:
             return NOT_FOUND
         since = self._epoch
-        d = self._deletes.add((job_id, s.conn_id))
+        d = self._deletes.add((job_id, s.conn_id, [s.use.name] + [t.name for t in s.watch]))
 
         def deleted(row: Any) -> Outcome:
             if row is None:
@@ -294,16 +298,47 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
             if state == 1:
                 s.reserved.pop(job_id, None)
             t = self.tubes.get(name)
-            if t is None and remaining:
+            if t is None and remaining is None:  # dropped while in flight: look
+                self._look_again(name)
+            elif t is None and remaining:
                 t = self.tube(name)
                 self._has_jobs(t)
             if t is not None:
                 t.cmd_delete += 1
-                if not remaining and t.seen <= since:
+                if remaining is None:  # not looked up: a session here keeps the tube
+                    t.unsure = t.unsure or t.seen <= since
+                elif not remaining and t.seen <= since:
                     t.has_jobs = False
                     self.drop_tube_if_unused(t)
             return DELETED
         return d.addCallbacks(deleted, self._internal_error)
+
+    def drop_tube_if_unused(self, t: NodeTube) -> None:
+        """Forget tube ``t`` if nothing keeps it; if only ``has_jobs`` keeps
+        it and a delete did not look whether jobs remain (``unsure``), look
+        first (see ``delete_many``)."""
+        if (t.unsure and t.has_jobs and not t.referenced and t.index >= 0
+                and t is not self.default_tube):
+            self._look_again(t.name)
+        else:
+            super().drop_tube_if_unused(t)
+
+    def _look_again(self, name: bytes) -> None:
+        """Whether tube ``name`` still holds jobs, in the background: drop it
+        if not (unless a job was seen meanwhile), add it if so."""
+        if self.node_id is None or not self.db.up:
+            return
+        since = self._epoch
+
+        def looked(rows: Any) -> None:
+            t = self.tubes.get(name)
+            if rows[0][0]:
+                if t is None:
+                    self._has_jobs(self.tube(name))
+                return
+            if t is not None and t.seen <= since:
+                self._settle(name, False)
+        self.db.execute("tube_has_jobs", [name]).addCallbacks(looked, self._failed)
 
     def _holder_statement(self, s: PgSession, job_id: int, name: str, args: List[Any],
                           then: Any) -> Any:
@@ -437,11 +472,16 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
 
     def _tube_exists(self, name: bytes) -> defer.Deferred:
         """Whether tube ``name`` exists: known here, holding jobs, or used by another node."""
-        if name in self.tubes:
+        t = self.tubes.get(name)
+        if t is not None and not (t.unsure and not t.referenced):
             return defer.succeed(True)
         d = gather([self.db.execute("tube_has_jobs", [name]), self._read_fresh()])
-        return d.addCallback(lambda results: bool(results[0][0][0])
-                             or name in self._elsewhere())
+
+        def exists(results: Any) -> bool:
+            jobs = bool(results[0][0][0])
+            self._settle(name, jobs)
+            return jobs or name in self.tubes or name in self._elsewhere()
+        return d.addCallback(exists)
 
     # ------------------------------------------------------------ extension verbs
 

@@ -82,11 +82,12 @@ STATEMENTS: Dict[str, str] = {
                    CASE WHEN h.id IS NOT NULL THEN 1 ELSE 0 END, x.body
             FROM x CROSS JOIN c LEFT JOIN h ON h.id = x.id)
         SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id ORDER BY x.n""",
-    # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node.
+    # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node,
+    # $4 tubes the batch's sessions use or watch.
     # One row per deleted job: ordinal, tube, state, whether its tube keeps jobs.
     # That last is looked up once per tube of the batch (``k``), not once per
-    # job: a drain's batch holds one tube, and each look-up walks the index
-    # entries of the tube's deleted jobs.
+    # job, and not at all (NULL) for a tube in $4: the answer only serves the
+    # node's tube list, which keeps a used or watched tube anyway.
     "delete_many": """
         WITH d AS (
             DELETE FROM {s}.jobs j
@@ -95,8 +96,9 @@ STATEMENTS: Dict[str, str] = {
                                                    AND j.owner_conn = u.conn))
             RETURNING u.n, j.id, j.tube, j.state),
         k AS MATERIALIZED (
-            SELECT t.tube, EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = t.tube
-                                   AND o.id NOT IN (SELECT id FROM d)) AS keeps
+            SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
+                   THEN EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = t.tube
+                                AND o.id NOT IN (SELECT id FROM d)) END AS keeps
             FROM (SELECT DISTINCT tube FROM d) t)
         SELECT d.n, d.tube, d.state, k.keeps
         FROM d JOIN k ON k.tube = d.tube""",

@@ -90,9 +90,10 @@ class Stats:
 
         def build(results: Any) -> Any:
             row = results[0][0]
+            urgent, ready, reserved, delayed, buried, pause, left = row
+            self._settle(name, bool(ready or reserved or delayed or buried))
             t = self.tubes.get(name)
             sums = self._tube_sums(t)
-            urgent, ready, reserved, delayed, buried, pause, left = row
             if t is None and not (ready or reserved or delayed or buried) and not any(sums[:3]):
                 return NOT_FOUND
             if t is not None:

@@ -30,7 +30,7 @@ class NodeTube:
     """One tube as a node sees it (see the module docstring)."""
 
     __slots__ = (
-        "name", "index", "using_count", "watching_count", "waiting", "has_jobs", "seen",
+        "name", "index", "using_count", "watching_count", "waiting", "has_jobs", "unsure", "seen",
         "total_jobs", "cmd_delete", "cmd_pause", "events", "empty_at", "urgent_count", "ready_count",
         "reserved_count", "delayed_count", "buried_count", "pause", "unpause_at",
     )
@@ -45,6 +45,9 @@ class NodeTube:
         self.waiting: "OrderedDict[Any, None]" = OrderedDict()
         #: The database holds jobs of this tube, as far as this node knows.
         self.has_jobs = False
+        #: A delete of one of its jobs did not look whether jobs remain (the
+        #: tube was used or watched here): look before dropping it.
+        self.unsure = False
         #: The node's event count when ``has_jobs`` was last set (see reconcile).
         self.seen = 0
         self.total_jobs = 0
@@ -100,6 +103,7 @@ class TubeRegistry:
         """The database holds jobs of ``t`` (a put through this node, a job seen)."""
         self._epoch += 1
         t.has_jobs = True
+        t.unsure = False
         t.seen = self._epoch
 
     def drop_tube_if_unused(self, t: NodeTube) -> None:
@@ -111,11 +115,21 @@ class TubeRegistry:
     def _tube_dropped(self, t: NodeTube) -> None:
         """Hook: a tube left this node's list (the engine forgets its pause)."""
 
+    def _settle(self, name: bytes, jobs: bool) -> None:
+        """A look at the database found tube ``name`` holds ``jobs``: an
+        unsure tube (see ``delete_many``) nobody here keeps and holding none
+        is dropped now, before the answer that looked."""
+        t = self.tubes.get(name)
+        if t is not None and t.unsure and not jobs and not t.referenced:
+            t.has_jobs = t.unsure = False
+            self.drop_tube_if_unused(t)
+
     def reconcile(self, with_jobs: Iterable[bytes], elsewhere: Iterable[bytes],
                   since: Optional[int] = None) -> None:
         """Bring the tube list in line with the database: ``with_jobs`` are
         the tubes holding jobs, ``elsewhere`` those other nodes' sessions use
-        or watch, as read when the node's event count was ``since``.  Tubes
+        or watch, as read when the node's event count was ``since`` (an
+        ``unsure`` tube's delete was answered before: see ``delete_many``).  Tubes
         nobody keeps are dropped (in list order); tubes new to this node are
         appended (in name order)."""
         jobs: Set[bytes] = set(with_jobs)
@@ -123,8 +137,8 @@ class TubeRegistry:
         for t in list(self.tube_list):
             if t.name in jobs:
                 t.has_jobs = True
-            elif t.has_jobs and (since is None or t.seen < since):
-                t.has_jobs = False
+            elif t.has_jobs and (since is None or t.seen < since or t.unsure):
+                t.has_jobs = t.unsure = False
         for t in [t for t in self.tube_list if t.unused and t.name not in others]:
             self.drop_tube_if_unused(t)
         for name in sorted((jobs | others) - set(self.tubes)):
