@@ -230,3 +230,50 @@ def test_a_batch_answers_its_commands_in_order_then_runs_its_after_hook():
     assert events == []
     clock.advance(0)
     assert events == [10, 20, 30, "after"]
+
+
+def test_a_batch_waits_while_the_one_before_is_out_then_carries_all_that_came():
+    """Group commit (batch.py): one statement of a kind out at a time; what
+    arrives meanwhile goes out in one batch once it answers; a full batch
+    goes out regardless; with nothing out, a batch leaves at the turn's end."""
+    from twisted.internet import defer
+    from twisted.internet.task import Clock
+
+    from twisted_stalk.pg.batch import Batcher
+    clock, runs, answers = Clock(), [], []
+
+    def run(items):
+        runs.append(list(items))
+        d = defer.Deferred()
+        pending.append((d, items))
+        return d
+    pending = []
+    batch = Batcher(clock, run, limit=4)
+    batch.add(1).addCallback(answers.append)
+    clock.advance(0)
+    assert runs == [[1]]
+    for i in (2, 3):
+        batch.add(i).addCallback(answers.append)
+    clock.advance(0)
+    assert runs == [[1]]  # the first is still out: 2 and 3 wait
+    d, items = pending.pop(0)
+    d.callback([i * 10 for i in items])
+    assert answers == [10] and runs == [[1]]  # the next leaves at the turn's end
+    batch.add(4).addCallback(answers.append)  # ... and takes what came meanwhile
+    clock.advance(0)
+    assert runs == [[1], [2, 3, 4]]
+    for i in (5, 6, 7, 8):  # a full batch goes out at once, even with one out
+        batch.add(i).addErrback(lambda f: answers.append(f.getErrorMessage()))
+    assert runs == [[1], [2, 3, 4], [5, 6, 7, 8]]
+    batch.add(9).addCallback(answers.append)
+    d, items = pending.pop(0)
+    d.callback([i * 10 for i in items])
+    clock.advance(0)
+    assert runs[-1] == [5, 6, 7, 8]  # 9 waits: a batch is still out
+    d, items = pending.pop(0)
+    d.errback(RuntimeError("lost"))  # a failed batch also lets the next go
+    clock.advance(0)
+    assert runs[-1] == [9]
+    d, items = pending.pop(0)
+    d.callback([i * 10 for i in items])
+    assert answers == [10, 20, 30, 40] + ["lost"] * 4 + [90]

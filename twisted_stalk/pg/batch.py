@@ -11,6 +11,13 @@ one reactor turn go to the database as one statement over arrays
 still gets its own answer, and only once the shared statement has
 committed.  A batch that fails fails each of its commands (INTERNAL_ERROR),
 as a single statement would.
+
+Under load the batches grow by themselves (group commit): while a batch's
+statement is out, the items that arrive wait for it to answer and then go
+out together, at the end of that reactor turn.  So a node has at most
+``in_flight`` statements of each kind out, and each carries what the clients
+asked for meanwhile: nothing is asked of the database before a client asks
+(reserves stay demand-driven), and nothing waits when the database is idle.
 """
 from __future__ import annotations
 
@@ -26,13 +33,17 @@ class Batcher:
     """Collects items during a reactor turn and runs them together."""
 
     def __init__(self, reactor: Any, run: Callable[[List[Any]], defer.Deferred],
-                 limit: int = LIMIT, after: Optional[Callable[[], None]] = None) -> None:
+                 limit: int = LIMIT, after: Optional[Callable[[], None]] = None,
+                 in_flight: int = 1) -> None:
         self.reactor = reactor
         #: ``run(items)`` fires with one result per item, in order.
         self.run = run
         #: Called once every item's Deferred has fired (their replies are out).
         self.after = after
         self.limit = limit
+        #: Batches out at once at most (a full batch goes out regardless).
+        self.in_flight = in_flight
+        self._out = 0
         self._items: List[Any] = []
         self._waiting: List[defer.Deferred] = []
         self._call: Any = None
@@ -44,9 +55,15 @@ class Batcher:
         self._waiting.append(d)
         if len(self._items) >= self.limit:
             self._flush()
-        elif self._call is None:
+        elif self._call is None and self._out < self.in_flight:
             self._call = self.reactor.callLater(0, self._flush)
         return d
+
+    def _answered(self) -> None:
+        """A batch answered: what came meanwhile goes out at the end of this turn."""
+        self._out -= 1
+        if self._items and self._call is None and self._out < self.in_flight:
+            self._call = self.reactor.callLater(0, self._flush)
 
     def _flush(self) -> None:
         if self._call is not None and self._call.active():
@@ -56,14 +73,17 @@ class Batcher:
         waiting, self._waiting = self._waiting, []
         if not items:
             return
+        self._out += 1
 
         def done(results: List[Any]) -> None:
+            self._answered()
             for d, result in zip(waiting, results):
                 d.callback(result)
             if self.after is not None:
                 self.after()
 
         def failed(failure: Any) -> None:
+            self._answered()
             for d in waiting:
                 d.errback(failure)
         self.run(items).addCallbacks(done, failed)
