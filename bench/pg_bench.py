@@ -38,6 +38,7 @@ as it is and without its per-row ``EXISTS``.
 
     python bench/pg_bench.py                            # everything
     python bench/pg_bench.py --targets pg-1 --rows closed,drain --no-explain
+    python bench/pg_bench.py --targets pg-1 --rows drain --drain-workers 96 --no-explain
 
 Bounded in time (``--cap`` seconds per generator run) and in jobs;
 loopback and a unix socket only; every server, the cluster and the npm
@@ -379,7 +380,11 @@ def main() -> None:
     ap.add_argument("--no-explain", dest="explain", action="store_false")
     ap.add_argument("--pipeline", type=int, default=0,
                     help="our rows: commands in flight per connection (wake-20: the producer's)")
+    ap.add_argument("--drain-workers", type=int, default=ROWS["drain"][1],
+                    help="our drain row: worker connections")
     args = ap.parse_args()
+    mode, _, jobs, phase, extra = ROWS["drain"]
+    ROWS["drain"] = (mode, args.drain_workers, jobs, phase, extra)
     why = unavailable()
     if why:
         raise SystemExit(why)
