@@ -277,3 +277,22 @@ def test_a_batch_waits_while_the_one_before_is_out_then_carries_all_that_came():
     d, items = pending.pop(0)
     d.callback([i * 10 for i in items])
     assert answers == [10, 20, 30, 40] + ["lost"] * 4 + [90]
+
+
+def test_a_batch_that_cannot_be_built_fails_its_items_and_the_next_still_goes():
+    from twisted.internet import defer
+    from twisted.internet.task import Clock
+
+    from twisted_stalk.pg.batch import Batcher
+    clock, answers = Clock(), []
+
+    def run(items):
+        if items == [1]:
+            raise ValueError("bad item")
+        return defer.succeed([i * 10 for i in items])
+    batch = Batcher(clock, run)
+    batch.add(1).addErrback(lambda f: answers.append(f.getErrorMessage()))
+    clock.advance(0)
+    batch.add(2).addCallback(answers.append)
+    clock.advance(0)
+    assert answers == ["bad item", 20]

@@ -86,7 +86,9 @@ class Batcher:
             self._answered()
             for d in waiting:
                 d.errback(failure)
-        self.run(items).addCallbacks(done, failed)
+        # An exception while building the statement fails the batch (and so
+        # leaves no batch counted as out for ever).
+        defer.maybeDeferred(self.run, items).addCallbacks(done, failed)
 
 
 def text_array(values: List[bytes]) -> bytes:
