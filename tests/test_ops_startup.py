@@ -135,6 +135,59 @@ def test_sigterm_and_sigint_as_soon_as_the_port_accepts_exit_0(sig):
             proc.wait()
 
 
+# A SIGTERM that lands while stalkd starts raises SystemExit from its early
+# handler, and where it lands that exit can be lost: CPython's compiler,
+# importing a module, has been seen to drop it (the server then served on as if
+# never asked to stop), and a reactor's event trigger swallows it.  Each case is
+# played here deterministically: the signal is sent at that point and its
+# SystemExit thrown away.  The server must still end, with status 0.
+_LOSE_THE_EXIT = r"""
+import builtins, os, signal, sys
+from twisted.internet import base
+
+def lose_a_sigterm():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10000):  # the handler runs between bytecodes
+            pass
+    except SystemExit:
+        pass
+
+where = sys.argv.pop(1)
+if where == "import":
+    real_import, lost = builtins.__import__, []
+
+    def importing(name, *args, **kwargs):
+        if name == "twisted_stalk.server" and not lost:  # the heavy imports begin
+            lost.append(lose_a_sigterm())
+        return real_import(name, *args, **kwargs)
+    builtins.__import__ = importing
+else:
+    start = base.ReactorBase._reallyStartRunning
+
+    def starting(self):
+        lose_a_sigterm()
+        start(self)
+    base.ReactorBase._reallyStartRunning = starting
+from twisted_stalk.stalkd import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("where", ["import", "reactor-startup"])
+def test_a_sigterm_whose_exit_is_lost_during_startup_still_stops_the_server(where):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _LOSE_THE_EXIT, where,
+                             "-l", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.wait(10) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # -------------------------------------------------- early probe (10)
 
 @pytest.mark.parametrize("kind", ["ours"] + (["reference"] if REFERENCE else []))

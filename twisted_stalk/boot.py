@@ -7,9 +7,10 @@ bound and the heavy imports are still to come.
 
 :class:`EarlySignals`
     From the moment the port is bound, SIGTERM and SIGINT end the process
-    with status 0 (nothing has been acknowledged yet) and SIGUSR1 is
-    remembered, to enter drain mode as soon as the queue exists.  The
-    reactor's own handlers replace these once it runs.
+    with status 0 (nothing has been acknowledged yet; if that exit is lost
+    where the signal lands, the request is remembered and the server stops as
+    soon as it can) and SIGUSR1 is remembered, to enter drain mode as soon as
+    the queue exists.  The reactor's own handlers replace these once it runs.
 
 :func:`lean_imports`
     Imports nothing that serving plain TCP does not need (see
@@ -43,6 +44,8 @@ class EarlySignals:
     def __init__(self) -> None:
         #: True once SIGUSR1 arrived: the caller enters drain mode.
         self.drain_requested = False
+        #: True once SIGTERM or SIGINT arrived (see :meth:`_exit`).
+        self.stop_requested = False
 
     def install(self) -> "EarlySignals":
         signal.signal(signal.SIGTERM, self._exit)
@@ -50,9 +53,14 @@ class EarlySignals:
         signal.signal(signal.SIGUSR1, self._drain)
         return self
 
-    @staticmethod
-    def _exit(signum, frame) -> None:
+    def _exit(self, signum, frame) -> None:
         # Nothing has been acknowledged yet: exit as a stopped server does.
+        # Where the signal lands that exit can be lost (CPython's compiler,
+        # importing a module, has dropped it; a reactor's event trigger
+        # swallows it), so the request is also kept: the server looks at
+        # ``stop_requested`` before it runs the reactor and once its own
+        # handlers are in, and stops then.
+        self.stop_requested = True
         raise SystemExit(0)
 
     def _drain(self, signum, frame) -> None:

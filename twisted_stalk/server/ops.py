@@ -175,9 +175,11 @@ def metrics_site(factory=None, shutdown: Optional[GracefulShutdown] = None,
     return make_site(factory, shutdown, listening, policy)
 
 
-def install_signals_when_running(reactor, shutdown: GracefulShutdown) -> None:
-    """Graceful SIGTERM/SIGINT, installed after Twisted installs its own."""
-    reactor.callWhenRunning(install_signal_handlers, reactor, shutdown)
+def install_signals_when_running(reactor, shutdown: GracefulShutdown,
+                                 asked: Optional[Callable[[], bool]] = None) -> None:
+    """Graceful SIGTERM/SIGINT, installed after Twisted installs its own;
+    ``asked()`` true then: a stop asked earlier starts the shutdown at once."""
+    reactor.callWhenRunning(install_signal_handlers, reactor, shutdown, asked=asked)
 
 
 __all__ = ["configure", "enter_drain", "install_drain_signal", "install_signals_when_running",

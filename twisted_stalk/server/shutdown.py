@@ -150,10 +150,13 @@ class GracefulShutdown:
 
 
 def install_signal_handlers(reactor, shutdown: GracefulShutdown,
-                            stop: Optional[Callable[[], None]] = None) -> None:
+                            stop: Optional[Callable[[], None]] = None,
+                            asked: Optional[Callable[[], bool]] = None) -> None:
     """SIGTERM and SIGINT start ``shutdown``, then stop the reactor; a second
     signal hurries it.  Call once the reactor runs (``callWhenRunning``), so
-    these replace Twisted's own handlers, which would stop at once."""
+    these replace Twisted's own handlers, which would stop at once.
+    ``asked()`` true: a stop was asked before these were in (boot.py's
+    ``EarlySignals``), and the shutdown starts now."""
     stop = stop or reactor.stop
 
     def stop_reactor(_=None) -> None:
@@ -171,6 +174,8 @@ def install_signal_handlers(reactor, shutdown: GracefulShutdown,
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    if asked is not None and asked():
+        on_signal(signal.SIGTERM, None)
 
 
 __all__ = ["DEFAULT_GRACE", "GracefulShutdown", "install_signal_handlers"]
