@@ -1,3 +1,4 @@
+import gc
 import os
 import signal
 import sys
@@ -41,3 +42,19 @@ def _restore_sigint():
     """Trial-based tests leave Twisted's SIGINT handler installed; put Python's back."""
     yield
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_runtest_setup(item):
+    """Before a ``twisted.trial`` test case, collect what earlier tests left.
+
+    Trial fails a test in whose run an error is logged, and Twisted logs a
+    Deferred's unhandled failure when the Deferred is collected.  On CPython
+    that happens as the test that dropped it ends; on PyPy at some later
+    collection, possibly inside another test's run, which would then fail
+    for what it did not do.  Collecting here keeps each such log with (or
+    just after) the test that caused it, on every interpreter.
+    """
+    cls = getattr(item, "cls", None)
+    if cls is not None and any(base.__module__.startswith("twisted.trial.")
+                               for base in cls.__mro__):
+        gc.collect()

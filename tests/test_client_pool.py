@@ -1,6 +1,6 @@
 """BeanstalkPool over three in-memory servers on one Clock (twisted_stalk.testing.MemoryCluster)."""
 import pytest
-from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.defer import CancelledError, Deferred, gatherResults
 from twisted.internet.task import deferLater
 
 from twisted_stalk.client import (
@@ -258,6 +258,7 @@ def test_cancelling_a_pool_reserve(cluster, pool):
     d = pool.reserve()
     cluster.flush()
     d.cancel()
+    failure_of(cluster, d, CancelledError)  # (consumed: not an unhandled error)
     cluster.flush()
     assert totals(cluster, "current-waiting") == [0, 0, 0]
     cluster.result(direct(cluster, 0).put(b"x"))
