@@ -218,12 +218,14 @@ def test_put_targets_tube_sending_use_only_when_needed(w):
 
 def test_reserve_targets_watch_list(w):
     p = w.proto
-    p.reserve(0, watching=("a", "b"))
+    first = p.reserve(0, watching=("a", "b"))
     assert w.sent() == b"watch a\r\nwatch b\r\nignore default\r\nreserve-with-timeout 0\r\n"
     w.reply(b"WATCHING 2\r\nWATCHING 3\r\nWATCHING 2\r\nTIMED_OUT\r\n")
-    p.reserve(0, watching=("b", "a"))
+    error(first, TimedOut)
+    second = p.reserve(0, watching=("b", "a"))
     assert w.sent() == b"reserve-with-timeout 0\r\n"
     w.reply(b"TIMED_OUT\r\n")
+    error(second, TimedOut)
     p.reserve(0, watching="c")
     assert w.sent() == (b"watch c\r\nignore a\r\nignore b\r\nreserve-with-timeout 0\r\n")
     assert p.watching == ("c",)
@@ -467,10 +469,11 @@ def test_quit(w):
 
 
 def test_quit_is_held_behind_reserve(w):
-    w.proto.reserve()
+    d = w.proto.reserve()
     w.proto.quit()
     assert w.sent() == b"reserve\r\n"
     w.reply(b"TIMED_OUT\r\n")
+    error(d, TimedOut)
     assert w.sent() == b"quit\r\n"
 
 
