@@ -44,8 +44,8 @@ class EarlySignals:
     def __init__(self) -> None:
         #: True once SIGUSR1 arrived: the caller enters drain mode.
         self.drain_requested = False
-        #: True once SIGTERM or SIGINT arrived (see :meth:`_exit`).
-        self.stop_requested = False
+        #: SIGTERM or SIGINT once one arrived, else 0 (see :meth:`_exit`).
+        self.stop_signal = 0
 
     def install(self) -> "EarlySignals":
         signal.signal(signal.SIGTERM, self._exit)
@@ -58,9 +58,9 @@ class EarlySignals:
         # Where the signal lands that exit can be lost (CPython's compiler,
         # importing a module, has dropped it; a reactor's event trigger
         # swallows it), so the request is also kept: the server looks at
-        # ``stop_requested`` before it runs the reactor and once its own
+        # ``stop_signal`` before it runs the reactor and once its own
         # handlers are in, and stops then.
-        self.stop_requested = True
+        self.stop_signal = signum
         raise SystemExit(0)
 
     def _drain(self, signum, frame) -> None:

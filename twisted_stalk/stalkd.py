@@ -397,7 +397,7 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
                    limit.maximum - len(factory.connections) if limit is not None else 1 << 30)
     sock.close()
     shutdown = ops.make_shutdown(factory, reactor, port.stopListening, config)
-    ops.install_signals_when_running(reactor, shutdown, lambda: early.stop_requested)
+    ops.install_signals_when_running(reactor, shutdown, lambda: early.stop_signal)
     if site is not None:
         site.attach(factory, shutdown, lambda: port.connected, policy)
     if opts.get("web"):  # bound as the -u user: the console needs the engine
@@ -409,7 +409,7 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
     for what, bound, description in listeners:  # one line each, whatever -V says
         sys.stderr.write(f"stalkd: {listening_line(what, bound, description)}\n")
     sys.stderr.flush()
-    if early.stop_requested:  # a SIGTERM whose exit was lost (boot.py)
+    if early.stop_signal:  # a SIGTERM whose exit was lost (boot.py)
         return 0
     reactor.run()
     return 0

@@ -176,9 +176,9 @@ def metrics_site(factory=None, shutdown: Optional[GracefulShutdown] = None,
 
 
 def install_signals_when_running(reactor, shutdown: GracefulShutdown,
-                                 asked: Optional[Callable[[], bool]] = None) -> None:
-    """Graceful SIGTERM/SIGINT, installed after Twisted installs its own;
-    ``asked()`` true then: a stop asked earlier starts the shutdown at once."""
+                                 asked: Optional[Callable[[], int]] = None) -> None:
+    """Graceful SIGTERM/SIGINT, installed after Twisted installs its own; if
+    ``asked()`` then gives a signal, a stop asked earlier starts the shutdown."""
     reactor.callWhenRunning(install_signal_handlers, reactor, shutdown, asked=asked)
 
 

@@ -151,12 +151,12 @@ class GracefulShutdown:
 
 def install_signal_handlers(reactor, shutdown: GracefulShutdown,
                             stop: Optional[Callable[[], None]] = None,
-                            asked: Optional[Callable[[], bool]] = None) -> None:
+                            asked: Optional[Callable[[], int]] = None) -> None:
     """SIGTERM and SIGINT start ``shutdown``, then stop the reactor; a second
     signal hurries it.  Call once the reactor runs (``callWhenRunning``), so
     these replace Twisted's own handlers, which would stop at once.
-    ``asked()`` true: a stop was asked before these were in (boot.py's
-    ``EarlySignals``), and the shutdown starts now."""
+    If ``asked()`` gives a signal (not 0), it came before these were in
+    (boot.py's ``EarlySignals``): the shutdown starts now, as for that signal."""
     stop = stop or reactor.stop
 
     def stop_reactor(_=None) -> None:
@@ -174,8 +174,9 @@ def install_signal_handlers(reactor, shutdown: GracefulShutdown,
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    if asked is not None and asked():
-        on_signal(signal.SIGTERM, None)
+    early = asked() if asked is not None else 0
+    if early:
+        on_signal(early, None)
 
 
 __all__ = ["DEFAULT_GRACE", "GracefulShutdown", "install_signal_handlers"]
