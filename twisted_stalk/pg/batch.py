@@ -14,10 +14,11 @@ as a single statement would.
 
 Under load the batches grow by themselves (group commit): while a batch's
 statement is out, the items that arrive wait for it to answer and then go
-out together, at the end of that reactor turn.  So a node has at most
-``in_flight`` statements of each kind out, and each carries what the clients
-asked for meanwhile: nothing is asked of the database before a client asks
-(reserves stay demand-driven), and nothing waits when the database is idle.
+out together, at the end of that reactor turn.  So a node has one statement
+of each kind out (more only when a batch fills up), and each carries what
+the clients asked for meanwhile: nothing is asked of the database before a
+client asks (reserves stay demand-driven), and nothing waits when the
+database is idle.
 """
 from __future__ import annotations
 
@@ -33,16 +34,14 @@ class Batcher:
     """Collects items during a reactor turn and runs them together."""
 
     def __init__(self, reactor: Any, run: Callable[[List[Any]], defer.Deferred],
-                 limit: int = LIMIT, after: Optional[Callable[[], None]] = None,
-                 in_flight: int = 1) -> None:
+                 limit: int = LIMIT, after: Optional[Callable[[], None]] = None) -> None:
         self.reactor = reactor
         #: ``run(items)`` fires with one result per item, in order.
         self.run = run
         #: Called once every item's Deferred has fired (their replies are out).
         self.after = after
         self.limit = limit
-        #: Batches out at once at most (a full batch goes out regardless).
-        self.in_flight = in_flight
+        #: Batches out (one, or more when full batches went out meanwhile).
         self._out = 0
         self._items: List[Any] = []
         self._waiting: List[defer.Deferred] = []
@@ -55,15 +54,20 @@ class Batcher:
         self._waiting.append(d)
         if len(self._items) >= self.limit:
             self._flush()
-        elif self._call is None and self._out < self.in_flight:
-            self._call = self.reactor.callLater(0, self._flush)
+        else:
+            self._schedule()
         return d
+
+    def _schedule(self) -> None:
+        """Flush at the end of this turn, unless a batch is out (then when it answers)."""
+        if self._call is None and not self._out:
+            self._call = self.reactor.callLater(0, self._flush)
 
     def _answered(self) -> None:
         """A batch answered: what came meanwhile goes out at the end of this turn."""
         self._out -= 1
-        if self._items and self._call is None and self._out < self.in_flight:
-            self._call = self.reactor.callLater(0, self._flush)
+        if self._items:
+            self._schedule()
 
     def _flush(self) -> None:
         if self._call is not None and self._call.active():

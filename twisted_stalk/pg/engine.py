@@ -238,13 +238,16 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return d.addCallbacks(answers, failed)
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
-        """Run a batch of deletes: (tube, state, tube keeps jobs) or None per
-        item; "keeps jobs" is None (not looked up) for a tube that one of the
-        batch's sessions uses or watches."""
-        kept = {name for _, _, names in items for name in names}
-        d = self.db.execute("delete_many", [int_array([i for i, _, _ in items]),
-                                            int_array([c for _, c, _ in items]), self.node_id,
-                                            text_array(sorted(kept))])
+        """Run a batch of deletes, (job id, session) each: (tube, state, tube
+        keeps jobs) or None per item; "keeps jobs" is None (not looked up) for
+        a tube that one of the batch's sessions uses or watches."""
+        kept = set()
+        for s in {s for _, s in items}:
+            kept.add(s.use.name)
+            kept.update(t.name for t in s.watch)
+        d = self.db.execute("delete_many", [int_array([i for i, _ in items]),
+                                            int_array([s.conn_id for _, s in items]),
+                                            self.node_id, text_array(sorted(kept))])
 
         def answers(rows: Any) -> List[Any]:
             out: List[Any] = [None] * len(items)
@@ -288,7 +291,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         if job_id > _MAX_ID:
             return NOT_FOUND
         since = self._epoch
-        d = self._deletes.add((job_id, s.conn_id, [s.use.name] + [t.name for t in s.watch]))
+        d = self._deletes.add((job_id, s))
 
         def deleted(row: Any) -> Outcome:
             if row is None:

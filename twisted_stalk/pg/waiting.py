@@ -68,7 +68,7 @@ class Reserving:
                                          and self._known_empty(s)):
             return self._no_job(s, timeout, deadline_soon, None)
         marks = [t.events for t in s.watch]
-        d = self._take(s)
+        d = self._take(s, marks)
 
         def taken(job: Any) -> Any:
             if job is INTERNAL_ERROR or isinstance(job, Job):
@@ -103,12 +103,12 @@ class Reserving:
                 return False
         return True
 
-    def _take(self, s: PgSession) -> defer.Deferred:
+    def _take(self, s: PgSession, marks: List[int]) -> defer.Deferred:
         """Run the reserve statement for ``s``: a Job (now held by ``s``),
-        None, or INTERNAL_ERROR."""
+        None, or INTERNAL_ERROR.  ``marks``: each watched tube's ``events``
+        as the statement goes out."""
         s.attempting = True
         watch = s.watch
-        marks = [t.events for t in watch]
         if len(watch) == 1:  # the common case: batched with others (batch.py)
             d = self._reserves.add((watch[0].name, s.conn_id))
         else:
@@ -199,7 +199,7 @@ class Reserving:
                         self._serve(t, 1)
             elif s.waiting and [t.events for t in s.watch] != marks:
                 self._attempt(s)
-        self._take(s).addCallback(done)
+        self._take(s, marks).addCallback(done)
 
     def _woken(self, s: PgSession, job: Job) -> bool:
         """``s`` got ``job`` for its waiting reserve: True if it still waits
