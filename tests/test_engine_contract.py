@@ -171,6 +171,21 @@ def test_put_peek_reserve_delete(h):
     assert h(e.put(s, 0, 0, 60, b"no crlf")) is o.EXPECTED_CRLF
 
 
+def test_deletes_of_one_job_asked_together_go_to_its_reserver(h):
+    """Asked in one turn (the PostgreSQL engine sends them in one statement):
+    a reserved job is deleted by its reserver wherever that delete stands,
+    a ready one by the first to ask; every other delete finds nothing."""
+    e = h.engine
+    owner, other = h.open(), h.open()
+    job_id = h(e.put(owner, 0, 0, 60, b"x\r\n"))
+    assert h(e.reserve(owner)).id == job_id
+    asked = [e.delete(other, job_id), e.delete(owner, job_id), e.delete(other, job_id)]
+    assert [h(a) for a in asked] == [o.NOT_FOUND, o.DELETED, o.NOT_FOUND]
+    ready = h(e.put(owner, 0, 0, 60, b"y\r\n"))
+    asked = [e.delete(other, ready), e.delete(owner, ready)]
+    assert [h(a) for a in asked] == [o.DELETED, o.NOT_FOUND]
+
+
 def test_refusals_before_a_job_exists(h):
     e, s = h.engine, h.open()
     assert e.refuse_oversized(s, 1000) is None

@@ -190,8 +190,8 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
             conn.execute("SET LOCAL enable_seqscan = off")
             plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {call}").fetchone()[0]
         rows = sorted(conn.execute(call).fetchall())
-    assert rows == [(1, "a", 0, True), (2, "a", 0, True), (3, "b", 2, False),
-                    (5, "c", 0, False), (6, "c", 1, False)]
+    assert rows == [(1, "a", 0, None, True), (2, "a", 0, None, True), (4, "b", 2, None, False),
+                    (5, "c", 0, None, False), (6, "c", 1, 1, False)]
     # The tube look-up ran once per tube of the batch (a, b, c), not once per job.
     found = []
 
@@ -214,6 +214,29 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
     found.clear()
     walk((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
     assert found in ([], [0])
+
+
+def test_delete_many_finds_its_jobs_by_primary_key_in_a_plan_made_on_a_small_table(pg_cluster):
+    """A prepared statement keeps its plan: one made while the table was
+    small must not scan the whole table once it has grown (a join of the ids
+    with the jobs was planned as a sequential scan and stayed one)."""
+    import psycopg
+
+    from twisted_stalk.pg.schema import migrate
+    from twisted_stalk.pg.sql import statements
+    migrate(pg_cluster.dsn(), "units_plan")
+    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
+        conn.execute("INSERT INTO units_plan.jobs (id, tube, state, pri, delay, ttr, created_at,"
+                     " body) SELECT g, 'a', 0, 0, 0, 60, 0, '' FROM generate_series(1, 50) g")
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE dm AS {statements('units_plan')['delete_many']}")
+        conn.execute("EXECUTE dm('{1}', '{0}', 7, '{a}')")  # the plan is made and kept
+        conn.execute("INSERT INTO units_plan.jobs (id, tube, state, pri, delay, ttr, created_at,"
+                     " body) SELECT g, 'a', 0, 0, 0, 60, 0, '' FROM generate_series(51, 20000) g")
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS) EXECUTE dm('{2,3}', '{0,0}', 7, '{a}')"))
+    assert "Seq Scan on jobs j" not in plan, plan
+    assert "Index Scan on jobs_pkey" in plan or "Index Scan using jobs_pkey on jobs j" in plan, plan
 
 
 def test_a_batch_answers_its_commands_in_order_then_runs_its_after_hook():

@@ -250,9 +250,15 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
                                             self.node_id, text_array(sorted(kept))])
 
         def answers(rows: Any) -> List[Any]:
+            # A job deleted by a batch that asked for it more than once is
+            # the first asker's, or if it was reserved, its owner's.
+            askers: Dict[int, List[int]] = {}
+            for n, (job_id, _) in enumerate(items):
+                askers.setdefault(job_id, []).append(n)
             out: List[Any] = [None] * len(items)
-            for n, tube, state, remaining in rows:
-                out[n - 1] = (tube, state, remaining)
+            for job_id, tube, state, owner, remaining in rows:
+                n = next(n for n in askers[job_id] if state != 1 or items[n][1].conn_id == owner)
+                out[n] = (tube, state, remaining)
             return out
         return d.addCallback(answers)
 

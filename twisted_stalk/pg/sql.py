@@ -84,23 +84,30 @@ STATEMENTS: Dict[str, str] = {
         SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id ORDER BY x.n""",
     # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node,
     # $4 tubes the batch's sessions use or watch.
-    # One row per deleted job: ordinal, tube, state, whether its tube keeps jobs.
-    # That last is looked up once per tube of the batch (``k``), not once per
-    # job, and not at all (NULL) for a tube in $4: the answer only serves the
-    # node's tube list, which keeps a used or watched tube anyway.
+    # One row per deleted job: id, tube, state, owner connection (the node
+    # tells which of the batch's deletes of that id it answers), whether its
+    # tube keeps jobs.  The jobs are found by ``id = ANY($1)`` alone, never
+    # through a join with the ids: PostgreSQL keeps a prepared statement's
+    # plan, and a join planned while the table was small stays a sequential
+    # scan of every page however much the table grows (1.2 ms a statement on
+    # a churned table of 50 live jobs, against 0.013 ms through the primary
+    # key).  The owner check only reads the (id, connection) pairs.
+    # "Keeps jobs" is looked up once per tube of the batch (``k``), not once
+    # per job, and not at all (NULL) for a tube in $4: the answer only serves
+    # the node's tube list, which keeps a used or watched tube anyway.
     "delete_many": """
         WITH d AS (
             DELETE FROM {s}.jobs j
-            USING unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS u(id, conn, n)
-            WHERE j.id = u.id AND (j.state <> 1 OR (j.owner_node = $3::bigint
-                                                   AND j.owner_conn = u.conn))
-            RETURNING u.n, j.id, j.tube, j.state),
+            WHERE j.id = ANY($1::bigint[])
+              AND (j.state <> 1 OR (j.owner_node = $3::bigint AND (j.id, j.owner_conn) IN (
+                      SELECT * FROM unnest($1::bigint[], $2::bigint[]))))
+            RETURNING j.id, j.tube, j.state, j.owner_conn),
         k AS MATERIALIZED (
             SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
                    THEN EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = t.tube
                                 AND o.id NOT IN (SELECT id FROM d)) END AS keeps
             FROM (SELECT DISTINCT tube FROM d) t)
-        SELECT d.n, d.tube, d.state, k.keeps
+        SELECT d.id, d.tube, d.state, d.owner_conn, k.keeps
         FROM d JOIN k ON k.tube = d.tube""",
     # An id for a put that is refused (beanstalkd takes one for those too).
     "take_id": "SELECT nextval('{s}.job_ids')",
