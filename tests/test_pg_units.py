@@ -319,3 +319,31 @@ def test_a_batch_that_cannot_be_built_fails_its_items_and_the_next_still_goes():
     batch.add(2).addCallback(answers.append)
     clock.advance(0)
     assert answers == ["bad item", 20]
+
+
+def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_engine):
+    """Counting reads every job: a node whose figures nobody reads does not
+    count each heartbeat; once the metrics or the console read them, it does."""
+    from test_engine_contract import _pg
+
+    from twisted_stalk.protocol.yaml import as_dict
+    h, stop = _pg(pg_engine + " stalk_heartbeat=0.1 stalk_dead_after=1")
+    try:
+        e = h.engine
+        asked: list = []
+        execute = e.db.execute
+
+        def recording(name, *args, **kwargs):
+            asked.append(name)
+            return execute(name, *args, **kwargs)
+        e.db.execute = recording
+        s = h.open()
+        h(e.put(s, 0, 0, 60, b"x\r\n"))
+        h.advance(0.6)
+        assert asked.count("heartbeat") >= 3 and "counts_all" not in asked
+        assert as_dict(e.server_stats())["current-jobs-ready"] == 0  # not counted yet
+        h.advance(0.3)
+        assert "counts_all" in asked
+        assert as_dict(e.server_stats())["current-jobs-ready"] == 1
+    finally:
+        stop()

@@ -123,8 +123,9 @@ class Stats:
     # ------------------------------------------------------------ inspection
 
     def _inspected(self) -> bool:
-        """True if a front end looked at tube figures in the last minute (the
-        heartbeat then also refreshes each tube's job counts)."""
+        """True if a front end looked at the server's or the tubes' figures in
+        the last minute: the heartbeat then also refreshes the job counts (a
+        count reads every job, so a node nobody inspects does not count)."""
         return time.monotonic() - self._inspected_at < 60.0
 
     def tube_names(self) -> List[bytes]:
@@ -156,6 +157,7 @@ class Stats:
 
     def server_stats(self) -> StatPairs:
         """The server's stats: job counts as last read, counters summed over nodes."""
+        self._inspected_at = time.monotonic()
         return server_stat_pairs(self, self.counts, self.journal.stats(), self._sum)
 
     def job_stats(self, job_id: int) -> Any:

@@ -349,7 +349,6 @@ class Upkeep:
             db.execute("retired").addCallback(self._read_retired),
             db.execute("tubes_with_jobs").addCallback(
                 lambda rows: self.reconcile([r[0] for r in rows], self._elsewhere(), since)),
-            db.execute("counts_all").addCallback(self._read_counts),
         ]
         self._expire()
         if self._beats % 10 == 0 or self._beats - self._reclaimed_at <= 10:
@@ -357,6 +356,8 @@ class Upkeep:
             # were given back: look for reservations of no node for a while.
             steps.append(db.execute("orphans").addCallback(self._tubes_ready))
         if self._inspected():
+            # Counting reads every job: only for a node whose figures are read.
+            steps.append(db.execute("counts_all").addCallback(self._read_counts))
             steps.append(db.execute("tube_counts").addCallback(self._read_tube_counts))
         waited = [t.name for t in self.tube_list if t.waiting]
         if waited:
