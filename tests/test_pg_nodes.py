@@ -95,6 +95,26 @@ def test_a_reserve_on_one_node_wakes_when_another_node_makes_a_job_ready(nodes):
     assert p50 < 50 and p99 < 250, latencies
 
 
+def test_a_node_that_was_alone_wakes_a_newcomers_reserve_at_once(nodes):
+    """A node that knows of no other sends no notices; a node that comes says
+    so, and the first notifies again at once, not after its next heartbeat
+    (5 s here, as is the newcomer's own look at ready jobs)."""
+    slow = " stalk_heartbeat=5 stalk_dead_after=12"
+    a = wires(nodes(1, slow)[0])[0]
+    assert stats_of(a)["current-connections"] == "1"  # it has read the nodes: none
+    b_server = nodes(1, slow)[0]
+    b, watcher = wires(b_server, b_server)
+    b.send(b"reserve\r\n")
+    deadline = time.monotonic() + 5
+    while stats_of(watcher)["current-waiting"] != "1":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    assert a.ask(b"put 0 0 60 1\r\nx\r\n") == b"INSERTED 1\r\n"
+    assert b.reply() == b"RESERVED 1 1\r\nx\r\n"
+    assert time.monotonic() - t0 < 1.0
+
+
 def test_other_ways_jobs_become_ready_wake_other_nodes(nodes):
     a, b = wires(*nodes(2))
     a.ask(b"put 0 0 60 1\r\nx\r\n")

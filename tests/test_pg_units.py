@@ -153,16 +153,17 @@ reactor.run()
 # ------------------------------------------------------------ notices between nodes
 
 def test_notices_round_trip_and_merge():
-    from twisted_stalk.pg.notices import (DelayedDue, JobsReady, PauseEnds, decode, merged,
-                                          payload_array)
+    from twisted_stalk.pg.notices import (DelayedDue, JobsReady, NodeHere, PauseEnds, decode,
+                                          merged, payload_array)
     notices = [JobsReady(3, b"a", 1), DelayedDue(3, 1.5), JobsReady(3, b"a", 2),
                PauseEnds(3, b"b", 0.25), JobsReady(4, b"a", 1)]
-    for n in notices:
+    for n in notices + [NodeHere(9)]:
         assert decode(n.encode().encode()) == n
     assert merged(notices) == [JobsReady(3, b"a", 3), JobsReady(4, b"a", 1),
                                DelayedDue(3, 1.5), PauseEnds(3, b"b", 0.25)]
     assert payload_array(merged(notices)[:2]) == b'{"r 3 a 3","r 4 a 1"}'
-    for junk in (b"", b"r", b"r x a 1", b"r 1 a", b"d 1 soon", b"q 1 a 1", b"p 1 a"):
+    for junk in (b"", b"r", b"r x a 1", b"r 1 a", b"d 1 soon", b"q 1 a 1", b"p 1 a", b"h",
+                 b"h 1 2"):
         assert decode(junk) is None
 
 
@@ -345,5 +346,34 @@ def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_e
         h.advance(0.3)
         assert "counts_all" in asked
         assert as_dict(e.server_stats())["current-jobs-ready"] == 1
+    finally:
+        stop()
+
+
+def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
+    """Nodes ignore their own notices, and each costs a commit: a lone node
+    sends none; it notifies again once another node says it is there."""
+    from test_engine_contract import _pg
+
+    from twisted_stalk.pg.notices import NodeHere
+    h, stop = _pg(pg_engine)
+    try:
+        e = h.engine
+        asked: list = []
+        execute = e.db.execute
+
+        def recording(name, *args, **kwargs):
+            asked.append(name)
+            return execute(name, *args, **kwargs)
+        e.db.execute = recording
+        s = h.open()
+        h(e.stats(s))  # it reads the nodes: none but itself
+        h(e.put(s, 0, 0, 60, b"x\r\n"))
+        h.advance(0.05)
+        assert "put_many" in asked and "notify" not in asked
+        e._event(NodeHere(e.node_id + 1).encode().encode())
+        h(e.put(s, 0, 0, 60, b"y\r\n"))
+        h.advance(0.05)
+        assert "notify" in asked
     finally:
         stop()

@@ -10,7 +10,8 @@ understand, which a node ignores):
 
 - :class:`JobsReady` ``r <node> <tube> <count>``: ``count`` jobs became ready;
 - :class:`DelayedDue` ``d <node> <seconds>``: a delayed job is due then;
-- :class:`PauseEnds` ``p <node> <tube> <seconds>``: a pause ends then.
+- :class:`PauseEnds` ``p <node> <tube> <seconds>``: a pause ends then;
+- :class:`NodeHere` ``h <node>``: a node has come (or its LISTEN came back).
 
 Tube names cannot hold spaces (``protocol.commands.valid_tube_name``), so a
 space separates the fields.
@@ -56,7 +57,18 @@ class PauseEnds:
         return "p %d %s %.3f" % (self.node, self.tube.decode("ascii"), self.seconds)
 
 
-Notice = Union[JobsReady, DelayedDue, PauseEnds]
+@dataclass(frozen=True)
+class NodeHere:
+    """Node ``node`` is there: the others notify again if they had stopped
+    (a node that knows of no other sends no notices)."""
+
+    node: int
+
+    def encode(self) -> str:
+        return "h %d" % self.node
+
+
+Notice = Union[JobsReady, DelayedDue, PauseEnds, NodeHere]
 
 
 def decode(payload: bytes) -> Optional[Notice]:
@@ -70,6 +82,8 @@ def decode(payload: bytes) -> Optional[Notice]:
             return DelayedDue(node, float(parts[2]))
         if kind == b"p" and len(parts) == 4:
             return PauseEnds(node, parts[2], float(parts[3]))
+        if kind == b"h" and len(parts) == 2:
+            return NodeHere(node)
     except (IndexError, ValueError):
         pass
     return None
@@ -95,5 +109,5 @@ def payload_array(notices: Sequence[Notice]) -> bytes:
     return ("{" + ",".join('"%s"' % n.encode() for n in notices) + "}").encode()
 
 
-__all__ = ["DelayedDue", "JobsReady", "Notice", "PauseEnds", "decode", "merged",
+__all__ = ["DelayedDue", "JobsReady", "NodeHere", "Notice", "PauseEnds", "decode", "merged",
            "payload_array"]

@@ -60,7 +60,7 @@ class Stats:
         """Other nodes' figures and the retired totals, read now."""
         db = self.db
         return gather([
-            db.execute("others", [self.node_id]).addCallback(self._read_others),
+            db.execute("others", [self.node_id]).addCallback(self._read_others, self._heard),
             db.execute("retired").addCallback(self._read_retired),
         ])
 

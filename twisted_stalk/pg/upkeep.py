@@ -29,7 +29,11 @@ reservations have been given back, so it forgets them and registers anew.
 sent, batched once per reactor turn, after the statements that made them
 committed, as typed values (:mod:`.notices`): ``JobsReady`` (n jobs became
 ready in a tube), ``DelayedDue`` (a delayed job is due then), ``PauseEnds``
-(a pause ends then).  A node ignores its own.
+(a pause ends then).  A node ignores its own, so a node that knows of no
+other (its last read of ``nodes`` found none and no other node's notice
+came since) sends none: a notice costs a commit.  A node that comes, or
+whose LISTEN connection comes back, says ``NodeHere`` first, so the others
+notify again at once rather than after their next heartbeat.
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ from twisted.logger import Logger
 
 from ..protocol.commands import COUNTED_COMMANDS
 from .batch import text_array
-from .notices import DelayedDue, JobsReady, Notice, decode, merged, payload_array
+from .notices import DelayedDue, JobsReady, NodeHere, Notice, decode, merged, payload_array
 
 log = Logger(namespace="twisted_stalk.pg")
 
@@ -70,6 +74,11 @@ class Upkeep:
         self._heartbeat: Optional[task.LoopingCall] = None
         #: Other live nodes: id -> (figures, tube figures), as of the last read.
         self.others: Dict[int, Tuple[Dict[str, int], Dict[str, List[int]]]] = {}
+        #: No other node is known (see the module docstring): notices are not sent.
+        self._alone = False
+        #: Notices heard from other nodes (a read of ``nodes`` sent before
+        #: one of them came may not show its sender).
+        self._heard = 0
         #: Counters of nodes that are gone.
         self.retired: Dict[str, int] = {}
         #: Job counts of the whole queue as of the last heartbeat (inspection).
@@ -246,15 +255,21 @@ class Upkeep:
     def _send_notes(self) -> None:
         self._notes_call = None
         notes, self._notes = self._notes, []
-        if not notes:
-            return
+        if notes and not self._alone:
+            self._notify(merged(notes))
+
+    def _notify(self, notes: List[Notice]) -> None:
         self.db.execute("notify", [self.channel.encode(),
-                                   payload_array(merged(notes))]).addErrback(self._failed)
+                                   payload_array(notes)]).addErrback(self._failed)
 
     def _event(self, payload: bytes) -> None:
         """A notification from a node (see the module docstring)."""
         notice = decode(payload)
         if notice is None or notice.node == self.node_id:
+            return
+        self._alone = False
+        self._heard += 1
+        if isinstance(notice, NodeHere):
             return
         if isinstance(notice, JobsReady):
             t = self.tubes.get(notice.tube)
@@ -277,7 +292,9 @@ class Upkeep:
         self.arm(at)
 
     def _resync(self) -> None:
-        """Notifications may have been missed (a connection came back): look again."""
+        """Notifications may have been missed (a connection came back): look
+        again, and tell the other nodes this one is there."""
+        self._notify([NodeHere(self.node_id)])
         for t in list(self.tube_list):
             self._jobs_ready(t, len(t.waiting))
         self._beat()
@@ -345,7 +362,7 @@ class Upkeep:
             db.execute("promote").addCallback(self._tubes_ready),
             db.execute("next_delayed").addCallback(self._next_delayed),
             db.execute("paused").addCallback(self._paused),
-            db.execute("others", [self.node_id]).addCallback(self._read_others),
+            db.execute("others", [self.node_id]).addCallback(self._read_others, self._heard),
             db.execute("retired").addCallback(self._read_retired),
             db.execute("tubes_with_jobs").addCallback(
                 lambda rows: self.reconcile([r[0] for r in rows], self._elsewhere(), since)),
@@ -414,9 +431,11 @@ class Upkeep:
                     heapq.heappush(self.pause_heap, (at, name))
                     self.arm(at)
 
-    def _read_others(self, rows: Any) -> None:
+    def _read_others(self, rows: Any, heard: int) -> None:
+        """The other nodes' rows, read when ``heard`` notices had come."""
         self.others = {node: (json.loads(figures), json.loads(tubes))
                        for node, figures, tubes in rows}
+        self._alone = not self.others and self._heard == heard
 
     def _read_retired(self, rows: Any) -> None:
         self.retired = {key.decode(): value for key, value in rows}
