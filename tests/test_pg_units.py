@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from twisted_stalk.core import outcomes as o
 from twisted_stalk.pg.config import parse, split_settings
 
 
@@ -352,7 +353,8 @@ def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_e
 
 def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
     """Nodes ignore their own notices, and each costs a commit: a lone node
-    sends none; it notifies again once another node says it is there."""
+    sends none (a put's statement names no channel, a release sends no
+    ``notify``); it notifies again once another node says it is there."""
     from test_engine_contract import _pg
 
     from twisted_stalk.pg.notices import NodeHere
@@ -362,18 +364,29 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
         asked: list = []
         execute = e.db.execute
 
-        def recording(name, *args, **kwargs):
-            asked.append(name)
-            return execute(name, *args, **kwargs)
+        def recording(name, params=(), *args, **kwargs):
+            asked.append((name, params))
+            return execute(name, params, *args, **kwargs)
         e.db.execute = recording
+
+        def channels() -> list:
+            out = [p[7] for name, p in asked if name == "put_many"]
+            out += [p[0] for name, p in asked if name == "notify"]
+            asked.clear()
+            return out
         s = h.open()
         h(e.stats(s))  # it reads the nodes: none but itself
-        h(e.put(s, 0, 0, 60, b"x\r\n"))
+        for pri in (1, 2):
+            h(e.put(s, pri, 0, 60, b"x\r\n"))
+        job_id = h(e.reserve(s)).id
+        assert h(e.release(s, job_id, 0, 0)) is o.RELEASED
         h.advance(0.05)
-        assert "put_many" in asked and "notify" not in asked
+        assert channels() == [None, None]
         e._event(NodeHere(e.node_id + 1).encode().encode())
         h(e.put(s, 0, 0, 60, b"y\r\n"))
+        job_id = h(e.reserve(s)).id
+        assert h(e.release(s, job_id, 0, 0)) is o.RELEASED
         h.advance(0.05)
-        assert "notify" in asked
+        assert channels() == [e.channel.encode()] * 2
     finally:
         stop()

@@ -202,7 +202,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
             if delay:
                 self._delayed_due_in(delay)
             elif not handed:
-                self._ready_by_name(t.name)
+                self._ready_by_name(t.name, told=True)  # put_many told the others
             return job_id
         return d.addCallbacks(inserted, self._internal_error)
 
@@ -217,7 +217,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         d = self.db.execute("put_many", [
             text_array(list(tubes)), int_array(list(pris)), int_array(list(delays)),
             int_array(list(ttrs)), bytea_array(list(bodies)),
-            int_array([0 if s is None else s.conn_id for s in takers]), self.node_id])
+            int_array([0 if s is None else s.conn_id for s in takers]), self.node_id,
+            None if self._alone else self.channel.encode()])
 
         def answers(rows: Any) -> List[Tuple[int, bool]]:
             out = []

@@ -56,7 +56,10 @@ STATEMENTS: Dict[str, str] = {
     # job (0: none).  A job is handed over (inserted reserved by ($7, conn))
     # only if no ready job of its tube is as good (pri <= its own: those have
     # smaller ids) and the tube is not paused, so priorities stay global; the
-    # node picks the best jobs of the batch for its waiting reserves.  One
+    # node picks the best jobs of the batch for its waiting reserves.  The
+    # jobs that go in ready are announced to the other nodes on channel $8
+    # (NULL: no other node) by the statement itself, one ``JobsReady`` notice
+    # per tube (notices.py), sent when it commits: no commit of its own.  One
     # (id, ordinal, handed over) per put.
     "put_many": f"""
         WITH {_NOW},
@@ -80,8 +83,15 @@ STATEMENTS: Dict[str, str] = {
                    c.now + CASE WHEN h.id IS NOT NULL THEN x.ttr ELSE x.delay END,
                    CASE WHEN h.id IS NOT NULL THEN $7::bigint END, h.conn,
                    CASE WHEN h.id IS NOT NULL THEN 1 ELSE 0 END, x.body
-            FROM x CROSS JOIN c LEFT JOIN h ON h.id = x.id)
-        SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id ORDER BY x.n""",
+            FROM x CROSS JOIN c LEFT JOIN h ON h.id = x.id),
+        told AS (
+            SELECT pg_notify($8::text, format('r %s %s %s', $7::bigint, x.tube, count(*)))
+            FROM x LEFT JOIN h ON h.id = x.id
+            WHERE $8::text IS NOT NULL AND x.delay = 0 AND h.id IS NULL
+            GROUP BY x.tube)
+        SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id
+        WHERE (SELECT count(*) FROM told) >= 0  -- runs told
+        ORDER BY x.n""",
     # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node,
     # $4 tubes the batch's sessions use or watch.
     # One row per deleted job: id, tube, state, owner connection (the node

@@ -238,12 +238,14 @@ class Upkeep:
 
     # ------------------------------------------------------------ ready jobs
 
-    def _ready_by_name(self, name: bytes, count: int = 1) -> None:
-        """``count`` jobs became ready in tube ``name`` through this node."""
+    def _ready_by_name(self, name: bytes, count: int = 1, told: bool = False) -> None:
+        """``count`` jobs became ready in tube ``name`` through this node
+        (``told``: the statement that made them ready notified the others)."""
         t = self.tubes.get(name)
         if t is not None:
             self._jobs_ready(t, count)
-        self._note(JobsReady(self.node_id, name, count))
+        if not told:
+            self._note(JobsReady(self.node_id, name, count))
 
     # ------------------------------------------------------------ notifications
 
