@@ -218,27 +218,44 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
     assert found in ([], [0])
 
 
-def test_delete_many_finds_its_jobs_by_primary_key_in_a_plan_made_on_a_small_table(pg_cluster):
-    """A prepared statement keeps its plan: one made while the table was
-    small must not scan the whole table once it has grown (a join of the ids
-    with the jobs was planned as a sequential scan and stayed one)."""
+def _plan_on(conn, statement: str, call: str) -> str:
+    conn.execute("BEGIN")
+    try:
+        return "\n".join(r[0] for r in conn.execute(f"EXPLAIN (ANALYZE) {call}"))
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def test_statements_find_jobs_by_index_in_plans_made_while_the_table_looked_tiny(pg_cluster):
+    """A prepared statement keeps its plan: one made after the table was
+    analyzed nearly empty must not read every page once the table has grown.
+    The engine's session settings (sql.SESSION) see to it; the inspection
+    counts, which read every job, still read the table once."""
     import psycopg
 
     from twisted_stalk.pg.schema import migrate
-    from twisted_stalk.pg.sql import statements
+    from twisted_stalk.pg.sql import SESSION, statements
     migrate(pg_cluster.dsn(), "units_plan")
+    insert = ("INSERT INTO units_plan.jobs (id, tube, state, pri, delay, ttr, created_at, body)"
+              " SELECT g, 't' || g %% 7, 0, g %% 2000, 0, 60, 0, '' FROM generate_series(%s::int, %s::int) g")
     with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.execute("INSERT INTO units_plan.jobs (id, tube, state, pri, delay, ttr, created_at,"
-                     " body) SELECT g, 'a', 0, 0, 0, 60, 0, '' FROM generate_series(1, 50) g")
+        for name, value in SESSION.items():
+            conn.execute(f"SELECT set_config('{name}', '{value}', false)")
+        conn.execute(insert, (1, 30))
+        conn.execute("ANALYZE units_plan.jobs")  # tiny: one page
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute(f"PREPARE dm AS {statements('units_plan')['delete_many']}")
-        conn.execute("EXECUTE dm('{1}', '{0}', 7, '{a}')")  # the plan is made and kept
-        conn.execute("INSERT INTO units_plan.jobs (id, tube, state, pri, delay, ttr, created_at,"
-                     " body) SELECT g, 'a', 0, 0, 0, 60, 0, '' FROM generate_series(51, 20000) g")
-        plan = "\n".join(r[0] for r in conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS) EXECUTE dm('{2,3}', '{0,0}', 7, '{a}')"))
-    assert "Seq Scan on jobs j" not in plan, plan
-    assert "Index Scan on jobs_pkey" in plan or "Index Scan using jobs_pkey on jobs j" in plan, plan
+        sql = statements("units_plan")
+        conn.execute(f"PREPARE dm AS {sql['delete_many']}")
+        conn.execute(f"PREPARE tc AS {sql['tube_counts']}")
+        conn.execute(f"PREPARE ca AS {sql['counts_all']}")
+        conn.execute("EXECUTE dm('{1}', '{0}', 7, '{t1}')")  # plans made and kept
+        conn.execute(insert, (31, 20000))
+        delete = _plan_on(conn, "dm", "EXECUTE dm('{2,3}', '{0,0}', 7, '{t2,t3}')")
+        counts = [_plan_on(conn, name, f"EXECUTE {name}") for name in ("tc", "ca")]
+    assert "Seq Scan on jobs j" not in delete, delete
+    assert "jobs_pkey" in delete, delete
+    for plan in counts:
+        assert "Seq Scan on jobs" in plan and "Index" not in plan, plan
 
 
 def test_a_batch_answers_its_commands_in_order_then_runs_its_after_hook():
@@ -388,5 +405,16 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
         assert h(e.release(s, job_id, 0, 0)) is o.RELEASED
         h.advance(0.05)
         assert channels() == [e.channel.encode()] * 2
+    finally:
+        stop()
+
+
+def test_the_engine_connections_carry_the_session_settings(pg_engine):
+    from test_engine_contract import _pg
+    h, stop = _pg(pg_engine)
+    try:
+        for conn in h.engine.db.up:
+            rows = h(conn.query("SELECT current_setting('enable_seqscan'), current_setting('jit')"))
+            assert rows == [(b"off", b"off")]
     finally:
         stop()

@@ -39,10 +39,13 @@ class Connections:
 
     def __init__(self, reactor: Any, conninfo: str, statements: Dict[str, str],
                  size: int = 4, wait: float = 10.0,
-                 on_up: Optional[Callable[[], None]] = None) -> None:
+                 on_up: Optional[Callable[[], None]] = None,
+                 settings: Optional[Dict[str, str]] = None) -> None:
         self.reactor = reactor
         self.conninfo = conninfo
         self.statements = statements
+        #: Session settings of each connection (:class:`~.driver.PgConnection`).
+        self.settings = settings
         self.size = size
         self.wait = wait
         #: Called when a connection comes up after none was.
@@ -82,7 +85,7 @@ class Connections:
 
     def _open(self, slot: int) -> defer.Deferred:
         conn = PgConnection(self.reactor, self.conninfo, self.statements,
-                            on_lost=lambda c: self._lost(slot, c))
+                            on_lost=lambda c: self._lost(slot, c), settings=self.settings)
         d = conn.connect()
 
         def up(_: Any) -> PgConnection:

@@ -130,11 +130,14 @@ class PgConnection:
                  statements: Optional[Dict[str, str]] = None,
                  on_notify: Optional[Callable[[bytes, bytes], None]] = None,
                  on_lost: Optional[Callable[["PgConnection"], None]] = None,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0,
+                 settings: Optional[Dict[str, str]] = None) -> None:
         self.reactor = reactor
         self.conninfo = conninfo
         #: Prepared at connect: name -> SQL.
         self.statements = statements or {}
+        #: Session settings made at connect, before preparing: name -> value.
+        self.settings = settings or {}
         self.on_notify = on_notify
         self.on_lost = on_lost
         self.connect_timeout = connect_timeout
@@ -219,6 +222,15 @@ class PgConnection:
         pgconn.nonblocking = 1
         pgconn.enter_pipeline_mode()
         prepared = []
+        if self.settings:
+            d0: defer.Deferred = defer.Deferred()
+            calls = ", ".join("set_config($%d, $%d, false)" % (2 * i + 1, 2 * i + 2)
+                              for i in range(len(self.settings)))
+            pgconn.send_query_params(f"SELECT {calls}".encode(),
+                                     [v.encode() for kv in self.settings.items() for v in kv])
+            pgconn.pipeline_sync()
+            self._pending.append(_Pending(d0))
+            prepared.append(d0)
         for name, sql in self.statements.items():
             d: defer.Deferred = defer.Deferred()
             pgconn.send_prepare(name.encode(), sql.encode())

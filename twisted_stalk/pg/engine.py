@@ -55,7 +55,7 @@ from .config import EngineConfig
 from .notices import PauseEnds
 from .connections import Connections
 from .notifications import Notifications
-from .sql import channel, statements
+from .sql import SESSION, channel, statements
 from .stats import Stats
 from .util import gather
 from .tubes import NodeTube, TubeRegistry
@@ -90,7 +90,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         self.channel = channel(config.schema)
         #: The statement connections (pipelined, reconnected).
         self.db = Connections(reactor, config.conninfo, statements(config.schema),
-                              size=config.pool, wait=config.wait, on_up=self._resync)
+                              size=config.pool, wait=config.wait, on_up=self._resync,
+                              settings=SESSION)
         #: The LISTEN connection: other nodes' notices.
         self.notifications = Notifications(reactor, config.conninfo, self.channel,
                                            on_event=self._event, on_up=self._resync)
