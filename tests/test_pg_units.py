@@ -218,7 +218,7 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
     assert found in ([], [0])
 
 
-def _plan_on(conn, statement: str, call: str) -> str:
+def _plan_on(conn, call: str) -> str:
     conn.execute("BEGIN")
     try:
         return "\n".join(r[0] for r in conn.execute(f"EXPLAIN (ANALYZE) {call}"))
@@ -237,7 +237,8 @@ def test_statements_find_jobs_by_index_in_plans_made_while_the_table_looked_tiny
     from twisted_stalk.pg.sql import SESSION, statements
     migrate(pg_cluster.dsn(), "units_plan")
     insert = ("INSERT INTO units_plan.jobs (id, tube, state, pri, delay, ttr, created_at, body)"
-              " SELECT g, 't' || g %% 7, 0, g %% 2000, 0, 60, 0, '' FROM generate_series(%s::int, %s::int) g")
+              " SELECT g, 't' || g %% 7, 0, g %% 2000, 0, 60, 0, ''"
+              " FROM generate_series(%s::int, %s::int) g")
     with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
         for name, value in SESSION.items():
             conn.execute(f"SELECT set_config('{name}', '{value}', false)")
@@ -250,8 +251,8 @@ def test_statements_find_jobs_by_index_in_plans_made_while_the_table_looked_tiny
         conn.execute(f"PREPARE ca AS {sql['counts_all']}")
         conn.execute("EXECUTE dm('{1}', '{0}', 7, '{t1}')")  # plans made and kept
         conn.execute(insert, (31, 20000))
-        delete = _plan_on(conn, "dm", "EXECUTE dm('{2,3}', '{0,0}', 7, '{t2,t3}')")
-        counts = [_plan_on(conn, name, f"EXECUTE {name}") for name in ("tc", "ca")]
+        delete = _plan_on(conn, "EXECUTE dm('{2,3}', '{0,0}', 7, '{t2,t3}')")
+        counts = [_plan_on(conn, f"EXECUTE {name}") for name in ("tc", "ca")]
     assert "Seq Scan on jobs j" not in delete, delete
     assert "jobs_pkey" in delete, delete
     for plan in counts:
@@ -414,7 +415,8 @@ def test_the_engine_connections_carry_the_session_settings(pg_engine):
     h, stop = _pg(pg_engine)
     try:
         for conn in h.engine.db.up:
-            rows = h(conn.query("SELECT current_setting('enable_seqscan'), current_setting('jit')"))
+            rows = h(conn.query(
+                "SELECT current_setting('enable_seqscan'), current_setting('jit')"))
             assert rows == [(b"off", b"off")]
     finally:
         stop()

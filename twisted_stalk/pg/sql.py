@@ -108,16 +108,14 @@ STATEMENTS: Dict[str, str] = {
     # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node,
     # $4 tubes the batch's sessions use or watch.
     # One row per deleted job: id, tube, state, owner connection (the node
-    # tells which of the batch's deletes of that id it answers), whether its
-    # tube keeps jobs.  The jobs are found by ``id = ANY($1)`` alone, never
-    # through a join with the ids: PostgreSQL keeps a prepared statement's
-    # plan, and a join planned while the table was small stays a sequential
-    # scan of every page however much the table grows (1.2 ms a statement on
-    # a churned table of 50 live jobs, against 0.013 ms through the primary
-    # key).  The owner check only reads the (id, connection) pairs.
-    # "Keeps jobs" is looked up once per tube of the batch (``k``), not once
-    # per job, and not at all (NULL) for a tube in $4: the answer only serves
-    # the node's tube list, which keeps a used or watched tube anyway.
+    # tells which of the batch's deletes of that id it answers: a join with
+    # the ids would answer whichever it met first), whether its tube keeps
+    # jobs.  The jobs are found by ``id = ANY($1)`` (the primary key, also in
+    # a plan made while the table was new; see SESSION); the owner check only
+    # reads the (id, connection) pairs.  "Keeps jobs" is looked up once per
+    # tube of the batch (``k``), not once per job, and not at all (NULL) for a
+    # tube in $4: the answer only serves the node's tube list, which keeps a
+    # used or watched tube anyway.
     "delete_many": """
         WITH d AS (
             DELETE FROM {s}.jobs j

@@ -80,7 +80,7 @@ class Stats:
             counts, with_jobs, _ = results
             self._read_counts(counts)
             self.reconcile([r[0] for r in with_jobs], self._elsewhere(), since)
-            return self.server_stats()
+            return self._stat_pairs()
         return d.addCallbacks(build, self._internal_error)
 
     def stats_tube(self, s: Any, name: bytes) -> Any:
@@ -156,8 +156,13 @@ class Stats:
         return MemoryUse(None, 0)
 
     def server_stats(self) -> StatPairs:
-        """The server's stats: job counts as last read, counters summed over nodes."""
+        """The server's stats: job counts as last read, counters summed over
+        nodes (for the front ends that show them: the heartbeat keeps the
+        counts fresh while they look; ``stats`` reads its own)."""
         self._inspected_at = time.monotonic()
+        return self._stat_pairs()
+
+    def _stat_pairs(self) -> StatPairs:
         return server_stat_pairs(self, self.counts, self.journal.stats(), self._sum)
 
     def job_stats(self, job_id: int) -> Any:
