@@ -107,8 +107,15 @@ def test_the_console_put_form_starts_with_the_defaults(tmp_path):
         assert values == [str(DEFAULT_PUT_PRIORITY), str(DEFAULT_PUT_DELAY), str(DEFAULT_PUT_TTR)]
         driver.find_element(By.ID, "put-body").send_keys("from the console")
         browser_test._click(driver, "button[data-action=put]")
-        browser_test._wait(driver, lambda d: b"FOUND" in w.ask(b"peek-ready\r\n"))
-        stats = w.ask(b"stats-job 1\r\n")
+        found: list = []
+
+        def put_seen(_: object) -> bool:
+            reply = w.ask(b"peek-ready\r\n")
+            if reply.startswith(b"FOUND "):
+                found.append(int(reply.split()[1]))
+            return bool(found)
+        browser_test._wait(driver, put_seen)
+        stats = w.ask(b"stats-job %d\r\n" % found[0])
         assert b"pri: %d\n" % DEFAULT_PUT_PRIORITY in stats and b"ttr: %d\n" % DEFAULT_PUT_TTR in stats
         w.sock.close()
     finally:
