@@ -191,6 +191,13 @@ function tubeView(name, start) {
     let data;
     try {
       data = await api("GET", `tubes/${enc}/jobs?` + q);
+      // The address changed while this was asked (Back, a tab): this answer
+      // is for the page before; ask again rather than show it under the new one.
+      if (String(new URLSearchParams({ state: state.state, sort: state.sort, order: state.order,
+          offset: state.offset, limit: state.limit })) !== String(q)) {
+        refreshNow();
+        return;
+      }
     } catch (e) {
       if (e.status === 404) {
         replace(counts, el("span", { class: "badge bad", text: "This tube does not exist " +
