@@ -195,6 +195,15 @@ async function tick() {
 
 function refreshNow() { setTimeout(tick, 0); }
 
+// Whether an answer to query ``asked`` may be shown: not if the view's query
+// (``now()``) changed while it was asked (Back, a tab, a filter), since it
+// would show the page before under the new one; then it asks again.
+function stillAsked(asked, now) {
+  if (String(now()) === String(asked)) return true;
+  refreshNow();
+  return false;
+}
+
 // ----------------------------------------------------------------- overview
 
 function overviewView() {
@@ -236,10 +245,15 @@ function overviewView() {
     el("div", { class: "toolbar" }, filter, sortMenu, pager),
     table("tubes", head, body));
 
-  async function refresh() {
-    const q = new URLSearchParams({ sort: state.sort, order: state.order, offset: state.offset,
+  function query() {
+    return new URLSearchParams({ sort: state.sort, order: state.order, offset: state.offset,
       limit: state.limit, filter: state.filter });
+  }
+
+  async function refresh() {
+    const q = query();
     const data = await api("GET", "overview?" + q);
+    if (!stillAsked(q, query)) return;
     const s = data.server;
     const binlog = s.binlog.enabled
       ? `${s.binlog.writable ? "writing" : "NOT WRITABLE: " + s.binlog.problem}, ` +
@@ -313,8 +327,11 @@ function connectionsView() {
   replace($("#main"), el("h1", { text: "Connections" }), el("div", { class: "toolbar" }, pager),
     table("connections", ["Peer", "Uses", "Watches", "Waiting", "Kind", "Jobs held"].map((h) =>
       el("th", { text: h })), body));
+  const query = () => new URLSearchParams(state);
   async function refresh() {
-    const data = await api("GET", "connections?" + new URLSearchParams(state));
+    const q = query();
+    const data = await api("GET", "connections?" + q);
+    if (!stillAsked(q, query)) return;
     replace(body, data.connections.map((c) => el("tr", {},
       cell("Peer", { text: c.peer }), cell("Uses", {}, tubeLink(c.use)),
       cell("Watches", {}, c.watch.flatMap((w, i) => i ? [", ", tubeLink(w)] : [tubeLink(w)])),

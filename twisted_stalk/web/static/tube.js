@@ -185,19 +185,17 @@ function tubeView(name, start) {
   go(start);
   built = true;
 
-  async function refresh() {
-    const q = new URLSearchParams({ state: state.state, sort: state.sort, order: state.order,
+  function query() {
+    return new URLSearchParams({ state: state.state, sort: state.sort, order: state.order,
       offset: state.offset, limit: state.limit });
+  }
+
+  async function refresh() {
+    const q = query();
     let data;
     try {
       data = await api("GET", `tubes/${enc}/jobs?` + q);
-      // The address changed while this was asked (Back, a tab): this answer
-      // is for the page before; ask again rather than show it under the new one.
-      if (String(new URLSearchParams({ state: state.state, sort: state.sort, order: state.order,
-          offset: state.offset, limit: state.limit })) !== String(q)) {
-        refreshNow();
-        return;
-      }
+      if (!stillAsked(q, query)) return;
     } catch (e) {
       if (e.status === 404) {
         replace(counts, el("span", { class: "badge bad", text: "This tube does not exist " +
