@@ -341,6 +341,18 @@ def test_a_batch_that_cannot_be_built_fails_its_items_and_the_next_still_goes():
     assert answers == ["bad item", 20]
 
 
+def _record_statements(engine) -> list:
+    """(name, parameters) of each statement ``engine`` runs from now on."""
+    asked: list = []
+    execute = engine.db.execute
+
+    def recording(name, params=(), *args, **kwargs):
+        asked.append((name, params))
+        return execute(name, params, *args, **kwargs)
+    engine.db.execute = recording
+    return asked
+
+
 def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_engine):
     """Counting reads every job: a node whose figures nobody reads does not
     count each heartbeat; once the metrics or the console read them, it does."""
@@ -350,19 +362,15 @@ def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_e
     h, stop = _pg(pg_engine + " stalk_heartbeat=0.1 stalk_dead_after=1")
     try:
         e = h.engine
-        asked: list = []
-        execute = e.db.execute
-
-        def recording(name, *args, **kwargs):
-            asked.append(name)
-            return execute(name, *args, **kwargs)
-        e.db.execute = recording
+        statements = _record_statements(e)
         s = h.open()
         h(e.put(s, 0, 0, 60, b"x\r\n"))
         h.advance(0.6)
+        asked = [name for name, _ in statements]
         assert asked.count("heartbeat") >= 3 and "counts_all" not in asked
         assert as_dict(e.server_stats())["current-jobs-ready"] == 0  # not counted yet
         h.advance(0.3)
+        asked = [name for name, _ in statements]
         assert "counts_all" in asked
         assert as_dict(e.server_stats())["current-jobs-ready"] == 1
     finally:
@@ -379,13 +387,7 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
     h, stop = _pg(pg_engine)
     try:
         e = h.engine
-        asked: list = []
-        execute = e.db.execute
-
-        def recording(name, params=(), *args, **kwargs):
-            asked.append((name, params))
-            return execute(name, params, *args, **kwargs)
-        e.db.execute = recording
+        asked = _record_statements(e)
 
         def channels() -> list:
             out = [p[7] for name, p in asked if name == "put_many"]

@@ -74,11 +74,10 @@ class Upkeep:
         self._heartbeat: Optional[task.LoopingCall] = None
         #: Other live nodes: id -> (figures, tube figures), as of the last read.
         self.others: Dict[int, Tuple[Dict[str, int], Dict[str, List[int]]]] = {}
-        #: No other node is known (see the module docstring): notices are not sent.
-        self._alone = False
-        #: Notices heard from other nodes (a read of ``nodes`` sent before
-        #: one of them came may not show its sender).
+        #: Notices heard from other nodes, and how many had been heard when the
+        #: last read of ``nodes`` went out (-1: none read yet); see :attr:`_alone`.
         self._heard = 0
+        self._heard_at_read = -1
         #: Counters of nodes that are gone.
         self.retired: Dict[str, int] = {}
         #: Job counts of the whole queue as of the last heartbeat (inspection).
@@ -260,6 +259,12 @@ class Upkeep:
         if notes and not self._alone:
             self._notify(merged(notes))
 
+    @property
+    def _alone(self) -> bool:
+        """No other node is known (see the module docstring): the last read of
+        ``nodes`` found none, and no other node's notice came since it went out."""
+        return not self.others and self._heard == self._heard_at_read
+
     def _notify(self, notes: List[Notice]) -> None:
         self.db.execute("notify", [self.channel.encode(),
                                    payload_array(notes)]).addErrback(self._failed)
@@ -269,7 +274,6 @@ class Upkeep:
         notice = decode(payload)
         if notice is None or notice.node == self.node_id:
             return
-        self._alone = False
         self._heard += 1
         if isinstance(notice, NodeHere):
             return
@@ -437,7 +441,7 @@ class Upkeep:
         """The other nodes' rows, read when ``heard`` notices had come."""
         self.others = {node: (json.loads(figures), json.loads(tubes))
                        for node, figures, tubes in rows}
-        self._alone = not self.others and self._heard == heard
+        self._heard_at_read = heard
 
     def _read_retired(self, rows: Any) -> None:
         self.retired = {key.decode(): value for key, value in rows}
