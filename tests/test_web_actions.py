@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from twisted.logger import globalLogPublisher
+from twisted.logger import formatEvent, globalLogPublisher
 
 from twisted_stalk.web import login as login_module
 from web_harness import ADMIN_TOKEN, Harness, credentials
@@ -180,6 +180,58 @@ def test_every_action_is_logged_with_who_and_how_many(h):
         globalLogPublisher.removeObserver(events.append)
     [event] = [e for e in events if "console_action" in e]
     assert event["user"] == "ci" and event["kind"] == "delete" and event["done"] == 2
+
+
+def _logged(h, path, body):
+    """The audit line an action writes (as a log file shows it), and the page's notice."""
+    events = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        task = h.post(path, body, headers=BEARER).json["task"]
+        h.run_tasks()
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    [line] = [formatEvent(e) for e in events if "console_action" in e]
+    task = h.get(f"tasks/{task['id']}", headers=BEARER).json["task"]
+    assert line == f"web console: ci {task['summary']}"
+    return line
+
+
+def test_each_action_has_its_own_wording_in_the_log(h):
+    """Issue 29: "ci pause emails: 1 of 1 jobs" said neither how long nor, for a
+    put, which job; "1 jobs".  Each action now says what it did."""
+    c, ids = _fill(h, n=3)
+    assert _logged(h, "tubes/single/jobs", {"body": "x"}) == \
+        f"web console: ci put job {ids[-1] + 1} in single"
+    assert _logged(h, "tubes/work/pause", {"delay": 60}) == \
+        "web console: ci paused tube work for 60 s"
+    assert _logged(h, "tubes/work/pause", {"delay": 0}) == "web console: ci unpaused tube work"
+    assert _logged(h, "tubes/nothing/pause", {"delay": 5}) == \
+        "web console: ci could not pause tube nothing: no tube nothing"
+    assert _logged(h, "jobs/delete", {"ids": [ids[0]]}) == \
+        f"web console: ci deleted job {ids[0]}"
+    assert _logged(h, "jobs/delete", {"ids": [ids[0]]}) == \
+        f"web console: ci deleted 0 of 1 job (job {ids[0]}; 1 skipped)"
+    assert _logged(h, "jobs/bury", {"ids": ids[1:]}) == \
+        f"web console: ci buried 2 of 2 jobs (jobs {ids[1]}, {ids[2]})"
+    assert _logged(h, "jobs/kick", {"ids": [ids[1]]}) == \
+        f"web console: ci kicked job {ids[1]}"
+    assert _logged(h, "tubes/work/kick", {"bound": 10}) == \
+        "web console: ci kicked 1 buried job in tube work (up to 10)"
+    assert _logged(h, "tubes/work/kick", {"bound": 10}) == \
+        "web console: ci kicked 0 delayed jobs in tube work (up to 10)"
+    moved = _logged(h, "jobs/move", {"ids": [ids[1]], "tube": "retry"})
+    assert moved == f"web console: ci moved job {ids[1]} to tube retry (now job {ids[-1] + 2})"
+    more = _fill(h, n=9)[1]
+    assert _logged(h, "jobs/delete", {"ids": more}) == \
+        "web console: ci deleted 9 of 9 jobs (jobs %s ...)" % ", ".join(map(str, more[:5]))
+    _bury(h, 2, b"mail")
+    assert _logged(h, "tubes/mail/flush", {"state": "buried", "confirm": "mail"}) == \
+        "web console: ci flushed tube mail: deleted 2 of 2 buried jobs"
+    h.engine.drain()
+    assert _logged(h, "tubes/work/jobs", {"body": "x"}) == (
+        "web console: ci could not put a job in work: the server is draining (SIGUSR1): "
+        "it takes no new jobs")
 
 
 # ------------------------------------------------------------ who may act

@@ -190,8 +190,8 @@ def test_the_console_in_a_browser(tmp_path, browser):
         _click(browser, "button[data-action=delete-selected]")
         assert _text(browser, "#confirm-delete") == "Delete 1 job? This cannot be undone."
         _click(browser, "button[data-action=confirm-delete]")
-        _wait(browser, lambda d: "delete" in (_text(d, "#notice") or ""))
-        assert _text(browser, "#notice") == "delete job 3: 1 job"
+        _wait(browser, lambda d: "elete" in (_text(d, "#notice") or ""))
+        assert _text(browser, "#notice") == "Deleted job 3"
         assert w.ask(b"peek 3\r\n") == b"NOT_FOUND\r\n"
 
         # Pause the tube.
@@ -200,6 +200,7 @@ def test_the_console_in_a_browser(tmp_path, browser):
         pause.send_keys("90")
         _click(browser, "button[data-action=pause]")
         _wait(browser, lambda d: "paused" in (_text(d, "#tube-badge") or ""))
+        assert _text(browser, "#notice") == "Paused tube emails for 90 s"
         assert b"pause: 90\n" in w.ask(b"stats-tube emails\r\n")
 
         # Kick a buried job from its own page.
@@ -335,7 +336,9 @@ def test_tube_page_tools_above_the_table_search_selection_and_confirmed_delete(
     assert w.ask(b"stats-tube orders\r\n").count(b"current-jobs-ready: 64\n") == 1
     _click(browser, "button[data-action=delete-selected]")
     _click(browser, "button[data-action=confirm-delete]")
-    _wait(browser, lambda d: (_text(d, "#notice") or "").endswith(": 4 jobs"))
+    _wait(browser, lambda d: (_text(d, "#notice") or "").startswith("Deleted 4 of 4 jobs (jobs "))
+    named = _text(browser, "#notice")[len("Deleted 4 of 4 jobs (jobs "):-1].split(", ")
+    assert sorted(map(int, named)) == sorted(wanted[:3] + [plain[5]])
     for job_id in wanted[:3] + [plain[5]]:
         assert w.ask(b"peek %d\r\n" % job_id) == b"NOT_FOUND\r\n"
     assert w.ask(b"peek %d\r\n" % wanted[3]).startswith(b"FOUND")
@@ -513,3 +516,4 @@ def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser, alic
             _screenshot(browser, tmp_path, f"{name}-400px.png")
     finally:
         browser.set_window_size(1280, 900)
+

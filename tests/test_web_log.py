@@ -62,15 +62,25 @@ def test_actions_and_logins_are_logged_without_verbose(tmp_path):
         assert _post(api + "login", {"user": "alice", "password": "wonderland"})[0] == 200
         assert "alice logged in from 127.0.0.1" in _log_line(server, "logged in")
 
+        # Each action in its own words (issue 29: "put single: 1 of 1 jobs").
         status, answer = _post(api + "jobs/delete", {"ids": [1, 2]}, TOKEN)
         assert (status, answer["task"]["done"]) == (200, 2)
-        assert _log_line(server, "delete jobs").endswith(
-            "web console: deploy-bot delete jobs 1, 2: 2 of 2 jobs")
+        assert _log_line(server, " deleted ").endswith(
+            "web console: deploy-bot deleted 2 of 2 jobs (jobs 1, 2)")
+        assert _post(api + "jobs/delete", {"ids": [3]}, TOKEN)[0] == 200
+        assert _log_line(server, " deleted job").endswith("web console: deploy-bot deleted job 3")
         assert _post(api + "tubes/mail/kick", {"bound": 5}, TOKEN)[0] == 200
-        assert "web console: deploy-bot kick mail: 0 of 0 jobs" in _log_line(server, " kick ")
-        status, answer = _post(api + "tubes/mail/jobs", {"body": "hi"}, TOKEN)
+        assert _log_line(server, " kicked ").endswith(
+            "web console: deploy-bot kicked 0 delayed jobs in tube mail (up to 5)")
+        status, answer = _post(api + "tubes/single/jobs", {"body": "hi"}, TOKEN)
         assert status == 200
-        assert "web console: deploy-bot put mail: 1 of 1 jobs" in _log_line(server, " put ")
+        assert _log_line(server, " put ").endswith("web console: deploy-bot put job 4 in single")
+        assert _post(api + "tubes/mail/pause", {"delay": 60}, TOKEN)[0] == 200
+        assert _log_line(server, " paused ").endswith(
+            "web console: deploy-bot paused tube mail for 60 s")
+        assert _post(api + "tubes/mail/pause", {"delay": 0}, TOKEN)[0] == 200
+        assert _log_line(server, " unpaused ").endswith(
+            "web console: deploy-bot unpaused tube mail")
         assert w.ask(b"stats-job 1\r\n") == b"NOT_FOUND\r\n"
         w.sock.close()
         # Info lines other than the console's stay quiet without -V.

@@ -369,8 +369,9 @@ class Api:
 
     # Acting: each runs as a task (see tasks.py and actions.py).
 
-    async def _run(self, identity, kind: str, target: str, total: int, work) -> Tuple[int, Any]:
-        task = self.console.tasks.start(kind, identity, target, total, work)
+    async def _run(self, identity, kind: str, target: str, total: int, work,
+                   **asked: Any) -> Tuple[int, Any]:
+        task = self.console.tasks.start(kind, identity, target, total, work, asked)
         if task.state == "running" or task.finished is None:
             # Still running: answer now; the page follows its progress.
             return 202, {"task": task.view()}
@@ -391,13 +392,13 @@ class Api:
         delay = checked_int(read_json(request).get("delay"), "delay", 0, U32)
         return await self._run(identity, "pause" if delay else "unpause", _text(tube), 1,
                                lambda task, s, sl: actions.pause(self.engine, task, s, sl,
-                                                                 tube, delay))
+                                                                 tube, delay), delay=delay)
 
     async def kick(self, request, identity, tube: bytes) -> Tuple[int, Any]:
         bound = checked_int(read_json(request).get("bound"), "bound", 1, U32)
         return await self._run(identity, "kick", _text(tube), bound,
                                lambda task, s, sl: actions.kick(self.engine, task, s, sl,
-                                                                tube, bound))
+                                                                tube, bound), bound=bound)
 
     async def flush(self, request, identity, tube: bytes) -> Tuple[int, Any]:
         data = read_json(request)
@@ -408,9 +409,9 @@ class Api:
         if data.get("confirm") != _text(tube):
             raise bad_request("type the tube's name to confirm the flush")
         self._tube(tube)
-        return await self._run(identity, f"flush-{state}", _text(tube), 0,
+        return await self._run(identity, "flush", _text(tube), 0,
                                lambda task, s, sl: actions.flush(self.engine, task, s, sl,
-                                                                 tube, state))
+                                                                 tube, state), state=state)
 
     async def jobs_action(self, request, identity, action: str) -> Tuple[int, Any]:
         data = read_json(request)
@@ -427,11 +428,13 @@ class Api:
         elif action == "move":
             to = tube_name(data.get("tube"), "destination tube")
             work = lambda task, s, sl: actions.move_jobs(engine, task, s, sl, ids, to)  # noqa
-            return await self._run(identity, "move", f"{len(ids)} jobs to {_text(to)}",
-                                   len(ids), work)
+            return await self._run(identity, "move", _describe(ids), len(ids), work,
+                                   tube=_text(to))
         else:
             raise ApiError(404, "no such action")
-        return await self._run(identity, action, _describe(ids), len(ids), work)
+        # A tube's kick is "kick"; this one kicks chosen jobs.
+        kind = "kick-jobs" if action == "kick" else action
+        return await self._run(identity, kind, _describe(ids), len(ids), work)
 
 
 def _text(tube: bytes) -> str:

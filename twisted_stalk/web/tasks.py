@@ -24,6 +24,7 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
+from .audit import asked, summary
 from .auth import Identity
 from .http import ApiError
 
@@ -66,11 +67,16 @@ class Slicer:
 class Task:
     """One action's progress."""
 
-    def __init__(self, kind: str, identity: Identity, target: str, total: int) -> None:
+    def __init__(self, kind: str, identity: Identity, target: str, total: int,
+                 asked: Optional[Dict[str, Any]] = None) -> None:
         self.id = secrets.token_hex(8)
+        #: The action: a key of :data:`~.audit.WORDINGS`.
         self.kind = kind
         self.user = identity.name
+        #: What it acts on, as a person reads it: a tube's name, ``job 3``, ``jobs 1, 2``.
         self.target = target
+        #: What it was asked beyond the target (a pause's delay, a move's tube ...).
+        self.asked: Dict[str, Any] = dict(asked or {})
         self.total = total
         self.done = 0
         #: Jobs the action could not act on (gone, held by a worker ...).
@@ -88,9 +94,11 @@ class Task:
     def view(self) -> Dict[str, Any]:
         return {
             "id": self.id, "kind": self.kind, "user": self.user, "target": self.target,
-            "total": self.total, "done": self.done, "skipped": self.skipped,
-            "state": self.state, "error": self.error, "result": self.result,
-            "started": self.started, "finished": self.finished,
+            "asked": self.asked, "total": self.total, "done": self.done,
+            "skipped": self.skipped, "state": self.state, "error": self.error,
+            "result": self.result, "started": self.started, "finished": self.finished,
+            "doing": asked(self),
+            "summary": summary(self) if self.finished is not None else None,
         }
 
 
@@ -115,14 +123,15 @@ class Tasks:
         return [t.view() for t in list(self.tasks.values())[-limit:]][::-1]
 
     def start(self, kind: str, identity: Identity, target: str, total: int,
-              work: Callable[[Task, Any, Slicer], Awaitable[None]]) -> Task:
+              work: Callable[[Task, Any, Slicer], Awaitable[None]],
+              asked: Optional[Dict[str, Any]] = None) -> Task:
         """Run ``work(task, session, slicer)`` through a new engine session.
         ``task.ended`` fires with the task when it ends; an action that needs
         no more than one slice has ended when this returns."""
         if self.running() >= RUNNING_TASKS:
             raise ApiError(429, f"{RUNNING_TASKS} actions are already running; try again "
                                 "when one has finished")
-        task = Task(kind, identity, target, total)
+        task = Task(kind, identity, target, total, asked)
         self.tasks[task.id] = task
         while len(self.tasks) > KEPT_TASKS:
             oldest = next((k for k, t in self.tasks.items() if t.state != "running"), None)
@@ -148,12 +157,8 @@ class Tasks:
             console.close_session(session)
         await console.settled()
         task.finished = time.time()
-        log.info("web console: {user} {kind} {target}: {done} of {total} jobs"
-                 "{skipped_text}{error_text}",
-                 user=task.user, kind=task.kind, target=task.target, done=task.done,
-                 total=task.total,
-                 skipped_text=f", {task.skipped} skipped" if task.skipped else "",
-                 error_text=f" (failed: {task.error})" if task.error else "",
+        log.info("web console: {user} {summary}", user=task.user, summary=summary(task),
+                 kind=task.kind, done=task.done, total=task.total,
                  console_action=task.view())
         return task
 

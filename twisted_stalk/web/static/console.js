@@ -149,18 +149,13 @@ async function act(path, body, done) {
   return task;
 }
 
-function describeTask(task) {
-  const skipped = task.skipped ? `, ${num(task.skipped)} skipped` : "";
-  if (task.kind === "put") return `Put job ${task.result.id} into ${task.result.tube}`;
-  if (task.kind === "pause") return `Paused ${task.target} for ${task.result.pause}s`;
-  if (task.kind === "unpause") return `Unpaused ${task.target}`;
-  return `${task.kind} ${task.target}: ${plural(task.done, "job")}${skipped}`;
-}
+// The server words what an action did (the audit log's line, without who).
+const capitalized = (text) => text.charAt(0).toUpperCase() + text.slice(1);
 
 function showTask(task) {
   const box = $("#task");
   const bar = el("progress", { max: Math.max(task.total, 1), value: task.done });
-  replace(box, el("span", { text: `${task.kind} ${task.target}: ` }), bar,
+  replace(box, el("span", { text: `${capitalized(task.doing)}: ` }), bar,
     el("span", { text: ` ${num(task.done)} of ${num(task.total)}` }));
   box.hidden = false;
 }
@@ -168,8 +163,8 @@ function showTask(task) {
 function finishTask(task) {
   $("#task").hidden = true;
   S.task = null;
-  if (task.state === "failed") showError(`${task.kind} failed: ${task.error}`);
-  else showNotice(describeTask(task));
+  if (task.state === "failed") showError(capitalized(task.summary));
+  else showNotice(capitalized(task.summary));
 }
 
 async function followTask() {
