@@ -517,3 +517,31 @@ def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser, alic
     finally:
         browser.set_window_size(1280, 900)
 
+
+def test_the_put_forms_priority_shows_every_digit_at_1280_and_400px(tmp_path, browser, alice):
+    """Issue 29: the priority field showed ``214748364`` for the default
+    2147483648.  The input's value as displayed: its text fits the field (no
+    scrolling inside it), for the default and for the largest priority."""
+    base, w = alice
+    _put(w, b"emails", [b"x"])
+    _fresh(browser, base, "#/tube/emails")
+    _log_in(browser)
+    _wait(browser, lambda d: d.find_elements(By.ID, "put-pri"))
+    shown = ("const i = document.getElementById('put-pri');"
+             "if (arguments[0] !== null) i.value = arguments[0];"
+             "const r = i.getBoundingClientRect();"
+             "return {value: i.value, scroll: i.scrollWidth, client: i.clientWidth,"
+             "        right: r.right, window: innerWidth};")
+    try:
+        for width in (1280, 400):
+            browser.set_window_size(width, 900)
+            browser.refresh()  # the form as drawn at this width, with the default
+            _wait(browser, lambda d: d.find_elements(By.ID, "put-pri"))
+            assert browser.execute_script("return innerWidth") <= width
+            for value in (None, "4294967295", "1"):
+                field = browser.execute_script(shown, value)
+                assert field["value"] == (value or "2147483648"), field
+                assert field["scroll"] <= field["client"], (width, field)
+                assert field["right"] <= field["window"], (width, field)
+    finally:
+        browser.set_window_size(1280, 900)

@@ -234,7 +234,8 @@ function tubeActions(name, enc) {
     el("option", { value: "text", text: "text (UTF-8)" }),
     el("option", { value: "hex", text: "hex" }));
   const defaults = S.me.put_defaults;  // the server's one set (whoami)
-  const pri = el("input", { id: "put-pri", type: "number", min: 0, value: defaults.pri, size: 10 });
+  const pri = el("input", { id: "put-pri", class: "u32", type: "number", min: 0,
+    max: 4294967295, value: defaults.pri });
   const delay = el("input", { id: "put-delay", type: "number", min: 0, value: defaults.delay, size: 6 });
   const ttr = el("input", { id: "put-ttr", type: "number", min: 0, value: defaults.ttr, size: 6 });
   const kickN = el("input", { id: "kick-bound", type: "number", min: 1, value: 10, size: 6 });
