@@ -11,7 +11,9 @@ its own engine session, large ones in slices across reactor turns.
 * :mod:`.api`: the endpoints; :mod:`.views`: what they say about jobs, tubes, the server.
 * :mod:`.actions` and :mod:`.tasks`: what the actions do, and how they run in slices.
 * :mod:`.sampler`: rates over the last minutes, sampled on a timer.
-* :mod:`.auth`, :mod:`.login`: the credentials file, logins, CSRF.
+* :mod:`.auth`, :mod:`.login`: the credentials file, logins, CSRF;
+  :mod:`.reload`: the file read again on SIGHUP.
+* :mod:`.audit`: what each action says it did (the audit log).
 * :mod:`.http`: bounded requests, JSON answers, security headers.
 """
 from __future__ import annotations
@@ -35,6 +37,14 @@ def make_console(factory, reactor, credentials=None):
     return make_site(factory, reactor, credentials)
 
 
+def _reload_on_sighup(site, reactor) -> None:
+    """SIGHUP reads the credentials file again (:mod:`.reload`), if there is one."""
+    logins = site.console.logins
+    if logins.credentials is not None and logins.credentials.path:
+        from .reload import reload_on_sighup
+        reload_on_sighup(reactor, logins, logins.credentials.path)
+
+
 def console_service(factory, reactor, endpoint: str, auth_file: Optional[str] = None):
     """``twistd beanstalk --web``: a service that binds ``endpoint`` before
     twistd drops privileges (a failure ends twistd with one line) and runs
@@ -46,6 +56,7 @@ def console_service(factory, reactor, endpoint: str, auth_file: Optional[str] = 
     class ConsoleService(ListenerService):
         def startService(self) -> None:
             site.console.start()
+            _reload_on_sighup(site, reactor)
             super().startService()
 
         def stopService(self):
@@ -65,6 +76,7 @@ def listen(factory, reactor, endpoint: str, credentials=None):
     site = make_console(factory, reactor, credentials)
     port = listen_now(reactor, endpoint, site, "--web")
     site.console.start()
+    _reload_on_sighup(site, reactor)
     return port
 
 

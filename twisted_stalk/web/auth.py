@@ -19,9 +19,12 @@ Write entries with::
     python -m twisted_stalk.web.auth token deploy-bot --file console.auth
     python -m twisted_stalk.web.auth remove alice --file console.auth
 
-``add`` asks for the password twice (or reads one line from standard input
-with ``--password-stdin``); ``token`` prints a new token once.  The file is
-created with mode 0600.
+``add`` asks for the password twice on a terminal (else, or with
+``--password-stdin``, it reads one line from standard input); ``token`` prints
+a new token once.  A new file is created with mode 0600; an existing one is
+replaced by a file with its owner, group and mode (``root:stalk 0640`` stays
+so), through a symbolic link to where it points.  A running server reads the
+file again on SIGHUP (:mod:`.reload`).
 """
 from __future__ import annotations
 
@@ -32,9 +35,12 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..wording import counted
 
 ROLES = ("admin", "viewer")
 #: scrypt cost: 16 MiB of memory and tens of milliseconds per check.
@@ -182,18 +188,24 @@ def load(path: str) -> "Credentials":
     if not entries:
         raise AuthFileError(f"--web-auth file {path} has no entries "
                             "(python -m twisted_stalk.web.auth add USER --file ...)")
-    return Credentials(entries)
+    return Credentials(entries, path)
 
 
 class Credentials:
     """The users and tokens of a credentials file."""
 
-    def __init__(self, entries: Sequence[Entry]) -> None:
+    def __init__(self, entries: Sequence[Entry], path: Optional[str] = None) -> None:
+        #: The file they were read from (read again on SIGHUP: :mod:`.reload`).
+        self.path = path
         self.users: Dict[str, Entry] = {e.name: e for e in entries if e.kind == "user"}
         self.tokens: List[Entry] = [e for e in entries if e.kind == "token"]
         #: A hash to check against for unknown users, so that the time taken
         #: does not tell which user names exist.
         self._decoy = hash_password(secrets.token_hex(8)) if self.users else None
+
+    def __str__(self) -> str:
+        """``2 users and 1 token``."""
+        return f"{counted(len(self.users), 'user')} and {counted(len(self.tokens), 'token')}"
 
     def password_check(self, name: str, password: str) -> Tuple[Optional[Identity], str]:
         """``(identity or None, stored hash to check)``: the slow check itself is
@@ -214,15 +226,25 @@ class Credentials:
 
 # ----------------------------------------------------------------- the helper
 
+HEADER = "# twisted-stalk web console credentials (docs/web.md)"
+
+
 def _rewrite(path: str, kind: str, name: str, line: Optional[str]) -> bool:
-    """Replace (or remove, ``line`` None) the entry ``kind name``; True if it was there."""
+    """Replace (or remove, ``line`` None) the entry ``kind name``; True if it was there.
+
+    The new file replaces the old one at once (a server reading it on SIGHUP
+    sees one or the other), with the old one's owner, group and mode."""
+    path = os.path.realpath(path)  # a symbolic link stays one
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
+        was = os.stat(path)
     except FileNotFoundError:
-        lines = ["# twisted-stalk web console credentials (docs/web.md)"]
+        lines, was = [], None
+    except OSError as e:
+        raise SystemExit(f"cannot read {path}: {e.strerror}")
     kept, found = [], False
-    for raw in lines:
+    for raw in lines or [HEADER]:
         fields = raw.split()
         if len(fields) >= 2 and fields[0] == kind and fields[1] == name:
             found = True
@@ -231,15 +253,31 @@ def _rewrite(path: str, kind: str, name: str, line: Optional[str]) -> bool:
     if line is not None:
         kept.append(line)
     tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("\n".join(kept) + "\n")
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        raise SystemExit(f"cannot write {tmp}: {e.strerror}")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            if was is not None:
+                try:
+                    os.fchown(f.fileno(), was.st_uid, was.st_gid)
+                except PermissionError:
+                    raise SystemExit(f"cannot give the new {path} the owner of the old one "
+                                     f"(uid {was.st_uid}, gid {was.st_gid}): run this as root "
+                                     "or as that owner")
+                os.fchmod(f.fileno(), stat.S_IMODE(was.st_mode))
+            f.write("\n".join(kept) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return found
 
 
 def _read_password(from_stdin: bool) -> str:
-    if from_stdin:
+    """Asked twice on a terminal; else one line of standard input (a script, an install)."""
+    if from_stdin or not sys.stdin.isatty():
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = getpass.getpass("Password: ")
@@ -267,8 +305,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             p.add_argument("--role", choices=ROLES, default="admin")
         if command == "add":
             p.add_argument("--password-stdin", action="store_true",
-                           help="read the password from the first line of standard input")
+                           help="read the password from the first line of standard input "
+                                "(what happens anyway when it is not a terminal)")
             p.add_argument("--scheme", choices=("scrypt", "pbkdf2-sha256"), default=DEFAULT_SCHEME)
+    parser.epilog = ("An existing file keeps its owner, group and mode. A running server "
+                     "reads the file again on SIGHUP (systemctl reload twisted-stalk).")
     args = parser.parse_args(argv)
     if not valid_name(args.name):
         parser.error("a name is 1-64 letters, digits, '.', '_', '@' or '-'")
@@ -287,6 +328,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not any(removed):
             sys.stderr.write(f"{args.name}: no such entry in {args.file}\n")
             return 1
+        print(f"{args.name} removed from {args.file}")
     return 0
 
 

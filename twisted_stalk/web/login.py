@@ -67,6 +67,17 @@ class Logins:
     def enabled(self) -> bool:
         return self.credentials is not None
 
+    def replace_credentials(self, credentials: Credentials) -> int:
+        """Use ``credentials`` from now on (a reloaded file).  The logins of a
+        user who is gone, or whose password or role changed, end; how many."""
+        old = self.credentials.users if self.credentials is not None else {}
+        ended = [key for key, login in self.sessions.items()
+                 if credentials.users.get(login.identity.name) != old.get(login.identity.name)]
+        for key in ended:
+            del self.sessions[key]
+        self.credentials = credentials
+        return len(ended)
+
     # -------------------------------------------------------- identification
 
     def identify(self, request) -> Optional[Identity]:
