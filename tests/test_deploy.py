@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from deploy_check import check_server, exec_start, unit_settings
+from deploy_check import check_server, exec_reload, exec_start, unit_settings
 from servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,6 +61,10 @@ def test_the_steps_and_the_units_agree():
         auth = argv[argv.index("--web-auth") + 1]
         assert f"--file {auth}\n" in steps and f"chown root:stalk {auth}\n" in steps
         assert f"chmod 0640 {auth}\n" in steps
+        # A person who logs in from a browser, not only a token (issue 29).
+        assert f'twisted_stalk.web.auth add "${{ADMIN:-admin}}" --file {auth}\n' in steps
+        # systemctl reload: the server reads its credentials again.
+        assert settings["ExecReload"] == "/bin/kill -HUP $MAINPID"
         assert f"docs/deploy/{name}" in steps
         grace = float(argv[argv.index("--shutdown-grace") + 1])
         assert float(settings["TimeoutStopSec"]) > grace
@@ -89,11 +94,16 @@ def test_systemd_analyze_verifies_the_units(tmp_path):
 @pytest.mark.parametrize("name", UNITS)
 def test_each_units_command_line_serves(name, tmp_path):
     """The unit's ExecStart, with this interpreter's programs, a temporary
-    binlog directory and credentials file, and free ports."""
+    binlog directory and credentials file, and free ports; the person the
+    install adds logs in, before and after the unit's ExecReload."""
     binlog, auth = tmp_path / "binlog", tmp_path / "console.auth"
     binlog.mkdir()
-    made = subprocess.run([sys.executable, "-m", "twisted_stalk.web.auth", "token", "deploy",
-                           "--file", str(auth)], capture_output=True, text=True, timeout=60)
+    tool = [sys.executable, "-m", "twisted_stalk.web.auth"]
+    added = subprocess.run([*tool, "add", "admin", "--file", str(auth)], input="s3cret\n",
+                           capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added
+    made = subprocess.run([*tool, "token", "deploy", "--file", str(auth)],
+                          capture_output=True, text=True, timeout=60)
     token = made.stdout.strip()
     assert made.returncode == 0 and token, made
     text = _read(os.path.join(SHIPPED, name))
@@ -110,5 +120,27 @@ def test_each_units_command_line_serves(name, tmp_path):
         if arg in moved:
             arg = moved[arg]
         argv.append(arg)
-    lines = check_server(argv, token, str(binlog))
+    lines = check_server(argv, token, str(binlog), person=("admin", "s3cret"),
+                         reload=lambda pid: exec_reload(text, pid))
     assert any("beanstalk on tcp" in line for line in lines), lines
+    assert any(line.endswith(f"web console: credentials reloaded from {auth}: 1 user and "
+                             "1 token") for line in lines), lines
+
+
+def test_the_page_says_how_to_run_without_systemd():
+    """Its command line is stalkd.service's, with ``-u`` and the unit's ``User=``
+    (stalkd reads the credentials as root, then becomes that user), and the
+    page gives each systemctl verb's signal."""
+    section = _read(DOC).split("\n## Without systemd\n")[1].split("\n## ")[0]
+    [block] = re.findall(r"^```sh\n(.*?)^```$", section, re.S | re.M)
+    joined = re.sub(r"\\\n\s*", " ", block)
+    [line] = [line for line in joined.splitlines() if f"{VENV_BIN}stalkd " in line]
+    text = _read(os.path.join(SHIPPED, "stalkd.service"))
+    unit, settings = exec_start(text), unit_settings(text)
+    assert shlex.split(line.partition(" 2>>")[0]) == [unit[0], "-u", settings["User"], *unit[1:]]
+    assert block.startswith(f"cd {settings['WorkingDirectory']}\n")
+    assert "echo $! > /run/twisted-stalk.pid" in block
+    for verb, signal_name in (("reload", "HUP"), ("stop", "TERM")):
+        assert (f"| `systemctl {verb} twisted-stalk` | `kill -{signal_name} "
+                "$(cat /run/twisted-stalk.pid)`") in section
+    assert settings["ExecReload"] == "/bin/kill -HUP $MAINPID"

@@ -14,7 +14,11 @@ id stalk >/dev/null 2>&1 || useradd --system --user-group --no-create-home \
 # 3. The binlog directory: the service's own, nobody else's.
 install -d -o stalk -g stalk -m 0750 /var/lib/twisted-stalk
 # 4. The console's credentials: root writes them, the service may only read them.
+#    The first person, an admin who logs in from a browser: the tool asks for the
+#    password ("ADMIN=alice sh docs/deploy/install.sh" names them; "admin" otherwise);
+#    then a token for scripts, printed once (the last line).
 install -d -o root -g stalk -m 0750 /etc/twisted-stalk
+/opt/twisted-stalk/bin/python -m twisted_stalk.web.auth add "${ADMIN:-admin}" --file /etc/twisted-stalk/console.auth
 /opt/twisted-stalk/bin/python -m twisted_stalk.web.auth token deploy --file /etc/twisted-stalk/console.auth
 chown root:stalk /etc/twisted-stalk/console.auth
 chmod 0640 /etc/twisted-stalk/console.auth
