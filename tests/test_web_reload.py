@@ -245,3 +245,18 @@ def test_sighup_reloads_the_credentials_of_a_running_server(program, tmp_path):
         assert _get(api + "overview", token=token) == 200
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_sighup_to_a_read_only_console_says_there_is_nothing_to_read(tmp_path):
+    """``systemctl reload`` of a server whose console has no --web-auth must
+    not end it (SIGHUP's default)."""
+    web_port = free_port()
+    server = start_stalkd(tmp_path, "--web", f"tcp:{web_port}:interface=127.0.0.1")
+    try:
+        wait_http(f"http://127.0.0.1:{web_port}/api/v1/whoami")
+        server.proc.send_signal(signal.SIGHUP)
+        assert _logged(server, "SIGHUP", 1).endswith(
+            "web console: SIGHUP: no --web-auth file to read again (the console is read-only)")
+        assert _get(f"http://127.0.0.1:{web_port}/api/v1/overview") == 200
+    finally:
+        assert server.stop() == 0, server.log()

@@ -38,11 +38,11 @@ def make_console(factory, reactor, credentials=None):
 
 
 def _reload_on_sighup(site, reactor) -> None:
-    """SIGHUP reads the credentials file again (:mod:`.reload`), if there is one."""
+    """SIGHUP reads the credentials file again (:mod:`.reload`); without one it
+    only says so (a ``systemctl reload`` must not end the server)."""
+    from .reload import reload_on_sighup
     logins = site.console.logins
-    if logins.credentials is not None and logins.credentials.path:
-        from .reload import reload_on_sighup
-        reload_on_sighup(reactor, logins, logins.credentials.path)
+    reload_on_sighup(reactor, logins, logins.credentials.path if logins.credentials else None)
 
 
 def console_service(factory, reactor, endpoint: str, auth_file: Optional[str] = None):

@@ -6,14 +6,15 @@
 from then on, and the logins of a user who was removed, or whose password or
 role changed, end.  One line says so; a file that cannot be read or is
 malformed changes nothing, and one line says why (the server keeps the
-credentials it had).  The server reads the file as the user it runs as
+credentials it had); a console without ``--web-auth`` only says it has
+nothing to read.  The server reads the file as the user it runs as
 (``User=stalk``, ``stalkd -u``), so that user must be able to read it
 (``root:stalk 0640``, docs/deploy.md).
 """
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, Optional
 
 from twisted.logger import Logger
 
@@ -24,8 +25,12 @@ from .login import Logins
 log = Logger(namespace="twisted_stalk.web")
 
 
-def reload_credentials(logins: Logins, path: str) -> bool:
+def reload_credentials(logins: Logins, path: Optional[str]) -> bool:
     """Read ``path`` again into ``logins``; True if it was taken."""
+    if path is None:
+        log.info("web console: SIGHUP: no --web-auth file to read again (the console is "
+                 "read-only)")
+        return False
     try:
         credentials = load(path)
     except AuthFileError as e:
@@ -40,8 +45,9 @@ def reload_credentials(logins: Logins, path: str) -> bool:
     return True
 
 
-def reload_on_sighup(reactor: Any, logins: Logins, path: str) -> None:
-    """From now on SIGHUP reloads ``path`` (on the reactor's next turn).  A
+def reload_on_sighup(reactor: Any, logins: Logins, path: Optional[str]) -> None:
+    """From now on SIGHUP reloads ``path`` (on the reactor's next turn; None:
+    the console has no credentials file, and a line says so).  A
     handler that was there before (twistd's log rotation) still runs.  Call
     from the main thread."""
     previous = signal.getsignal(signal.SIGHUP)
