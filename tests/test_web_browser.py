@@ -545,3 +545,32 @@ def test_the_put_forms_priority_shows_every_digit_at_1280_and_400px(tmp_path, br
                 assert field["right"] <= field["window"], (width, field)
     finally:
         browser.set_window_size(1280, 900)
+
+
+def test_a_person_added_while_the_server_runs_logs_in_from_the_browser(tmp_path, browser):
+    """Issue 29: after docs/deploy.md only a bearer token existed, and a person
+    added with the credentials tool could log in only after a restart.  Now:
+    the tool, then SIGHUP (systemctl reload), then the login page."""
+    import signal
+    import subprocess
+    import sys
+    auth = tmp_path / "console.auth"
+    tool = [sys.executable, "-m", "twisted_stalk.web.auth"]
+    assert subprocess.run([*tool, "token", "deploy", "--file", str(auth)], capture_output=True,
+                          timeout=60).returncode == 0
+    server, base = _console(tmp_path, "--web-auth", str(auth))
+    try:
+        _fresh(browser, base)
+        _log_in(browser)  # alice, not in the file yet
+        _wait(browser, lambda d: "wrong user name or password" in (_text(d, "#alert") or ""))
+        assert subprocess.run([*tool, "add", "alice", "--file", str(auth)], input=b"wonderland\n",
+                              capture_output=True, timeout=60).returncode == 0
+        server.proc.send_signal(signal.SIGHUP)
+        server.wait_log("credentials reloaded")
+        _fresh(browser, base)
+        _log_in(browser)
+        _wait(browser, lambda d: "alice (admin)" in (_text(d, "#who") or ""))
+        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#tubes tbody tr"))
+        _script_errors(browser)  # the failed login's 401
+    finally:
+        server.stop()
