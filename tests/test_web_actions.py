@@ -207,7 +207,7 @@ def test_each_action_has_its_own_wording_in_the_log(h):
         "web console: ci paused tube work for 60 s"
     assert _logged(h, "tubes/work/pause", {"delay": 0}) == "web console: ci unpaused tube work"
     assert _logged(h, "tubes/nothing/pause", {"delay": 5}) == \
-        "web console: ci could not pause tube nothing: no tube nothing"
+        "web console: ci could not pause tube nothing for 5 s: no tube nothing"
     assert _logged(h, "jobs/delete", {"ids": [ids[0]]}) == \
         f"web console: ci deleted job {ids[0]}"
     assert _logged(h, "jobs/delete", {"ids": [ids[0]]}) == \
@@ -222,12 +222,17 @@ def test_each_action_has_its_own_wording_in_the_log(h):
         "web console: ci kicked 0 delayed jobs in tube work (up to 10)"
     moved = _logged(h, "jobs/move", {"ids": [ids[1]], "tube": "retry"})
     assert moved == f"web console: ci moved job {ids[1]} to tube retry (now job {ids[-1] + 2})"
+    # What the page shows while an action runs: what it was asked.
+    assert h.get("tasks", headers=BEARER).json["tasks"][0]["doing"] == \
+        f"move job {ids[1]} to tube retry"
     more = _fill(h, n=9)[1]
     assert _logged(h, "jobs/delete", {"ids": more}) == \
         "web console: ci deleted 9 of 9 jobs (jobs %s ...)" % ", ".join(map(str, more[:5]))
     _bury(h, 2, b"mail")
     assert _logged(h, "tubes/mail/flush", {"state": "buried", "confirm": "mail"}) == \
         "web console: ci flushed tube mail: deleted 2 of 2 buried jobs"
+    assert h.get("tasks", headers=BEARER).json["tasks"][0]["doing"] == \
+        "flush the buried jobs of tube mail"
     h.engine.drain()
     assert _logged(h, "tubes/work/jobs", {"body": "x"}) == (
         "web console: ci could not put a job in work: the server is draining (SIGUSR1): "

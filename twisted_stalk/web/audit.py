@@ -51,7 +51,8 @@ def _flushed(task: "Task") -> str:
 class Wording(NamedTuple):
     #: What was done, from the task's progress and result.
     done: Callable[["Task"], str]
-    #: What was asked, after "could not" when the action failed having done nothing.
+    #: What was asked (``{target}`` and the task's ``asked``): the page's progress
+    #: line while it runs, and after "could not" when it failed having done nothing.
     asked: str
 
 
@@ -59,20 +60,20 @@ class Wording(NamedTuple):
 WORDINGS: Dict[str, Wording] = {
     "put": Wording(lambda t: f"put job {t.result['id']} in {t.target}", "put a job in {target}"),
     "pause": Wording(lambda t: f"paused tube {t.target} for {t.asked['delay']} s",
-                     "pause tube {target}"),
+                     "pause tube {target} for {delay} s"),
     "unpause": Wording(lambda t: f"unpaused tube {t.target}", "unpause tube {target}"),
-    "kick": Wording(_kicked, "kick jobs in tube {target}"),
+    "kick": Wording(_kicked, "kick up to {bound} jobs in tube {target}"),
     "kick-jobs": Wording(lambda t: _jobs(t, "kicked"), "kick {target}"),
     "delete": Wording(lambda t: _jobs(t, "deleted"), "delete {target}"),
     "bury": Wording(lambda t: _jobs(t, "buried"), "bury {target}"),
-    "move": Wording(_moved, "move {target}"),
-    "flush": Wording(_flushed, "flush tube {target}"),
+    "move": Wording(_moved, "move {target} to tube {tube}"),
+    "flush": Wording(_flushed, "flush the {state} jobs of tube {target}"),
 }
 
 
 def asked(task: "Task") -> str:
-    """What the action was asked to do: ``delete jobs 1, 2``, ``flush tube mail``."""
-    return WORDINGS[task.kind].asked.format(target=task.target)
+    """What the action was asked to do: ``delete jobs 1, 2``, ``move job 4 to tube retry``."""
+    return WORDINGS[task.kind].asked.format(target=task.target, **task.asked)
 
 
 def summary(task: "Task") -> str:
