@@ -220,6 +220,9 @@ def test_each_action_has_its_own_wording_in_the_log(h):
         "web console: ci kicked 1 buried job in tube work (up to 10)"
     assert _logged(h, "tubes/work/kick", {"bound": 10}) == \
         "web console: ci kicked 0 delayed jobs in tube work (up to 10)"
+    _logged(h, "tubes/work/kick", {"bound": 1})
+    assert h.get("tasks", headers=BEARER).json["tasks"][0]["doing"] == \
+        "kick up to 1 job in tube work"
     moved = _logged(h, "jobs/move", {"ids": [ids[1]], "tube": "retry"})
     assert moved == f"web console: ci moved job {ids[1]} to tube retry (now job {ids[-1] + 2})"
     # What the page shows while an action runs: what it was asked.

@@ -51,29 +51,33 @@ def _flushed(task: "Task") -> str:
 class Wording(NamedTuple):
     #: What was done, from the task's progress and result.
     done: Callable[["Task"], str]
-    #: What was asked (``{target}`` and the task's ``asked``): the page's progress
-    #: line while it runs, and after "could not" when it failed having done nothing.
-    asked: str
+    #: What was asked: the page's progress line while it runs, and after
+    #: "could not" when it failed having done nothing.
+    asked: Callable[["Task"], str]
 
 
 #: Each kind of action: what it says it did, and what it was asked to do.
 WORDINGS: Dict[str, Wording] = {
-    "put": Wording(lambda t: f"put job {t.result['id']} in {t.target}", "put a job in {target}"),
+    "put": Wording(lambda t: f"put job {t.result['id']} in {t.target}",
+                   lambda t: f"put a job in {t.target}"),
     "pause": Wording(lambda t: f"paused tube {t.target} for {t.asked['delay']} s",
-                     "pause tube {target} for {delay} s"),
-    "unpause": Wording(lambda t: f"unpaused tube {t.target}", "unpause tube {target}"),
-    "kick": Wording(_kicked, "kick up to {bound} jobs in tube {target}"),
-    "kick-jobs": Wording(lambda t: _jobs(t, "kicked"), "kick {target}"),
-    "delete": Wording(lambda t: _jobs(t, "deleted"), "delete {target}"),
-    "bury": Wording(lambda t: _jobs(t, "buried"), "bury {target}"),
-    "move": Wording(_moved, "move {target} to tube {tube}"),
-    "flush": Wording(_flushed, "flush the {state} jobs of tube {target}"),
+                     lambda t: f"pause tube {t.target} for {t.asked['delay']} s"),
+    "unpause": Wording(lambda t: f"unpaused tube {t.target}",
+                       lambda t: f"unpause tube {t.target}"),
+    "kick": Wording(_kicked, lambda t: f"kick up to {counted(t.asked['bound'], 'job')} "
+                                       f"in tube {t.target}"),
+    "kick-jobs": Wording(lambda t: _jobs(t, "kicked"), lambda t: f"kick {t.target}"),
+    "delete": Wording(lambda t: _jobs(t, "deleted"), lambda t: f"delete {t.target}"),
+    "bury": Wording(lambda t: _jobs(t, "buried"), lambda t: f"bury {t.target}"),
+    "move": Wording(_moved, lambda t: f"move {t.target} to tube {t.asked['tube']}"),
+    "flush": Wording(_flushed,
+                     lambda t: f"flush the {t.asked['state']} jobs of tube {t.target}"),
 }
 
 
 def asked(task: "Task") -> str:
     """What the action was asked to do: ``delete jobs 1, 2``, ``move job 4 to tube retry``."""
-    return WORDINGS[task.kind].asked.format(target=task.target, **task.asked)
+    return WORDINGS[task.kind].asked(task)
 
 
 def summary(task: "Task") -> str:
