@@ -132,14 +132,23 @@ def test_the_page_says_how_to_run_without_systemd():
     (stalkd reads the credentials as root, then becomes that user), and the
     page gives each systemctl verb's signal."""
     section = _read(DOC).split("\n## Without systemd\n")[1].split("\n## ")[0]
-    [block] = re.findall(r"^```sh\n(.*?)^```$", section, re.S | re.M)
-    joined = re.sub(r"\\\n\s*", " ", block)
-    [line] = [line for line in joined.splitlines() if f"{VENV_BIN}stalkd " in line]
-    text = _read(os.path.join(SHIPPED, "stalkd.service"))
-    unit, settings = exec_start(text), unit_settings(text)
-    assert shlex.split(line.partition(" 2>>")[0]) == [unit[0], "-u", settings["User"], *unit[1:]]
-    assert block.startswith(f"cd {settings['WorkingDirectory']}\n")
-    assert "echo $! > /run/twisted-stalk.pid" in block
+    blocks = re.findall(r"^```sh\n(.*?)^```$", section, re.S | re.M)
+    # stalkd becomes the user itself; twistd (whose -u comes after it opens the
+    # binlog) is started as that user.
+    for block, name in zip(blocks, ("stalkd.service", "twisted-stalk.service")):
+        text = _read(os.path.join(SHIPPED, name))
+        unit, settings = exec_start(text), unit_settings(text)
+        [line] = [line for line in re.sub(r"\\\n\s*", " ", block).splitlines()
+                  if VENV_BIN in line]
+        argv = shlex.split(line.partition(" 2>>")[0].partition(" >>")[0])
+        if name == "stalkd.service":
+            assert argv == [unit[0], "-u", settings["User"], *unit[1:]]
+        else:
+            assert argv == ["setpriv", f"--reuid={settings['User']}",
+                            f"--regid={settings['Group']}", "--init-groups", *unit]
+        assert block.startswith(f"cd {settings['WorkingDirectory']}\n")
+        assert block.endswith("&\necho $! > /run/twisted-stalk.pid\n")
+    assert len(blocks) == 2
     for verb, signal_name in (("reload", "HUP"), ("stop", "TERM")):
         assert (f"| `systemctl {verb} twisted-stalk` | `kill -{signal_name} "
                 "$(cat /run/twisted-stalk.pid)`") in section
