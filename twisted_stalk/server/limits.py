@@ -207,7 +207,8 @@ class BacklogWait:
     gives the accept queue's length) and notes when each new one was first
     seen; the backlog is first in, first out, so those first seen ``wait``
     seconds ago or more are at its head: it accepts them and closes them at
-    once (the client reads end-of-file), counted and logged by
+    once (:func:`close_cleanly`: the client reads end-of-file, also after
+    sending a command while it waited), counted and logged by
     :meth:`ConnectionLimit.refuse`.  A connection so closed waited between
     ``wait`` and ``wait + tick`` seconds.  Those accepted meanwhile by the
     port (a place freed) leave from the head too, and are forgotten.
@@ -284,10 +285,35 @@ class BacklogWait:
                 conn, addr = sock.accept()
             except OSError:  # none left (or the port's own accept deals with it)
                 return
-            conn.close()
+            close_cleanly(conn)
             self.limit.refuse(_Address(addr), "waited {wait:g} s in the backlog")
             if count is not None:
                 count -= 1
+
+
+#: At most this many bytes a refused client sent are read before its close.
+DRAIN_LIMIT = 1 << 20
+
+
+def close_cleanly(conn) -> None:
+    """Close an accepted connection so that its client reads end-of-file:
+    read (and drop) what it has sent, then close (FIN).  A client usually
+    sends its first command while it waits in the backlog, and closing a
+    socket with unread bytes makes the kernel answer with a reset instead
+    (the client's read raises "connection reset").  At most
+    :data:`DRAIN_LIMIT` bytes are read: a client that keeps sending more is
+    reset all the same."""
+    try:
+        conn.setblocking(False)
+        left = DRAIN_LIMIT
+        while left > 0:
+            data = conn.recv(min(left, 65536))
+            if not data:
+                break
+            left -= len(data)
+    except OSError:  # nothing more to read now (or the client already went)
+        pass
+    conn.close()
 
 
 class _Address:
@@ -389,7 +415,8 @@ def memory_limit_of(factory) -> int:
     return factory.engine.memory().limit
 
 
-__all__ = ["BacklogWait", "ConnectionLimit", "DEFAULT_WAIT", "backlog_length", "emfile_closes",
+__all__ = ["BacklogWait", "ConnectionLimit", "DEFAULT_WAIT", "backlog_length", "close_cleanly",
+           "emfile_closes",
            "RESERVED_FDS",
            "connections_allowed_by", "install_connection_limit", "install_memory_limit",
            "memory_limit_of", "open_fds", "raise_open_file_limit"]
