@@ -144,7 +144,8 @@ def test_at_the_limit_a_client_is_closed_after_the_wait(tmp_path):
         assert 0.9 <= took <= 1.8, took  # the wait, plus at most a sweep's tick
         _, _, body = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert refused(body) == before + 1
-        assert "waited 1 s in the backlog" in server.wait_log("refused connection from")
+        assert ("at the limit of 1 connection (waited 1 s in the backlog)"  # not "1 connections"
+                in server.wait_log("refused connection from"))
         # A place that frees within the wait serves the one waiting.
         waiting = Wire(socket.create_connection(server.address, timeout=5))
         waiting.send(b"list-tube-used\r\n")

@@ -218,6 +218,9 @@ def test_sigint_then_grace_expiry_bounds_exit_and_returns_the_job(tmp_path):
         assert 0.9 < time.monotonic() - started < 4
         log = server.log()
         assert "SIGINT: graceful shutdown" in log and "1 aborted" in log
+        # (counts in the right number: it used to say "connection(s)")
+        assert "draining 1 connection for at most 1 s" in log, log
+        assert "shutdown: 0 connections closed cleanly, 1 aborted at the end" in log, log
     finally:
         server.stop()
     again = start_stalkd(tmp_path, "-b", str(binlog))

@@ -187,6 +187,13 @@ def test_top_once(any_server, stalk):
     assert len(frames) == 2 and frames[1]["tubes"][0]["put/s"] == "0.0"
 
 
+def test_top_says_its_counts_in_the_right_number(any_server, stalk):
+    """Alone on a fresh server, top's heading used to say "1 connections"
+    (its own) and "1 tubes"."""
+    head = stalk(any_server, "top", "--once").out.splitlines()[0]
+    assert "  1 connection  0 workers  0 waiting  1 tube" in head, head
+
+
 def test_tail_shows_new_jobs_without_reserving(any_server, stalk, tmp_path):
     stalk(any_server, "put", "-t", "tl", "old")
     addr = f"127.0.0.1:{any_server.port}"

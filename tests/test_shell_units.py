@@ -148,12 +148,12 @@ def test_validator_accepts_good_commands():
 @pytest.mark.parametrize("text,fragment", [
     ("frob 1", "unknown command 'frob'"),
     ("delet 5", "did you mean delete"),
-    ("delete", "delete takes 1 argument"),
+    ("delete", "delete takes 1 argument: delete <id>"),
     ("delete x", "<id> must be a non-negative whole number"),
     ("use -bad", "<tube>"),
     ("put 1 2", "put takes <pri> <delay> <ttr>"),
     ("put 99999999999 0 0", "at most 4294967295"),
-    ("stats extra", "stats takes 0 argument"),
+    ("stats extra", "stats takes no arguments"),
     ("stats\nbody", "does not take a body"),
     ("put @/no/such/file", "no such file"),
 ])

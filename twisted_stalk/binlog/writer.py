@@ -51,6 +51,7 @@ from ..core.journal import (
     UPDATE_TIMEOUT,
 )
 from ..protocol.constants import DEFAULT_BINLOG_SIZE
+from ..wording import counted
 from .compaction import Compactor
 from .files import (
     OldFiles,
@@ -231,8 +232,10 @@ class BinlogJournal:
         self.recovery = rec
         self._recovery = None
         if rec.records:
-            self.log.info("binlog: replayed {records} records from {files} files: "
-                          "{jobs} jobs restored", records=rec.records,
+            self.log.info("binlog: replayed {replayed} from {read}: {restored} restored",
+                          replayed=counted(rec.records, "record"),
+                          read=counted(len(rec.files), "file"),
+                          restored=counted(len(rec.jobs), "job"), records=rec.records,
                           files=len(rec.files), jobs=len(rec.jobs))
         try:
             self.compactor.drop_dead_files()

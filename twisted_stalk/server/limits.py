@@ -26,6 +26,8 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 from twisted.logger import Logger
 
+from ..wording import counted
+
 
 log = Logger(namespace="twisted_stalk.limits")
 
@@ -187,10 +189,11 @@ class ConnectionLimit:
         if self._logged_at is None or now - self._logged_at >= LOG_EVERY:
             peer = getattr(addr, "host", None) or str(addr)
             port = getattr(addr, "port", None)
-            log.warn("refused connection from {peer}: at the limit of {maximum} "
-                     "connections" + (f" ({why})" if why else "") + " ({refused} refused "
+            log.warn("refused connection from {peer}: at the limit of {places}"
+                     + (f" ({why})" if why else "") + " ({refused} refused "
                      "so far, {since} since the last such message)",
                      peer=peer if port is None else f"{peer}:{port}", wait=self.wait,
+                     places=counted(self.maximum, "connection"),
                      maximum=self.maximum, refused=self.refused, since=self._unlogged + 1)
             self._logged_at = now
             self._unlogged = 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from twisted_stalk.wording import counted
+
 from ..conn import Connection
 from ..errors import EXIT_OK
 from ..output import Output, isatty
@@ -79,9 +81,9 @@ def run(conn: Connection, argv: Sequence[str], out: Output) -> int:
             else:
                 head = (f"stalk top  {conn.target}  beanstalkd {server.get('version', '?')}  "
                         f"up {_duration(server.get('uptime', 0))}  "
-                        f"{server.get('current-connections', 0)} connections  "
-                        f"{server.get('current-workers', 0)} workers  "
-                        f"{server.get('current-waiting', 0)} waiting  {len(tubes)} tubes")
+                        f"{counted(server.get('current-connections', 0), 'connection')}  "
+                        f"{counted(server.get('current-workers', 0), 'worker')}  "
+                        f"{server.get('current-waiting', 0)} waiting  {counted(len(tubes), 'tube')}")
                 total = [sum(r[i] for r in rows) for i in range(1, 9)]
                 table = rows + ([["(all)"] + total + ["", "", ""]] if len(rows) > 1 else [])
                 # On a terminal every line fits its width (a wider line wrapped
