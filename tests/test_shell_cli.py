@@ -133,6 +133,10 @@ def test_script_from_stdin_stops_at_first_error(any_server, stalk):
     assert p.returncode == 2
     assert p.out.startswith("NOT_FOUND\nUSING default\n---\n")
     assert "stdin line 3: unknown command 'bogus'" in p.err
+    # top and tail, shell commands, need a terminal: said so, not skipped in silence
+    p = stalk(any_server, input="top\nlist-tube-used\n")
+    assert p.returncode == 2 and p.out == ""
+    assert "stdin line 1: top runs in the interactive shell, or as `stalk top`" in p.err
 
 
 def test_raw_bytes_and_extra_replies(any_server, stalk):

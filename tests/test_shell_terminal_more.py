@@ -1,6 +1,6 @@
 """The shell in a real terminal (tmux, as in test_shell_terminal.py): the first
 Tab on a tube name offers a tube created a moment ago, ``stalk top`` fits the
-terminal's width, and ``top`` typed in the shell points to ``stalk top``."""
+terminal's width, and ``top`` and ``tail`` typed in the shell run there."""
 from test_shell_terminal import Screen, prompt_ends_with, screen, terminal_env  # noqa: F401
 from twisted_stalk_cli.shell.conn import Connection
 from twisted_stalk_cli.shell.target import parse_target
@@ -76,16 +76,75 @@ def _table_rows(text):
     return [r.split()[0][:7] if r.split() else "" for r in lines[heading:heading + 4]]
 
 
-def test_top_typed_in_the_shell_points_to_stalk_top(ours, screen):
+def _prompt_lines(text):
+    """The screen's lines that hold the prompt (and what was typed after it)."""
+    return [line.rstrip() for line in text.splitlines() if "]> " in line or line.rstrip().endswith("]>")]
+
+
+def test_top_runs_in_the_shell_and_q_returns_to_a_clear_prompt(ours, screen):
+    """``top`` at the prompt used to be refused (the message twice, once cut
+    short) and stay in the editor, so the next command was glued onto it
+    (``toplist-tube-used``: unknown command).  Now it runs, full screen,
+    against the shell's server; ``q`` comes back to an empty prompt."""
     s = screen(ours, 120)
     s.type("top")
-    s.wait_for("run `stalk top` from your terminal")  # the toolbar, while typing
     s.keys("Enter")
-    text = s.wait_for("is not a beanstalk command but a stalk tool")
-    assert "unknown command 'top'" not in text
+    text = s.wait_for("q or Ctrl-C quits")  # top's own screen
+    assert f"stalk top  127.0.0.1:{ours.port}" in text and "TUBE" in text, text
+    s.keys("q")
+    s.wait(lambda t: _prompt_lines(t)[-1:] and _prompt_lines(t)[-1].endswith("]>"),
+           what="an empty prompt after top")
+    s.type("list-tube-used")
+    s.keys("Enter")
+    text = s.wait_for("USING default")
+    assert "unknown command" not in text and "not a beanstalk command" not in text, text
+    assert [line.split("]> ")[-1] for line in _prompt_lines(text)][-3:-1] == [
+        "top", "list-tube-used"], text
+    # Ctrl-C comes back too, and top's options are taken
+    s.type("top default -n 0.2")
+    s.keys("Enter")
+    s.wait_for("every 0.2s, q or Ctrl-C quits")
+    s.keys("C-c")
+    s.wait(lambda t: _prompt_lines(t)[-1:] and _prompt_lines(t)[-1].endswith("]>"),
+           what="an empty prompt after Ctrl-C")
+    s.type("stats-tube default")
+    s.keys("Enter")
+    s.wait(lambda text: any(line.split() == ["name", "default"] for line in text.splitlines()),
+           what="stats-tube default answered after top")
+
+
+def test_tail_runs_in_the_shell_on_the_tube_in_use(ours, screen):
+    """``tail`` at the prompt follows the tube in use on a connection of its
+    own (the shell's watch list and reservations stay as they were), shows
+    jobs put meanwhile without reserving them, and Ctrl-C or ``q`` returns."""
+    s = screen(ours, 120)
+    s.type("use emails")
+    s.keys("Enter")
+    s.wait_for("USING emails")
+    s.type("tail")
+    s.keys("Enter")
+    s.wait_for("tailing emails on 127.0.0.1:%d (q or Ctrl-C to stop)" % ours.port)
+    other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+    other.connect()
+    try:
+        other.command("use", "emails")
+        job = other.command("put", 0, 0, 60, body=b"hello tail").job_id
+        s.wait_for(f"#{job}  emails")
+        s.wait_for("hello tail")
+        s.keys("q")
+        s.wait(lambda t: _prompt_lines(t)[-1:] and _prompt_lines(t)[-1].endswith("]>"),
+               what="an empty prompt after tail")
+        s.type(f"stats-job {job}")
+        s.keys("Enter")
+        text = s.wait(lambda text: any(line.split() == ["state", "ready"]
+                                       for line in text.splitlines()),
+                      what="the job still ready (tail reserved nothing)")
+        assert "use=emails watch=default]" in _prompt_lines(text)[-1], text
+    finally:
+        other.close()
 
 
 def test_the_tool_hint_names_every_tool_not_a_command():
     from twisted_stalk_cli.shell.request import unknown_command
-    assert "`stalk tail`" in unknown_command("tail")
+    assert "`stalk flush`" in unknown_command("flush")
     assert unknown_command("frobnicate").startswith("unknown command 'frobnicate'")

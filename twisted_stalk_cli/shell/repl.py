@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
@@ -21,11 +22,13 @@ from prompt_toolkit.key_binding import KeyBindings
 
 from twisted_stalk.protocol.replies import Reply
 
-from .errors import ConnectionBroken, InterruptedRequest, StalkError
+from .conn import Connection
+from .errors import ConnectionBroken, InterruptedRequest, StalkError, ToolError
 from .fit import continuation, cut, fit_prompt, prompt_variants
 from .help import help_text
 from .known import Known
 from .lookup import TubeLookup
+from .output import Output
 from .pager import Pager
 from .paths import data_home
 from .render import Fragments, render_reply, render_wire
@@ -88,6 +91,8 @@ class Shell:
         #: Long output goes through ``pager`` while ``paging`` (``\pager``).
         self.pager = pager
         self.paging = pager is not None
+        #: Where ``top`` and ``tail`` draw (the terminal).
+        self.tool_stream = sys.stdout
         self.wire = False
         self.set_wire(wire)
         self.lookup = self._new_lookup()
@@ -524,4 +529,33 @@ class Shell:
             self.info(f"{name[1:]} key bindings")
         elif name == "\\raw":
             self.error("usage: \\raw <text>")
+        elif name in ("top", "tail"):
+            self.run_tool(name, req.args)
         return True
+
+    def run_tool(self, name: str, args: List[str]) -> None:
+        """``top`` or ``tail`` typed at the prompt: the tool of ``stalk top``
+        / ``stalk tail``, in this terminal, against this server (``tail``
+        without a tube: the one in use), on a connection of its own so the
+        session's use, watch list and reservations stay as they are; ``q`` or
+        Ctrl-C comes back to the prompt."""
+        from .tools import TOOLS
+        if name == "tail" and (not args or args[0].startswith("-")):
+            args = [self.session.use] + args
+        old = self.session.conn
+        conn = Connection(self.session.target, connect_timeout=old.connect_timeout,
+                          reply_timeout=old.reply_timeout)
+        out = Output("pretty", stream=self.tool_stream, color=not os.environ.get("NO_COLOR"))
+        try:
+            conn.connect()
+            TOOLS[name](conn, args, out)
+        except ToolError as e:
+            self.error(str(e))
+        except StalkError as e:
+            self.error(f"{name}: {e}")
+        except SystemExit:  # --help: argparse printed the tool's help
+            pass
+        except KeyboardInterrupt:  # (before the tool took over Ctrl-C)
+            pass
+        finally:
+            conn.close()
