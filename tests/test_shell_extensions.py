@@ -245,7 +245,7 @@ def test_extension_input_rules():
     assert build_request("list-jobs emails buried 5", extensions=caps).line == b"list-jobs emails buried 5"
     assert build_request("flush-tube emails")  # command-line mode: the server decides
     for text, fragment in (("flush-tube", "takes 1 or 2"), ("flush-tube -x", "<tube>"),
-                           ("list-jobs a all 5", "one of ready"), ("capabilities now", "takes 0"),
+                           ("list-jobs a all 5", "one of ready"), ("capabilities now", "takes no arguments"),
                            ("list-jobs a ready -1", "whole number"),
                            ("flush-tube a\nbody", "does not take a body")):
         with pytest.raises(InputError, match=fragment):

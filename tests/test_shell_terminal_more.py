@@ -148,3 +148,34 @@ def test_the_tool_hint_names_every_tool_not_a_command():
     from twisted_stalk_cli.shell.request import unknown_command
     assert "`stalk flush`" in unknown_command("flush")
     assert unknown_command("frobnicate").startswith("unknown command 'frobnicate'")
+
+
+def test_tab_offers_no_job_deleted_since(ours, screen):
+    """Tab on a job id offered every job the shell had seen, deleted ones too
+    (``1004 inserted`` after a worker had deleted 1004).  A job deleted in
+    the shell is forgotten at once; one deleted by another client is found
+    gone by a background check (``stats-job``: NOT_FOUND), which the Tab
+    waits for, and the menu that typing opened is corrected by it."""
+    s = screen(ours, 100)
+    for n in (1, 2, 3):
+        s.type("put")
+        s.keys("Enter")
+        s.type(f"job {n}")
+        s.keys("Enter", "Enter")
+        s.wait_for(f"INSERTED {n}")
+    s.type("delete 3")  # deleted here
+    s.keys("Enter")
+    s.wait_for("DELETED")
+    other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+    other.connect()
+    try:
+        assert other.call(b"delete 2\r\n").line == b"DELETED"  # by someone else
+        s.type("peek ")
+        s.keys("Tab")  # at once: the one job left, completed (not the first offered, 2)
+        s.wait(prompt_ends_with("peek 1"), timeout=5, what="the one job left, completed")
+        s.keys("Enter")
+        s.wait_for("FOUND 1 5")
+        text = s.text()
+        assert "2      inserted" not in text and "3      inserted" not in text, text
+    finally:
+        other.close()

@@ -102,7 +102,8 @@ class Shell:
             message=self.prompt_message,
             history=history or InMemoryHistory(),
             auto_suggest=AutoSuggestFromHistory(),
-            completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions),
+            completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions,
+                                     refresh_jobs=self.refresh_jobs),
             complete_while_typing=True,
             validator=StalkValidator(self.extensions, self._waiting_for),
             validate_while_typing=False,
@@ -232,11 +233,18 @@ class Shell:
         def _(event) -> None:
             buffer = event.current_buffer
             completer = self.prompt.completer
-            if (buffer.complete_state is None and isinstance(completer, StalkCompleter)
-                    and completer.completes_tube(buffer.document)
-                    and self.lookup.refresh_now()):
+            state = buffer.complete_state
+            if (isinstance(completer, StalkCompleter)
+                    and ((state is None and completer.completes_tube(buffer.document))
+                         # (job ids: also with a menu that typing opened, which
+                         # may offer jobs deleted since)
+                         or ((state is None or state.current_completion is None)
+                             and completer.completes_job_id(buffer.document)
+                             and bool(self.known.jobs)))
+                    and self.lookup.refresh_now(self._job_ids(buffer.document))):
                 # Complete from the server's answer, not from the last lookup's
-                # list: _lookup_done does it when the answer arrives (or fails).
+                # list (or from job ids deleted since): _lookup_done does it
+                # when the answer arrives (or fails).
                 self._tab_waiting = buffer.document
                 return
             complete_now(buffer)
@@ -261,6 +269,21 @@ class Shell:
             self.known.set_tubes(names)
         self.lookup.request()
 
+    def _job_ids(self, document: Document) -> List[int]:
+        """The known job ids to check, when the cursor is on a job id."""
+        completer = self.prompt.completer
+        if isinstance(completer, StalkCompleter) and completer.completes_job_id(document):
+            return list(self.known.jobs)
+        return []
+
+    def refresh_jobs(self) -> None:
+        """For completion: forget the jobs a background check found gone
+        (deleted by anyone since the shell saw them) and start another check
+        if it is time (never waits: :mod:`.lookup`)."""
+        for job_id in self.lookup.take_gone():
+            self.known.forget_job(job_id)
+        self.lookup.request(list(self.known.jobs))
+
     def _new_lookup(self) -> TubeLookup:
         return TubeLookup(self.session.target, on_done=self._lookup_done)
 
@@ -277,6 +300,9 @@ class Shell:
             buffer = app.current_buffer
             waiting, self._tab_waiting = self._tab_waiting, None
             if waiting is not None and buffer.document == waiting:
+                state = buffer.complete_state
+                if state is not None and state.current_completion is None:
+                    buffer.complete_state = None  # a menu from before the answer
                 complete_now(buffer)  # the Tab pressed while the lookup ran
                 app.invalidate()
                 return

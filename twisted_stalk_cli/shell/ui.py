@@ -90,19 +90,34 @@ class StalkCompleter(Completer):
     extension verbs (and their states) when the server advertises them."""
 
     def __init__(self, known: Known, refresh_tubes: Optional[Callable[[], None]] = None,
-                 extensions: ExtensionSource = _no_extensions) -> None:
+                 extensions: ExtensionSource = _no_extensions,
+                 refresh_jobs: Optional[Callable[[], None]] = None) -> None:
         self.known = known
         self.refresh_tubes = refresh_tubes
+        #: Called before job ids are offered: forgets the jobs found gone.
+        self.refresh_jobs = refresh_jobs
         self.extensions = extensions
         self.paths = PathCompleter(expanduser=True)
 
     def completes_tube(self, document: Document) -> bool:
         """True when the word under the cursor is a tube name argument."""
+        return self._arg_kind(document) == "tube"
+
+    def completes_job_id(self, document: Document) -> bool:
+        """True when the word under the cursor is a job id argument."""
+        return self._arg_kind(document) == "id"
+
+    @staticmethod
+    def _arg_kind(document: Document) -> Optional[str]:
+        """``tube``, ``id`` (a job id) or the kind of the argument under the cursor."""
         text = document.text_before_cursor
         if "\n" in text or not text.strip() or text.split()[0] in META_BY_NAME:
-            return False
+            return None
         spec, index = current_arg(text)
-        return spec is not None and index is not None and spec.args[index].kind == "tube"
+        if spec is None or index is None:
+            return None
+        arg = spec.args[index]
+        return "id" if arg.kind == "u64" and arg.name == "id" else arg.kind
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
         text = document.text_before_cursor
@@ -168,7 +183,12 @@ class StalkCompleter(Completer):
                 if state.startswith(word):
                     yield Completion(state, -len(word), display_meta="job state")
         elif arg.kind == "u64" and arg.name == "id":
-            for jid, note in self.known.jobs.items():
+            if self.refresh_jobs is not None:
+                try:
+                    self.refresh_jobs()  # never waits: the check runs in the background
+                except Exception:  # completion must never break the prompt
+                    pass
+            for jid, note in list(self.known.jobs.items()):
                 s = str(jid)
                 if s.startswith(word):
                     yield Completion(s, -len(word), display_meta=note)
