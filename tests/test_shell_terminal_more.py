@@ -179,3 +179,34 @@ def test_tab_offers_no_job_deleted_since(ours, screen):
         assert "2      inserted" not in text and "3      inserted" not in text, text
     finally:
         other.close()
+
+
+def test_flush_and_move_run_in_the_shell(ours, screen):
+    """The tools that change jobs run at the prompt too, asking first as
+    ``stalk flush``/``stalk move`` do; the next command runs on its own."""
+    s = screen(ours, 140)
+    other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+    other.connect()
+    try:
+        other.command("use", "old")
+        for body in (b"a", b"b", b"c"):
+            other.command("put", 0, 0, 60, body=body)
+        other.command("use", "spare")
+        other.command("put", 0, 0, 60, body=b"d")
+        s.type("move spare old --yes")
+        s.keys("Enter")
+        s.wait_for("move spare -> old: moved 1 ready")
+        s.type("flush old")
+        s.keys("Enter")
+        s.wait_for(f"Delete 4 jobs (4 ready, 0 delayed, 0 buried) from tube 'old' on "
+                   f"127.0.0.1:{ours.port}? [y/N]")
+        s.type("y")
+        s.keys("Enter")
+        s.wait_for("flush old: deleted 4 ready")
+        s.type("stats")
+        s.keys("Enter")
+        text = s.wait(lambda t: any(line.split()[:2] == ["current-jobs-ready", "0"]
+                                    for line in t.splitlines()), what="stats: no job left")
+        assert "unknown command" not in text and "not a beanstalk command" not in text, text
+    finally:
+        other.close()

@@ -555,16 +555,16 @@ class Shell:
             self.info(f"{name[1:]} key bindings")
         elif name == "\\raw":
             self.error("usage: \\raw <text>")
-        elif name in ("top", "tail"):
+        elif name in ("top", "tail", "flush", "move"):
             self.run_tool(name, req.args)
         return True
 
     def run_tool(self, name: str, args: List[str]) -> None:
-        """``top`` or ``tail`` typed at the prompt: the tool of ``stalk top``
-        / ``stalk tail``, in this terminal, against this server (``tail``
-        without a tube: the one in use), on a connection of its own so the
-        session's use, watch list and reservations stay as they are; ``q`` or
-        Ctrl-C comes back to the prompt."""
+        """``top``, ``tail``, ``flush`` or ``move`` typed at the prompt: the
+        tool of ``stalk NAME``, in this terminal, against this server
+        (``tail`` without a tube: the one in use), on a connection of its own
+        so the session's use, watch list and reservations stay as they are;
+        ``q`` (``top``, ``tail``) or Ctrl-C comes back to the prompt."""
         from .tools import TOOLS
         if name == "tail" and (not args or args[0].startswith("-")):
             args = [self.session.use] + args

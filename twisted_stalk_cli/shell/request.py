@@ -90,6 +90,10 @@ META_COMMANDS: Tuple[MetaCommand, ...] = (
                 "workers and rates, as stalk top; q or Ctrl-C returns to the prompt."),
     MetaCommand("tail", "tail [tube] [-n SECONDS]", "Show jobs as they arrive in a tube (default: "
                 "the one in use) without reserving them, as stalk tail; q or Ctrl-C returns."),
+    MetaCommand("flush", "flush <tube> [--state S] [--yes] [--dry-run]", "Delete a tube's ready, "
+                "delayed and buried jobs (asks first), as stalk flush."),
+    MetaCommand("move", "move <from> <to> [--state S] [--max N] [--yes] [--dry-run]", "Move jobs "
+                "to another tube, never losing one (asks first), as stalk move."),
     MetaCommand("exit", "exit", "Leave the shell (also \\q, Ctrl-D).", ("\\q", "\\quit")),
 )
 
@@ -212,9 +216,8 @@ def current_arg(text: str) -> Tuple[Optional[CommandSpec], Optional[int]]:
 
 
 def unknown_command(word: str, extensions: Extensions = ()) -> str:
-    """Why ``word`` is not a command, and what to type instead: a tool of
-    ``stalk`` that the shell does not run (``flush``, ``move``) runs from the
-    system shell (``top`` and ``tail`` are shell commands too)."""
+    """Why ``word`` is not a command, and what to type instead (a tool of
+    ``stalk`` that the shell did not run would run from the system shell)."""
     from .tools import TOOLS  # (here: the tools import this module)
     if word in TOOLS:
         return (f"{word!r} is not a beanstalk command but a stalk tool: run "

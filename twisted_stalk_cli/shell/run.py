@@ -93,7 +93,7 @@ def run_script(conn: Connection, out: Output, keep_going: bool,
         if req.meta:
             if req.name == "exit":
                 break
-            if req.name in ("top", "tail"):  # (live: they need a terminal)
+            if req.name in ("top", "tail", "flush", "move"):  # (a terminal's, or stalk TOOL)
                 sys.stderr.write(f"stalk: stdin line {lineno}: {req.name} runs in the "
                                  f"interactive shell, or as `stalk {req.name}`\n")
                 if not keep_going:
