@@ -210,3 +210,19 @@ def test_flush_and_move_run_in_the_shell(ours, screen):
         assert "unknown command" not in text and "not a beanstalk command" not in text, text
     finally:
         other.close()
+
+
+def test_a_refused_line_is_explained_once_and_in_full(ours, screen):
+    """A line the shell refuses was explained twice, under the prompt cut at
+    the window's edge and again in the toolbar; now once, what does not fit
+    on the first line continuing on the next."""
+    s = screen(ours, 100, 12)
+    s.type("flsh x")
+    s.keys("Enter")
+    text = s.wait_for("send it anyway")
+    assert text.count("unknown command 'flsh'") == 1, text
+    lines = [line.rstrip() for line in text.splitlines()]
+    first = next(i for i, line in enumerate(lines) if line.startswith("unknown command 'flsh'"))
+    assert (lines[first] + " " + lines[first + 1]).endswith(
+        "(did you mean flush?); type help for the list, or prefix the line with ! to send it anyway"), text
+    assert all(len(line) <= 100 for line in lines), text

@@ -570,3 +570,11 @@ def test_one_rule_for_the_final_newline_of_bodies(tmp_path):
     f.write_bytes(b"from a file\n")
     assert build_request(f"put @{f}").body == b"from a file"
     assert build_request("put $EDITOR", editor=lambda _: b"edited\r\n").body == b"edited"
+
+
+def test_split_words_ends_the_first_line_at_a_space():
+    from twisted_stalk_cli.shell.fit import split_words
+    assert split_words("short enough", 20) == ("short enough", "")
+    assert split_words("one two three four", 10) == ("one two", "three four")
+    assert split_words("abcdefghijkl mn", 5) == ("abcde", "fghijkl mn")  # no space: cut
+    assert split_words("anything at all", 0) == ("anything at all", "")

@@ -105,7 +105,7 @@ class Shell:
             completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions,
                                      refresh_jobs=self.refresh_jobs),
             complete_while_typing=True,
-            validator=StalkValidator(self.extensions, self._waiting_for),
+            validator=StalkValidator(self.extensions, self._waiting_for, self.columns),
             validate_while_typing=False,
             lexer=StalkLexer(),
             input_processors=[ArgHintProcessor()],
@@ -189,11 +189,18 @@ class Shell:
 
     def toolbar(self) -> FormattedText:
         try:
-            text = self.prompt.default_buffer.text
+            buffer = self.prompt.default_buffer
+            text, error = buffer.text, buffer.validation_error
         except Exception:
-            text = ""
+            text, error = "", None
         columns = self.columns()
-        frags = list(syntax_help(text, self.session.capabilities, columns))
+        validator = self.prompt.validator
+        if error is not None and isinstance(validator, StalkValidator):
+            # The explanation is on the line above: here only what did not
+            # fit there (it used to be said twice, the first time cut short).
+            frags = [("class:toolbar.help", validator.rest)] if validator.rest else []
+        else:
+            frags = list(syntax_help(text, self.session.capabilities, columns))
         status: List[tuple] = []
         if self.wire:
             status.append(("class:toolbar.wire", " WIRE "))

@@ -22,7 +22,7 @@ from twisted_stalk.protocol import BY_NAME, COMMANDS
 from twisted_stalk.protocol.commands import command_spec
 from twisted_stalk.protocol.constants import JOB_STATES
 
-from .fit import pick
+from .fit import pick, split_words
 from .known import Known
 from .request import (
     META_BY_NAME,
@@ -226,16 +226,33 @@ def complete_now(buffer: Buffer) -> None:
 
 class StalkValidator(Validator):
     """Explains a malformed command before it is sent (the same rules as
-    :func:`build_request`)."""
+    :func:`build_request`).
+
+    The explanation shows on one line under the prompt, cut at the window's
+    edge: one longer than ``columns()`` is ended at a space there, and the
+    rest is kept in :attr:`rest`, for the toolbar to show right under it."""
 
     def __init__(self, extensions: ExtensionSource = _no_extensions,
-                 waiting: Callable[[], str] = str) -> None:
+                 waiting: Callable[[], str] = str,
+                 columns: Callable[[], int] = int) -> None:
         self.extensions = extensions
         #: What the server waits for before it can answer, in a few words
         #: ("" when nothing).
         self.waiting = waiting
+        #: The window's width (0: unknown, nothing is split).
+        self.columns = columns
+        #: What did not fit on the line of the last explanation.
+        self.rest = ""
 
     def validate(self, document: Document) -> None:
+        self.rest = ""
+        try:
+            self._check(document)
+        except ValidationError as e:
+            head, self.rest = split_words(e.message, max(0, self.columns() - 1))
+            raise ValidationError(cursor_position=e.cursor_position, message=head)
+
+    def _check(self, document: Document) -> None:
         text = document.text
         if needs_more_input(text):
             return
