@@ -1,6 +1,9 @@
 """The shell in a real terminal (tmux, as in test_shell_terminal.py): the first
 Tab on a tube name offers a tube created a moment ago, ``stalk top`` fits the
 terminal's width, and ``top`` and ``tail`` typed in the shell run there."""
+import subprocess
+import time
+
 from test_shell_terminal import Screen, prompt_ends_with, screen, terminal_env  # noqa: F401
 from twisted_stalk_cli.shell.conn import Connection
 from twisted_stalk_cli.shell.target import parse_target
@@ -226,3 +229,28 @@ def test_a_refused_line_is_explained_once_and_in_full(ours, screen):
     assert (lines[first] + " " + lines[first + 1]).endswith(
         "(did you mean flush?); type help for the list, or prefix the line with ! to send it anyway"), text
     assert all(len(line) <= 100 for line in lines), text
+
+
+def test_stalk_top_and_tail_on_a_terminal_quit_on_q(ours, tmp_path):
+    """From the system shell too, ``q`` quits as Ctrl-C does."""
+    for argv in (["top", "-n", "0.2"], ["tail", "default"]):
+        (tmp_path / argv[0]).mkdir()
+        s = Screen(tmp_path / argv[0], ["-a", f"127.0.0.1:{ours.port}", *argv], cols=100, rows=12,
+                   env=terminal_env(tmp_path))
+        try:
+            s.wait_for("q or Ctrl-C")
+            s.type("q")
+            deadline = time.monotonic() + 10
+            while _running(s):  # the program exits, and tmux with it
+                assert time.monotonic() < deadline, f"stalk {argv[0]} still running after q"
+                time.sleep(0.05)
+        finally:
+            s.close()
+
+
+def _running(s):
+    try:
+        s.text()
+    except subprocess.CalledProcessError:
+        return False
+    return True
