@@ -578,3 +578,9 @@ def test_split_words_ends_the_first_line_at_a_space():
     assert split_words("one two three four", 10) == ("one two", "three four")
     assert split_words("abcdefghijkl mn", 5) == ("abcde", "fghijkl mn")  # no space: cut
     assert split_words("anything at all", 0) == ("anything at all", "")
+
+
+def test_a_cut_body_says_how_much_is_left_in_the_right_number():
+    assert "... 1 more byte not shown\n" in plain(render_body(b"abcdef", limit=5))  # was "1 more bytes"
+    assert "... 2 more bytes not shown\n" in plain(render_body(b"abcdefg", limit=5))
+    assert plain(render_body(b"x")).startswith("(1 byte, text)")
