@@ -91,7 +91,7 @@ class Shell:
         #: Long output goes through ``pager`` while ``paging`` (``\pager``).
         self.pager = pager
         self.paging = pager is not None
-        #: Where ``top`` and ``tail`` draw (the terminal).
+        #: Where the tools run at the prompt (``top``, ``tail`` ...) write: the terminal.
         self.tool_stream = sys.stdout
         self.wire = False
         self.set_wire(wire)

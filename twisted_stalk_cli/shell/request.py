@@ -90,10 +90,10 @@ META_COMMANDS: Tuple[MetaCommand, ...] = (
                 "workers and rates, as stalk top; q or Ctrl-C returns to the prompt."),
     MetaCommand("tail", "tail [tube] [-n SECONDS]", "Show jobs as they arrive in a tube (default: "
                 "the one in use) without reserving them, as stalk tail; q or Ctrl-C returns."),
-    MetaCommand("flush", "flush <tube> [--state S] [--yes] [--dry-run]", "Delete a tube's ready, "
-                "delayed and buried jobs (asks first), as stalk flush."),
-    MetaCommand("move", "move <from> <to> [--state S] [--max N] [--yes] [--dry-run]", "Move jobs "
-                "to another tube, never losing one (asks first), as stalk move."),
+    MetaCommand("flush", "flush <tube> [options]", "Delete a tube's ready, delayed and buried "
+                "jobs, asking first (--state, --yes, --dry-run), as stalk flush."),
+    MetaCommand("move", "move <from> <to> [options]", "Move jobs to another tube, never losing "
+                "one, asking first (--state, --max, --yes, --dry-run), as stalk move."),
     MetaCommand("exit", "exit", "Leave the shell (also \\q, Ctrl-D).", ("\\q", "\\quit")),
 )
 
