@@ -102,11 +102,6 @@ ROOM_RETRY_SECONDS = 0.25
 __all__ = ["BinlogJournal", "RETRY_SECONDS", "ROOM_RETRY_SECONDS", "round_size"]
 
 
-def _count(n: int, noun: str) -> str:
-    """``1 job``, ``2 jobs``: a count with its noun."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 class BinlogJournal:
     """Write-ahead log of every change that must survive a restart.
 
@@ -271,9 +266,9 @@ class BinlogJournal:
         # A warning, so that it shows without -V: the directory changed.
         self.log.warn("binlog: {jobs} came from {files} (format version {version}, {records}); "
                       "the files were moved to {where}",
-                      jobs=_count(len(imported), "job"),
-                      files=_count(len(found.files), "beanstalkd binlog file"),
-                      version=found.versions, records=_count(found.records, "record"),
+                      jobs=counted(len(imported), "job"),
+                      files=counted(len(found.files), "beanstalkd binlog file"),
+                      version=found.versions, records=counted(found.records, "record"),
                       where=where)
 
     # ------------------------------------------------------- Journal protocol
