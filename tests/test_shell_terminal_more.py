@@ -2,7 +2,10 @@
 Tab on a tube name offers a tube created a moment ago, ``stalk top`` fits the
 terminal's width, and ``top`` and ``tail`` typed in the shell run there."""
 import subprocess
+import sys
 import time
+
+import pytest
 
 from test_shell_terminal import Screen, prompt_ends_with, screen, terminal_env  # noqa: F401
 from twisted_stalk_cli.shell.conn import Connection
@@ -254,3 +257,44 @@ def _running(s):
     except subprocess.CalledProcessError:
         return False
     return True
+
+
+def test_stalk_tail_in_the_background_keeps_running(ours, tmp_path):
+    """Reading ``q`` changes the terminal's mode, which would stop a
+    background job (SIGTTOU: ``stalk tail ... &`` showed "Stopped (tty
+    output)"); in the background the keys are left alone."""
+    import shutil
+    tmux = shutil.which("tmux")
+    if tmux is None or shutil.which("bash") is None:
+        pytest.skip("needs tmux and bash")
+    sock = str(tmp_path / "tmux")
+    env = dict(terminal_env(tmp_path), PS1="$ ")
+
+    def run(*args):
+        return subprocess.run([tmux, "-S", sock, *args], env=env, check=True, capture_output=True,
+                              text=True, timeout=10).stdout
+
+    run("-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "20", "--", "bash", "--norc", "-i")
+    try:
+        run("send-keys", "-t", "0", "-l", f"{sys.executable} -m twisted_stalk_cli.shell "
+            f"-a 127.0.0.1:{ours.port} tail default -n 0.1 &\n")
+        other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+        other.connect()
+        deadline = time.monotonic() + 15
+        while "tailing default" not in run("capture-pane", "-p", "-t", "0"):
+            assert time.monotonic() < deadline, run("capture-pane", "-p", "-t", "0")
+            time.sleep(0.05)
+        job = other.command("put", 0, 0, 60, body=b"from the background").job_id
+        other.close()
+        while "from the background" not in run("capture-pane", "-p", "-t", "0"):
+            assert time.monotonic() < deadline, run("capture-pane", "-p", "-t", "0")
+            time.sleep(0.05)
+        assert f"#{job}  default" in run("capture-pane", "-p", "-t", "0")
+        run("send-keys", "-t", "0", "-l", "jobs\n")
+        time.sleep(0.5)
+        assert "Stopped" not in run("capture-pane", "-p", "-t", "0")
+    finally:
+        subprocess.run([tmux, "-S", sock, "send-keys", "-t", "0", "-l", "kill %1\n"],
+                       capture_output=True, timeout=10)
+        time.sleep(0.2)
+        subprocess.run([tmux, "-S", sock, "kill-server"], capture_output=True, timeout=10)

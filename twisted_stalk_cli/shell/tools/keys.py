@@ -7,8 +7,8 @@ or left behind for the shell's prompt.
 echo; Ctrl-C still interrupts) and gives the tool a ``wait(seconds)`` to call
 between refreshes instead of ``time.sleep``: it returns True as soon as
 ``q`` is pressed.  On leaving, the terminal's settings come back and what
-was typed but not read is discarded.  When stdin is not a terminal,
-``wait`` is ``time.sleep`` and never quits.
+was typed but not read is discarded.  When stdin is not a terminal (or the
+process runs in the background), ``wait`` is ``time.sleep`` and never quits.
 """
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def quit_keys(stdin=None, live: bool = True) -> Iterator[Wait]:
         return
     try:
         fd = stdin.fileno()
-        interactive = os.isatty(fd)
+        # (in the background, changing the terminal's mode would stop the
+        # process: SIGTTOU)
+        interactive = os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
     except (AttributeError, ValueError, OSError):
         interactive = False
     if not interactive:
