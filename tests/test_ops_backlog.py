@@ -139,12 +139,13 @@ def test_at_the_limit_a_client_is_closed_after_the_wait(tmp_path):
         started = time.monotonic()
         late.send(b"list-tube-used\r\n")
         late.sock.settimeout(5)
-        assert late.closed()  # end of file, no reply
+        assert late.sock.recv(100) == b""  # end of file: no reply, and no reset
         took = time.monotonic() - started
         assert 0.9 <= took <= 1.8, took  # the wait, plus at most a sweep's tick
         _, _, body = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
         assert refused(body) == before + 1
-        assert "waited 1 s in the backlog" in server.wait_log("refused connection from")
+        assert ("at the limit of 1 connection (waited 1 s in the backlog)"  # not "1 connections"
+                in server.wait_log("refused connection from"))
         # A place that frees within the wait serves the one waiting.
         waiting = Wire(socket.create_connection(server.address, timeout=5))
         waiting.send(b"list-tube-used\r\n")
@@ -204,4 +205,28 @@ def test_where_the_queue_cannot_be_read_a_backlog_waiting_the_whole_wait_is_empt
     finally:
         for c in clients:
             c.close()
+        port.socket.close()
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_INFO"), reason="reads the backlog with TCP_INFO")
+def test_a_client_closed_after_the_wait_reads_end_of_file_even_after_sending_a_command():
+    """The close is clean for both kinds of client: one that sent nothing, and
+    one that sent a command while it waited (the usual beanstalk client: it
+    used to get a connection reset, since closing a socket with unread bytes
+    makes the kernel answer with RST instead of FIN)."""
+    port = _ListeningPort()
+    clock, factory, limit = _limit_of_one(port)
+    try:
+        held, _ = _connect(factory)  # the one place: paused, the backlog watched
+        silent = _client(port)
+        talker = _client(port)
+        talker.sendall(b"stats\r\n")
+        for _ in range(5):  # 1.25 s: both waited the whole wait
+            clock.advance(0.25)
+        assert limit.refused == 2
+        for c in (silent, talker):
+            c.settimeout(5)
+            assert c.recv(100) == b""  # end-of-file, not ConnectionResetError
+            c.close()
+    finally:
         port.socket.close()

@@ -218,13 +218,18 @@ def test_sigint_then_grace_expiry_bounds_exit_and_returns_the_job(tmp_path):
         assert 0.9 < time.monotonic() - started < 4
         log = server.log()
         assert "SIGINT: graceful shutdown" in log and "1 aborted" in log
+        # (counts in the right number: it used to say "connection(s)")
+        assert "draining 1 connection for at most 1 s" in log, log
+        assert "shutdown: 0 connections closed cleanly, 1 aborted at the end" in log, log
     finally:
         server.stop()
-    again = start_stalkd(tmp_path, "-b", str(binlog))
+    again = start_stalkd(tmp_path, "-V", "-b", str(binlog))
     try:
         w = _connect(again)
         assert w.ask(b"reserve-with-timeout 0\r\n") == b"RESERVED 1 4\r\nwork\r\n"
         w.close()  # else SIGTERM would give this worker the grace period to finish
+        # (it used to read "replayed 1 records from 1 files: 1 jobs restored")
+        assert "binlog: replayed 1 record from 1 file: 1 job restored" in again.log()
     finally:
         assert again.stop() == 0
 

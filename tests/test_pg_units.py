@@ -422,3 +422,34 @@ def test_the_engine_connections_carry_the_session_settings(pg_engine):
             assert rows == [(b"off", b"off")]
     finally:
         stop()
+
+
+def test_the_log_line_for_silent_nodes_puts_its_counts_in_the_right_number():
+    """It used to read "gave up on 1 silent node(s): 1 reservation(s) back to ready"."""
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    from twisted_stalk.pg.upkeep import Upkeep
+
+    class Node:
+        _beats = 7
+        _reclaimed_at = -100
+
+        def _tubes_ready(self, rows):
+            self.ready = rows
+
+    lines = []
+
+    def observe(event):
+        if event.get("log_namespace") == "twisted_stalk.pg":
+            lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        node = Node()
+        Upkeep._reclaimed(node, [(None,), ("emails",)])  # a node's row, then a job's tube
+        Upkeep._reclaimed(node, [(None,), (None,), ("emails",), ("emails",), ("other",)])
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert lines == ["gave up on 1 silent node: 1 reservation back to ready",
+                     "gave up on 2 silent nodes: 3 reservations back to ready"]
+    assert node.ready == [("emails",), ("emails",), ("other",)] and node._reclaimed_at == 7

@@ -133,6 +133,10 @@ def test_script_from_stdin_stops_at_first_error(any_server, stalk):
     assert p.returncode == 2
     assert p.out.startswith("NOT_FOUND\nUSING default\n---\n")
     assert "stdin line 3: unknown command 'bogus'" in p.err
+    # top and tail, shell commands, need a terminal: said so, not skipped in silence
+    p = stalk(any_server, input="top\nlist-tube-used\n")
+    assert p.returncode == 2 and p.out == ""
+    assert "stdin line 1: top runs in the interactive shell, or as `stalk top`" in p.err
 
 
 def test_raw_bytes_and_extra_replies(any_server, stalk):
@@ -185,6 +189,13 @@ def test_top_once(any_server, stalk):
     p = stalk(any_server, "--json", "top", "-c", "2", "-n", "0.1", "t1")
     frames = [json.loads(x) for x in p.out.splitlines()]
     assert len(frames) == 2 and frames[1]["tubes"][0]["put/s"] == "0.0"
+
+
+def test_top_says_its_counts_in_the_right_number(any_server, stalk):
+    """Alone on a fresh server, top's heading used to say "1 connections"
+    (its own) and "1 tubes"."""
+    head = stalk(any_server, "top", "--once").out.splitlines()[0]
+    assert "  1 connection  0 workers  0 waiting  1 tube" in head, head
 
 
 def test_tail_shows_new_jobs_without_reserving(any_server, stalk, tmp_path):

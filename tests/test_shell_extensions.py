@@ -218,7 +218,7 @@ def test_repl_sends_the_verbs_when_advertised(server):
             assert "- %d\n- %d\n- %d\n" % tuple(ready) in text
             assert "FLUSHED 1\n" in text
             assert list(shell.known.jobs)[:3] == ready   # learned for completion
-            assert completions(shell, "fl") == ["flush-tube"]
+            assert completions(shell, "fl") == ["flush-tube", "flush"]  # (flush: the tool)
             assert completions(shell, f"list-jobs {tube} re") == ["ready", "reserved"]
             completions(shell, "flush-tube ")          # starts a lookup in the background
             shell.lookup.wait(5)
@@ -229,7 +229,7 @@ def test_repl_sends_the_verbs_when_advertised(server):
         else:
             assert "does not advertise (see capabilities)" in text   # nothing sent
             assert q.stats(f"stats-tube {tube}")["current-jobs-delayed"] == 1
-            assert completions(shell, "fl") == [] and completions(shell, "flush-tube x ") == []
+            assert completions(shell, "fl") == ["flush"] and completions(shell, "flush-tube x ") == []
             assert "Extension commands" not in plain(help_text("", caps))
             assert "does not advertise it" in plain(help_text("flush-tube", caps))
             shell.handle(f"!flush-tube {tube}")      # raw lines are still sent
@@ -245,7 +245,7 @@ def test_extension_input_rules():
     assert build_request("list-jobs emails buried 5", extensions=caps).line == b"list-jobs emails buried 5"
     assert build_request("flush-tube emails")  # command-line mode: the server decides
     for text, fragment in (("flush-tube", "takes 1 or 2"), ("flush-tube -x", "<tube>"),
-                           ("list-jobs a all 5", "one of ready"), ("capabilities now", "takes 0"),
+                           ("list-jobs a all 5", "one of ready"), ("capabilities now", "takes no arguments"),
                            ("list-jobs a ready -1", "whole number"),
                            ("flush-tube a\nbody", "does not take a body")):
         with pytest.raises(InputError, match=fragment):
@@ -259,7 +259,7 @@ def test_extension_input_rules():
     StalkValidator(lambda: caps).validate(Document("flush-tube a"))
     completer = StalkCompleter(Known(), extensions=lambda: caps)
     got = [c.text for c in completer.get_completions(Document("help fl"), CompleteEvent())]
-    assert got == ["flush-tube"]
+    assert got == ["flush-tube", "flush"]  # (flush: the tool, a shell command)
     # replies: FLUSHED is success only for flush-tube; machine-readable forms
     assert reply("flush-tube", b"FLUSHED 4").ok and not reply("put", b"FLUSHED 4").ok
     assert reply_data(reply("flush-tube", b"FLUSHED 4"))["count"] == 4

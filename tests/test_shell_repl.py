@@ -345,6 +345,11 @@ def test_tube_lookup_runs_in_the_background(ours):
         lookup.wait(5)
         assert lookup.take() == ["default"] and lookup.take() is None
         assert not lookup.request()
+        # job ids to check: those the server no longer has are handed over once
+        assert ask(ours, "put 0 0 60 1\r\nx").startswith("INSERTED 1")
+        assert lookup.refresh_now([1, 7, 99])
+        lookup.wait(5)
+        assert lookup.take_gone() == [7, 99] and lookup.take_gone() == []
     finally:
         lookup.close()
     os.kill(ours.proc.pid, signal.SIGSTOP)

@@ -45,7 +45,8 @@ def terminal_env(tmp_path):
     for key in ("STALK_ADDRESS", "STALK_CONFIG", "STALK_DEBUG", "NO_COLOR", "PAGER", "LESS"):
         env.pop(key, None)
     env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"),
-               TERM="xterm-256color", PYTHONUNBUFFERED="1")
+               XDG_STATE_HOME=str(tmp_path / "state"), TERM="xterm-256color",
+               PYTHONUNBUFFERED="1")
     return env
 
 

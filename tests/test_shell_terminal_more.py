@@ -1,6 +1,12 @@
 """The shell in a real terminal (tmux, as in test_shell_terminal.py): the first
 Tab on a tube name offers a tube created a moment ago, ``stalk top`` fits the
-terminal's width, and ``top`` typed in the shell points to ``stalk top``."""
+terminal's width, and ``top`` and ``tail`` typed in the shell run there."""
+import subprocess
+import sys
+import time
+
+import pytest
+
 from test_shell_terminal import Screen, prompt_ends_with, screen, terminal_env  # noqa: F401
 from twisted_stalk_cli.shell.conn import Connection
 from twisted_stalk_cli.shell.target import parse_target
@@ -76,16 +82,219 @@ def _table_rows(text):
     return [r.split()[0][:7] if r.split() else "" for r in lines[heading:heading + 4]]
 
 
-def test_top_typed_in_the_shell_points_to_stalk_top(ours, screen):
+def _prompt_lines(text):
+    """The screen's lines that hold the prompt (and what was typed after it)."""
+    return [line.rstrip() for line in text.splitlines() if "]> " in line or line.rstrip().endswith("]>")]
+
+
+def test_top_runs_in_the_shell_and_q_returns_to_a_clear_prompt(ours, screen):
+    """``top`` at the prompt used to be refused (the message twice, once cut
+    short) and stay in the editor, so the next command was glued onto it
+    (``toplist-tube-used``: unknown command).  Now it runs, full screen,
+    against the shell's server; ``q`` comes back to an empty prompt."""
     s = screen(ours, 120)
     s.type("top")
-    s.wait_for("run `stalk top` from your terminal")  # the toolbar, while typing
     s.keys("Enter")
-    text = s.wait_for("is not a beanstalk command but a stalk tool")
-    assert "unknown command 'top'" not in text
+    text = s.wait_for("q or Ctrl-C quits")  # top's own screen
+    assert f"stalk top  127.0.0.1:{ours.port}" in text and "TUBE" in text, text
+    s.keys("q")
+    s.wait(lambda t: _prompt_lines(t)[-1:] and _prompt_lines(t)[-1].endswith("]>"),
+           what="an empty prompt after top")
+    s.type("list-tube-used")
+    s.keys("Enter")
+    text = s.wait_for("USING default")
+    assert "unknown command" not in text and "not a beanstalk command" not in text, text
+    assert [line.split("]> ")[-1] for line in _prompt_lines(text)][-3:-1] == [
+        "top", "list-tube-used"], text
+    # Ctrl-C comes back too, and top's options are taken
+    s.type("top default -n 0.2")
+    s.keys("Enter")
+    s.wait_for("every 0.2s, q or Ctrl-C quits")
+    s.keys("C-c")
+    s.wait(lambda t: _prompt_lines(t)[-1:] and _prompt_lines(t)[-1].endswith("]>"),
+           what="an empty prompt after Ctrl-C")
+    s.type("stats-tube default")
+    s.keys("Enter")
+    s.wait(lambda text: any(line.split() == ["name", "default"] for line in text.splitlines()),
+           what="stats-tube default answered after top")
+
+
+def test_tail_runs_in_the_shell_on_the_tube_in_use(ours, screen):
+    """``tail`` at the prompt follows the tube in use on a connection of its
+    own (the shell's watch list and reservations stay as they were), shows
+    jobs put meanwhile without reserving them, and Ctrl-C or ``q`` returns."""
+    s = screen(ours, 120)
+    s.type("use emails")
+    s.keys("Enter")
+    s.wait_for("USING emails")
+    s.type("tail")
+    s.keys("Enter")
+    s.wait_for("tailing emails on 127.0.0.1:%d (q or Ctrl-C to stop)" % ours.port)
+    other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+    other.connect()
+    try:
+        other.command("use", "emails")
+        job = other.command("put", 0, 0, 60, body=b"hello tail").job_id
+        s.wait_for(f"#{job}  emails")
+        s.wait_for("hello tail")
+        s.keys("q")
+        s.wait(lambda t: _prompt_lines(t)[-1:] and _prompt_lines(t)[-1].endswith("]>"),
+               what="an empty prompt after tail")
+        s.type(f"stats-job {job}")
+        s.keys("Enter")
+        text = s.wait(lambda text: any(line.split() == ["state", "ready"]
+                                       for line in text.splitlines()),
+                      what="the job still ready (tail reserved nothing)")
+        assert "use=emails watch=default]" in _prompt_lines(text)[-1], text
+    finally:
+        other.close()
 
 
 def test_the_tool_hint_names_every_tool_not_a_command():
     from twisted_stalk_cli.shell.request import unknown_command
-    assert "`stalk tail`" in unknown_command("tail")
+    assert "`stalk flush`" in unknown_command("flush")
     assert unknown_command("frobnicate").startswith("unknown command 'frobnicate'")
+
+
+def test_tab_offers_no_job_deleted_since(ours, screen):
+    """Tab on a job id offered every job the shell had seen, deleted ones too
+    (``1004 inserted`` after a worker had deleted 1004).  A job deleted in
+    the shell is forgotten at once; one deleted by another client is found
+    gone by a background check (``stats-job``: NOT_FOUND), which the Tab
+    waits for, and the menu that typing opened is corrected by it."""
+    s = screen(ours, 100)
+    for n in (1, 2, 3):
+        s.type("put")
+        s.keys("Enter")
+        s.type(f"job {n}")
+        s.keys("Enter", "Enter")
+        s.wait_for(f"INSERTED {n}")
+    s.type("delete 3")  # deleted here
+    s.keys("Enter")
+    s.wait_for("DELETED")
+    other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+    other.connect()
+    try:
+        assert other.call(b"delete 2\r\n").line == b"DELETED"  # by someone else
+        s.type("peek ")
+        s.keys("Tab")  # at once: the one job left, completed (not the first offered, 2)
+        s.wait(prompt_ends_with("peek 1"), timeout=5, what="the one job left, completed")
+        s.keys("Enter")
+        s.wait_for("FOUND 1 5")
+        text = s.text()
+        assert "2      inserted" not in text and "3      inserted" not in text, text
+    finally:
+        other.close()
+
+
+def test_flush_and_move_run_in_the_shell(ours, screen):
+    """The tools that change jobs run at the prompt too, asking first as
+    ``stalk flush``/``stalk move`` do; the next command runs on its own."""
+    s = screen(ours, 140)
+    other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+    other.connect()
+    try:
+        other.command("use", "old")
+        for body in (b"a", b"b", b"c"):
+            other.command("put", 0, 0, 60, body=body)
+        other.command("use", "spare")
+        other.command("put", 0, 0, 60, body=b"d")
+        s.type("move spare old --yes")
+        s.keys("Enter")
+        s.wait_for("move spare -> old: moved 1 ready")
+        s.type("flush old")
+        s.keys("Enter")
+        s.wait_for(f"Delete 4 jobs (4 ready, 0 delayed, 0 buried) from tube 'old' on "
+                   f"127.0.0.1:{ours.port}? [y/N]")
+        s.type("y")
+        s.keys("Enter")
+        s.wait_for("flush old: deleted 4 ready")
+        s.type("stats")
+        s.keys("Enter")
+        text = s.wait(lambda t: any(line.split()[:2] == ["current-jobs-ready", "0"]
+                                    for line in t.splitlines()), what="stats: no job left")
+        assert "unknown command" not in text and "not a beanstalk command" not in text, text
+    finally:
+        other.close()
+
+
+def test_a_refused_line_is_explained_once_and_in_full(ours, screen):
+    """A line the shell refuses was explained twice, under the prompt cut at
+    the window's edge and again in the toolbar; now once, what does not fit
+    on the first line continuing on the next."""
+    s = screen(ours, 100, 12)
+    s.type("flsh x")
+    s.keys("Enter")
+    text = s.wait_for("send it anyway")
+    assert text.count("unknown command 'flsh'") == 1, text
+    lines = [line.rstrip() for line in text.splitlines()]
+    first = next(i for i, line in enumerate(lines) if line.startswith("unknown command 'flsh'"))
+    assert (lines[first] + " " + lines[first + 1]).endswith(
+        "(did you mean flush?); type help for the list, or prefix the line with ! to send it anyway"), text
+    assert all(len(line) <= 100 for line in lines), text
+
+
+def test_stalk_top_and_tail_on_a_terminal_quit_on_q(ours, tmp_path):
+    """From the system shell too, ``q`` quits as Ctrl-C does."""
+    for argv in (["top", "-n", "0.2"], ["tail", "default"]):
+        (tmp_path / argv[0]).mkdir()
+        s = Screen(tmp_path / argv[0], ["-a", f"127.0.0.1:{ours.port}", *argv], cols=100, rows=12,
+                   env=terminal_env(tmp_path))
+        try:
+            s.wait_for("q or Ctrl-C")
+            s.type("q")
+            deadline = time.monotonic() + 10
+            while _running(s):  # the program exits, and tmux with it
+                assert time.monotonic() < deadline, f"stalk {argv[0]} still running after q"
+                time.sleep(0.05)
+        finally:
+            s.close()
+
+
+def _running(s):
+    try:
+        s.text()
+    except subprocess.CalledProcessError:
+        return False
+    return True
+
+
+def test_stalk_tail_in_the_background_keeps_running(ours, tmp_path):
+    """Reading ``q`` changes the terminal's mode, which would stop a
+    background job (SIGTTOU: ``stalk tail ... &`` showed "Stopped (tty
+    output)"); in the background the keys are left alone."""
+    import shutil
+    tmux = shutil.which("tmux")
+    if tmux is None or shutil.which("bash") is None:
+        pytest.skip("needs tmux and bash")
+    sock = str(tmp_path / "tmux")
+    env = dict(terminal_env(tmp_path), PS1="$ ")
+
+    def run(*args):
+        return subprocess.run([tmux, "-S", sock, *args], env=env, check=True, capture_output=True,
+                              text=True, timeout=10).stdout
+
+    run("-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "20", "--", "bash", "--norc", "-i")
+    try:
+        run("send-keys", "-t", "0", "-l", f"{sys.executable} -m twisted_stalk_cli.shell "
+            f"-a 127.0.0.1:{ours.port} tail default -n 0.1 &\n")
+        other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+        other.connect()
+        deadline = time.monotonic() + 15
+        while "tailing default" not in run("capture-pane", "-p", "-t", "0"):
+            assert time.monotonic() < deadline, run("capture-pane", "-p", "-t", "0")
+            time.sleep(0.05)
+        job = other.command("put", 0, 0, 60, body=b"from the background").job_id
+        other.close()
+        while "from the background" not in run("capture-pane", "-p", "-t", "0"):
+            assert time.monotonic() < deadline, run("capture-pane", "-p", "-t", "0")
+            time.sleep(0.05)
+        assert f"#{job}  default" in run("capture-pane", "-p", "-t", "0")
+        run("send-keys", "-t", "0", "-l", "jobs\n")
+        time.sleep(0.5)
+        assert "Stopped" not in run("capture-pane", "-p", "-t", "0")
+    finally:
+        subprocess.run([tmux, "-S", sock, "send-keys", "-t", "0", "-l", "kill %1\n"],
+                       capture_output=True, timeout=10)
+        time.sleep(0.2)
+        subprocess.run([tmux, "-S", sock, "kill-server"], capture_output=True, timeout=10)

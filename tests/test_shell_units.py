@@ -148,12 +148,12 @@ def test_validator_accepts_good_commands():
 @pytest.mark.parametrize("text,fragment", [
     ("frob 1", "unknown command 'frob'"),
     ("delet 5", "did you mean delete"),
-    ("delete", "delete takes 1 argument"),
+    ("delete", "delete takes 1 argument: delete <id>"),
     ("delete x", "<id> must be a non-negative whole number"),
     ("use -bad", "<tube>"),
     ("put 1 2", "put takes <pri> <delay> <ttr>"),
     ("put 99999999999 0 0", "at most 4294967295"),
-    ("stats extra", "stats takes 0 argument"),
+    ("stats extra", "stats takes no arguments"),
     ("stats\nbody", "does not take a body"),
     ("put @/no/such/file", "no such file"),
 ])
@@ -570,3 +570,17 @@ def test_one_rule_for_the_final_newline_of_bodies(tmp_path):
     f.write_bytes(b"from a file\n")
     assert build_request(f"put @{f}").body == b"from a file"
     assert build_request("put $EDITOR", editor=lambda _: b"edited\r\n").body == b"edited"
+
+
+def test_split_words_ends_the_first_line_at_a_space():
+    from twisted_stalk_cli.shell.fit import split_words
+    assert split_words("short enough", 20) == ("short enough", "")
+    assert split_words("one two three four", 10) == ("one two", "three four")
+    assert split_words("abcdefghijkl mn", 5) == ("abcde", "fghijkl mn")  # no space: cut
+    assert split_words("anything at all", 0) == ("anything at all", "")
+
+
+def test_a_cut_body_says_how_much_is_left_in_the_right_number():
+    assert "... 1 more byte not shown\n" in plain(render_body(b"abcdef", limit=5))  # was "1 more bytes"
+    assert "... 2 more bytes not shown\n" in plain(render_body(b"abcdefg", limit=5))
+    assert plain(render_body(b"x")).startswith("(1 byte, text)")

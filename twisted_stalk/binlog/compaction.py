@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 from twisted.logger import Logger
 
 from ..core.journal import JournalError
+from ..wording import counted
 from .files import sync_directory
 from .format import file_name
 
@@ -123,7 +124,8 @@ class Compactor:
         if removed:
             if not j.no_fsync:
                 sync_directory(j.directory)
-            self.log.info("binlog: removed {removed} files no live job needs ({freed} bytes)",
+            self.log.info("binlog: removed {files} no live job needs ({size})",
+                          files=counted(removed, "file"), size=counted(freed, "byte"),
                           removed=removed, freed=freed)
         return removed
 
@@ -229,8 +231,9 @@ class Compactor:
         removed, freed = j.old_files.remove_below(boundary)
         if not j.no_fsync:
             sync_directory(j.directory)
-        self.log.info("binlog: compacted: removed {removed} files ({freed} bytes); live "
+        self.log.info("binlog: compacted: removed {files} ({size}); live "
                       "jobs now start at {file}", removed=removed, freed=freed,
+                      files=counted(removed, "file"), size=counted(freed, "byte"),
                       file=file_name(boundary))
         self.boundary = None
         self._todo = None

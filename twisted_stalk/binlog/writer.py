@@ -51,6 +51,7 @@ from ..core.journal import (
     UPDATE_TIMEOUT,
 )
 from ..protocol.constants import DEFAULT_BINLOG_SIZE
+from ..wording import counted
 from .compaction import Compactor
 from .files import (
     OldFiles,
@@ -99,11 +100,6 @@ RETRY_SECONDS = 1.0
 ROOM_RETRY_SECONDS = 0.25
 
 __all__ = ["BinlogJournal", "RETRY_SECONDS", "ROOM_RETRY_SECONDS", "round_size"]
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 job``, ``2 jobs``: a count with its noun."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 class BinlogJournal:
@@ -231,8 +227,10 @@ class BinlogJournal:
         self.recovery = rec
         self._recovery = None
         if rec.records:
-            self.log.info("binlog: replayed {records} records from {files} files: "
-                          "{jobs} jobs restored", records=rec.records,
+            self.log.info("binlog: replayed {replayed} from {read}: {restored} restored",
+                          replayed=counted(rec.records, "record"),
+                          read=counted(len(rec.files), "file"),
+                          restored=counted(len(rec.jobs), "job"), records=rec.records,
                           files=len(rec.files), jobs=len(rec.jobs))
         try:
             self.compactor.drop_dead_files()
@@ -268,9 +266,9 @@ class BinlogJournal:
         # A warning, so that it shows without -V: the directory changed.
         self.log.warn("binlog: {jobs} came from {files} (format version {version}, {records}); "
                       "the files were moved to {where}",
-                      jobs=_count(len(imported), "job"),
-                      files=_count(len(found.files), "beanstalkd binlog file"),
-                      version=found.versions, records=_count(found.records, "record"),
+                      jobs=counted(len(imported), "job"),
+                      files=counted(len(found.files), "beanstalkd binlog file"),
+                      version=found.versions, records=counted(found.records, "record"),
                       where=where)
 
     # ------------------------------------------------------- Journal protocol

@@ -50,6 +50,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
+from ..wording import counted
+
 from .errors import (
     BeanstalkConnectionError,
     ClientClosed,
@@ -430,7 +432,8 @@ class Worker:
         releases = stats.get("releases", 0)
         attempt = releases + 1 if isinstance(releases, int) and releases >= 0 else 1
         if attempt > self.max_retries:
-            self.log.warn("job {id} failed {n} times; burying it", id=job.id, n=attempt)
+            self.log.warn("job {id} failed {times}; burying it", id=job.id, n=attempt,
+                          times=counted(attempt, "time"))
             await self._bury(job, error)
             return
         delay = getattr(error, "delay", None)

@@ -46,6 +46,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from ..protocol.commands import COUNTED_COMMANDS
+from ..wording import counted
 from .batch import text_array
 from .notices import DelayedDue, JobsReady, NodeHere, Notice, decode, merged, payload_array
 
@@ -400,8 +401,10 @@ class Upkeep:
         if rows:
             self._reclaimed_at = self._beats
             nodes = sum(1 for r in rows if r[0] is None)
-            log.warn("gave up on {nodes} silent node(s): {jobs} reservation(s) back to ready",
-                     nodes=nodes, jobs=len(rows) - nodes)
+            jobs = len(rows) - nodes
+            log.warn("gave up on {silent}: {returned} back to ready",
+                     silent=counted(nodes, "silent node"),
+                     returned=counted(jobs, "reservation"), nodes=nodes, jobs=jobs)
         self._tubes_ready([r for r in rows if r[0] is not None])
 
     def _alive(self, rows: Any, sent_at: float) -> None:

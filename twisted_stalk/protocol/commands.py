@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from ..wording import counted
 from .constants import (
     BAD_FORMAT,
     JOB_STATES,
@@ -467,8 +468,7 @@ def encode_command(name: str, *args: Union[int, str, bytes],
         spec = command_spec(name)
         assert spec is not None
         given = len(spec.args) - spec.has_body
-        count = f"{given - spec.optional} or {given}" if spec.optional else str(given)
-        raise ValueError(f"{name} takes {count} argument(s) and "
+        raise ValueError(f"{name} takes {arguments(given - spec.optional, given)} and "
                          f"{'a body' if spec.has_body else 'no body'}: {spec.usage}")
     try:
         return fmt % (args if body is None else args + (len(body), body))
@@ -481,6 +481,14 @@ def encode_command(name: str, *args: Union[int, str, bytes],
     if body is None:
         return b" ".join(parts) + b"\r\n"
     return b" ".join(parts) + b" %d\r\n%s\r\n" % (len(body), body)
+
+
+def arguments(least: int, most: int) -> str:
+    """How many arguments a command takes, in words: "no arguments",
+    "1 argument", "3 arguments", "1 or 2 arguments"."""
+    if least != most:
+        return f"{least} or {most} arguments"
+    return "no arguments" if most == 0 else counted(most, "argument")
 
 
 def validate_command_args(name: str, args: Sequence[str]) -> Optional[str]:
@@ -498,9 +506,7 @@ def validate_command_args(name: str, args: Sequence[str]) -> Optional[str]:
         # The shell may count the body's bytes itself.
         expected = expected[: len(args)]
     if not len(expected) - spec.optional <= len(args) <= len(expected):
-        count = (f"{spec.min_args} or {len(spec.args)}" if spec.optional
-                 else str(len(spec.args)))
-        return f"{name} takes {count} argument(s): {spec.usage}"
+        return f"{name} takes {arguments(spec.min_args, len(spec.args))}: {spec.usage}"
     for arg, text in zip(expected, args):
         if arg.kind == "tube":
             if not valid_tube_name(text.encode("ascii", "replace")):

@@ -33,6 +33,7 @@ from twisted_stalk.protocol.commands import (
     parse_args,
 )
 from twisted_stalk.protocol.constants import MAX_LINE, MAX_LINE_CONTENT
+from twisted_stalk.wording import counted
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class ServerFraming:
         """What the server waits for, in words ("" when nothing)."""
         if self.missing:
             sent = self.announced + 2 - self.missing
-            return (f"the server waits for {self.missing} more byte{'s' if self.missing != 1 else ''} "
+            return (f"the server waits for {counted(self.missing, 'more byte')} "
                     f"of a put body ({self.announced} announced, plus CRLF; {sent} sent)")
         if self._skipping:
             return (f"the server is discarding a line longer than {MAX_LINE} bytes "
@@ -107,7 +108,7 @@ class ServerFraming:
     def short(self) -> str:
         """What the server waits for, in a few words ("" when nothing)."""
         if self.missing:
-            return f"{self.missing} more put body byte{'s' if self.missing != 1 else ''}"
+            return counted(self.missing, "more put body byte")
         if self._skipping:
             return "the CRLF of an over-long line"
         if self.partial:

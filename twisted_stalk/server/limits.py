@@ -26,6 +26,8 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 from twisted.logger import Logger
 
+from ..wording import counted
+
 
 log = Logger(namespace="twisted_stalk.limits")
 
@@ -187,10 +189,11 @@ class ConnectionLimit:
         if self._logged_at is None or now - self._logged_at >= LOG_EVERY:
             peer = getattr(addr, "host", None) or str(addr)
             port = getattr(addr, "port", None)
-            log.warn("refused connection from {peer}: at the limit of {maximum} "
-                     "connections" + (f" ({why})" if why else "") + " ({refused} refused "
+            log.warn("refused connection from {peer}: at the limit of {places}"
+                     + (f" ({why})" if why else "") + " ({refused} refused "
                      "so far, {since} since the last such message)",
                      peer=peer if port is None else f"{peer}:{port}", wait=self.wait,
+                     places=counted(self.maximum, "connection"),
                      maximum=self.maximum, refused=self.refused, since=self._unlogged + 1)
             self._logged_at = now
             self._unlogged = 0
@@ -207,7 +210,8 @@ class BacklogWait:
     gives the accept queue's length) and notes when each new one was first
     seen; the backlog is first in, first out, so those first seen ``wait``
     seconds ago or more are at its head: it accepts them and closes them at
-    once (the client reads end-of-file), counted and logged by
+    once (:func:`close_cleanly`: the client reads end-of-file, also after
+    sending a command while it waited), counted and logged by
     :meth:`ConnectionLimit.refuse`.  A connection so closed waited between
     ``wait`` and ``wait + tick`` seconds.  Those accepted meanwhile by the
     port (a place freed) leave from the head too, and are forgotten.
@@ -284,10 +288,35 @@ class BacklogWait:
                 conn, addr = sock.accept()
             except OSError:  # none left (or the port's own accept deals with it)
                 return
-            conn.close()
+            close_cleanly(conn)
             self.limit.refuse(_Address(addr), "waited {wait:g} s in the backlog")
             if count is not None:
                 count -= 1
+
+
+#: At most this many bytes a refused client sent are read before its close.
+DRAIN_LIMIT = 1 << 20
+
+
+def close_cleanly(conn) -> None:
+    """Close an accepted connection so that its client reads end-of-file:
+    read (and drop) what it has sent, then close (FIN).  A client usually
+    sends its first command while it waits in the backlog, and closing a
+    socket with unread bytes makes the kernel answer with a reset instead
+    (the client's read raises "connection reset").  At most
+    :data:`DRAIN_LIMIT` bytes are read: a client that keeps sending more is
+    reset all the same."""
+    try:
+        conn.setblocking(False)
+        left = DRAIN_LIMIT
+        while left > 0:
+            data = conn.recv(min(left, 65536))
+            if not data:
+                break
+            left -= len(data)
+    except OSError:  # nothing more to read now (or the client already went)
+        pass
+    conn.close()
 
 
 class _Address:
@@ -389,7 +418,8 @@ def memory_limit_of(factory) -> int:
     return factory.engine.memory().limit
 
 
-__all__ = ["BacklogWait", "ConnectionLimit", "DEFAULT_WAIT", "backlog_length", "emfile_closes",
+__all__ = ["BacklogWait", "ConnectionLimit", "DEFAULT_WAIT", "backlog_length", "close_cleanly",
+           "emfile_closes",
            "RESERVED_FDS",
            "connections_allowed_by", "install_connection_limit", "install_memory_limit",
            "memory_limit_of", "open_fds", "raise_open_file_limit"]

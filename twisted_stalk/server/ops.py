@@ -25,6 +25,8 @@ from typing import Any, Callable, Optional
 from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
+from ..wording import counted
+
 from . import _busypoll, admin, limits
 from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
 
@@ -100,8 +102,9 @@ def configure(factory, config, clock) -> None:
     wait = config.get("max-connections-wait")
     limits.install_connection_limit(factory, maximum, clock, explicit=bool(explicit),
                                     wait=limits.DEFAULT_WAIT if wait is None else float(wait))
-    log.info("open-file limit {soft} (hard {hard}); accepting at most {maximum} connections",
-             soft=_show(soft), hard=_show(hard), maximum=maximum or "unlimited")
+    log.info("open-file limit {soft} (hard {hard}); accepting at most {places}",
+             soft=_show(soft), hard=_show(hard), maximum=maximum or "unlimited",
+             places=counted(maximum, "connection") if maximum else "unlimited connections")
     factory.set_stats_quoted(stats_quoted(config.get("stats-yaml")))
     max_memory = int(config.get("max-memory") or 0)
     if max_memory:

@@ -31,6 +31,8 @@ from typing import Any, Callable, List, Optional
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ..wording import counted
+
 
 log = Logger(namespace="twisted_stalk.shutdown")
 
@@ -71,9 +73,10 @@ class GracefulShutdown:
             return d
         self.started = True
         self._deadline = self.clock.seconds() + self.grace
-        log.info("shutting down: no longer accepting connections; draining {n} "
-                 "connection(s) for at most {grace:g} s",
-                 n=len(self.factory.connections), grace=self.grace)
+        n = len(self.factory.connections)
+        log.info("shutting down: no longer accepting connections; draining {open} "
+                 "for at most {grace:g} s",
+                 open=counted(n, "connection"), n=n, grace=self.grace)
         try:
             d_stop = defer.maybeDeferred(self.stop_listening)
             d_stop.addErrback(lambda f: log.failure("stopping the listening ports", f))
@@ -142,8 +145,9 @@ class GracefulShutdown:
             self._call.cancel()
         self._call = None
         self.finished = True
-        log.info("shutdown: {clean} connection(s) closed cleanly, {aborted} aborted at "
-                 "the end of the grace period", clean=self.closed_cleanly, aborted=self.aborted)
+        log.info("shutdown: {closed} closed cleanly, {aborted} aborted at the end of the "
+                 "grace period", closed=counted(self.closed_cleanly, "connection"),
+                 clean=self.closed_cleanly, aborted=self.aborted)
         waiters, self._waiters = self._waiters, []
         for d in waiters:
             d.callback(None)

@@ -151,5 +151,21 @@ def pick(items: Sequence[Tuple[int, str]], width: int, sep: str = "   ") -> str:
     return sep.join(items[j][1] for j in chosen)
 
 
+def split_words(text: str, width: int) -> Tuple[str, str]:
+    """``text`` as a first line of at most ``width`` columns, ended at a
+    space, and the rest ("" when it fits; ``width`` 0: no limit)."""
+    if width <= 0 or width_of([("", text)]) <= width:
+        return text, ""
+    head = ""
+    for ch in text:
+        if width_of([("", head + ch)]) > width:
+            break
+        head += ch
+    cut_at = head.rfind(" ")
+    if cut_at <= 0:
+        cut_at = len(head)
+    return text[:cut_at].rstrip(), text[cut_at:].strip()
+
+
 __all__ = ["ELLIPSIS", "continuation", "cut", "fit_prompt", "pick", "prompt_budget",
-           "prompt_variants", "shorten", "width_of"]
+           "prompt_variants", "shorten", "split_words", "width_of"]

@@ -25,7 +25,7 @@ GROUPS = (
 
 #: What ``help`` ends with, a paragraph each.
 FOOTER = (
-    "put: give the body on the next line(s) and end it with an empty line; "
+    "put: give the body on the lines that follow and end it with an empty line; "
     "or put [pri delay ttr] @FILE or $EDITOR.",
     "Keys: Tab complete, Up/Down history, Ctrl-R search, Right accepts a grey suggestion, "
     "Alt-Enter sends now, Ctrl-X Ctrl-E edits the line in $EDITOR, F4 toggles vi/emacs, "
@@ -108,7 +108,7 @@ def help_text(topic: str = "", extensions: Extensions = None, width: int = 100) 
                     f"{served}.\n"))
     if spec.name == "put":
         out.append(("class:info",
-                    "  body: on the next line(s), ended by an empty line; or put [pri delay ttr] @FILE;\n"
+                    "  body: on the lines that follow, ended by an empty line; or put [pri delay ttr] @FILE;\n"
                     "  or put [pri delay ttr] $EDITOR.  With <bytes> given, exactly what you type is sent.\n"))
     if spec.blocks:
         out.append(("class:info", "  Ctrl-C while it waits drops the connection and reconnects;\n"

@@ -11,12 +11,19 @@ names of the last lookup that finished and uses what it knew meanwhile.
 A Tab on a tube name asks for a lookup at once (:meth:`TubeLookup.refresh_now`)
 and completes when its answer arrives, so the first Tab offers a tube created
 a moment ago.
+
+Completing a job id offers the ids the shell has seen; a job deleted since
+(by a worker, another client) is still among them.  So a lookup asked with
+job ids also asks ``stats-job`` for each (one pipelined round trip) and
+:meth:`TubeLookup.take_gone` hands over those the server answered
+``NOT_FOUND`` for, to be forgotten; a Tab on a job id waits for that answer
+as it does for tubes.
 """
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence, Set
 
 from .conn import Connection
 from .target import Target
@@ -25,6 +32,8 @@ from .target import Target
 LOOKUP_TIMEOUT = 2.0
 #: Seconds between lookups.
 LOOKUP_INTERVAL = 5.0
+#: The most job ids one lookup checks (the most recent first).
+MAX_CHECKED_IDS = 200
 
 
 class TubeLookup:
@@ -51,6 +60,9 @@ class TubeLookup:
         self._thread: Optional[threading.Thread] = None
         self._conn: Optional[Connection] = None
         self._names: Optional[List[str]] = None
+        #: The job ids the next lookup checks, and those found gone.
+        self._check: List[int] = []
+        self._gone: Set[int] = set()
         self._started: Optional[float] = None
         self._closed = False
 
@@ -59,9 +71,12 @@ class TubeLookup:
         thread = self._thread
         return thread is not None and thread.is_alive()
 
-    def request(self) -> bool:
-        """Start a lookup if it is time for one; True if one started."""
+    def request(self, job_ids: Sequence[int] = ()) -> bool:
+        """Start a lookup if it is time for one; True if one started.
+        ``job_ids``: the ids to check as well (see the module)."""
         with self._lock:
+            if job_ids:
+                self._check = list(job_ids)[:MAX_CHECKED_IDS]
             now = self.clock()
             if self._closed or self.running or (
                     self._started is not None and now - self._started < self.interval):
@@ -69,12 +84,15 @@ class TubeLookup:
             self._start(now)
             return True
 
-    def refresh_now(self) -> bool:
+    def refresh_now(self, job_ids: Sequence[int] = ()) -> bool:
         """Start a lookup now, however recent the last (a Tab wants today's
-        tubes); True when one is under way, so ``on_done`` will be called."""
+        tubes, or to know which of ``job_ids`` are gone); True when one is
+        under way, so ``on_done`` will be called."""
         with self._lock:
             if self._closed:
                 return False
+            if job_ids:
+                self._check = list(job_ids)[:MAX_CHECKED_IDS]
             if self.running:
                 return True
             self._start(self.clock())
@@ -90,6 +108,13 @@ class TubeLookup:
         with self._lock:
             names, self._names = self._names, None
         return names
+
+    def take_gone(self) -> List[int]:
+        """The job ids lookups found gone (``stats-job`` answered
+        ``NOT_FOUND``) since the last call."""
+        with self._lock:
+            gone, self._gone = self._gone, set()
+        return sorted(gone)
 
     def wait(self, timeout: float) -> None:
         """Wait for the running lookup (tests)."""
@@ -117,11 +142,16 @@ class TubeLookup:
                         conn.close()
                         return
                     self._conn = conn
+            with self._lock:
+                ids, self._check = self._check, []
             reply = conn.command("list-tubes")
             names = [str(n) for n in reply.value] if reply.ok and reply.value else None
+            gone = [i for i, r in zip(ids, conn.pipeline([("stats-job", i) for i in ids]))
+                    if r.word == "NOT_FOUND"] if ids else []
             with self._lock:
                 if names is not None:
                     self._names = names
+                self._gone.update(gone)
                 self.failed = None if names is not None else reply.line.decode("ascii", "replace")
         except Exception as e:  # the connection failed, or anything else: never raise here
             self.failed = str(e) or e.__class__.__name__
@@ -138,4 +168,4 @@ class TubeLookup:
                     pass
 
 
-__all__ = ["LOOKUP_INTERVAL", "LOOKUP_TIMEOUT", "TubeLookup"]
+__all__ = ["LOOKUP_INTERVAL", "LOOKUP_TIMEOUT", "MAX_CHECKED_IDS", "TubeLookup"]

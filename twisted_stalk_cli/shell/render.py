@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 from twisted_stalk.protocol.commands import command_spec
 from twisted_stalk.protocol.replies import ERRORS, Reply
 from twisted_stalk.protocol.yaml import parse_mapping, parse_sequence
+from twisted_stalk.wording import counted
 
 Fragments = List[Tuple[str, str]]
 
@@ -139,7 +140,7 @@ def _json_fragments(text: str) -> Fragments:
 def render_body(body: bytes, *, pretty_json: bool = True, limit: int = 0) -> Fragments:
     """A job body with a one-line header saying its size and kind."""
     kind, value = classify_body(body)
-    size = f"{len(body)} byte{'s' if len(body) != 1 else ''}"
+    size = counted(len(body), "byte")
     shown = body
     cut = 0
     if limit and len(body) > limit and kind != "json":
@@ -168,7 +169,7 @@ def render_body(body: bytes, *, pretty_json: bool = True, limit: int = 0) -> Fra
         if not text.endswith("\n"):
             frags.append(("", "\n"))
     if cut:
-        frags.append(("class:body.header", f"... {cut} more bytes not shown\n"))
+        frags.append(("class:body.header", f"... {counted(cut, 'more byte')} not shown\n"))
     return frags
 
 

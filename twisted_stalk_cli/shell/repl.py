@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
@@ -21,11 +22,13 @@ from prompt_toolkit.key_binding import KeyBindings
 
 from twisted_stalk.protocol.replies import Reply
 
-from .errors import ConnectionBroken, InterruptedRequest, StalkError
+from .conn import Connection
+from .errors import ConnectionBroken, InterruptedRequest, StalkError, ToolError
 from .fit import continuation, cut, fit_prompt, prompt_variants
 from .help import help_text
 from .known import Known
 from .lookup import TubeLookup
+from .output import Output
 from .pager import Pager
 from .paths import data_home
 from .render import Fragments, render_reply, render_wire
@@ -88,6 +91,8 @@ class Shell:
         #: Long output goes through ``pager`` while ``paging`` (``\pager``).
         self.pager = pager
         self.paging = pager is not None
+        #: Where the tools run at the prompt (``top``, ``tail`` ...) write: the terminal.
+        self.tool_stream = sys.stdout
         self.wire = False
         self.set_wire(wire)
         self.lookup = self._new_lookup()
@@ -97,9 +102,10 @@ class Shell:
             message=self.prompt_message,
             history=history or InMemoryHistory(),
             auto_suggest=AutoSuggestFromHistory(),
-            completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions),
+            completer=StalkCompleter(self.known, self.refresh_tubes, self.extensions,
+                                     refresh_jobs=self.refresh_jobs),
             complete_while_typing=True,
-            validator=StalkValidator(self.extensions, self._waiting_for),
+            validator=StalkValidator(self.extensions, self._waiting_for, self.columns),
             validate_while_typing=False,
             lexer=StalkLexer(),
             input_processors=[ArgHintProcessor()],
@@ -183,11 +189,18 @@ class Shell:
 
     def toolbar(self) -> FormattedText:
         try:
-            text = self.prompt.default_buffer.text
+            buffer = self.prompt.default_buffer
+            text, error = buffer.text, buffer.validation_error
         except Exception:
-            text = ""
+            text, error = "", None
         columns = self.columns()
-        frags = list(syntax_help(text, self.session.capabilities, columns))
+        validator = self.prompt.validator
+        if error is not None and isinstance(validator, StalkValidator):
+            # The explanation is on the line above: here only what did not
+            # fit there (it used to be said twice, the first time cut short).
+            frags = [("class:toolbar.help", validator.rest)] if validator.rest else []
+        else:
+            frags = list(syntax_help(text, self.session.capabilities, columns))
         status: List[tuple] = []
         if self.wire:
             status.append(("class:toolbar.wire", " WIRE "))
@@ -227,11 +240,18 @@ class Shell:
         def _(event) -> None:
             buffer = event.current_buffer
             completer = self.prompt.completer
-            if (buffer.complete_state is None and isinstance(completer, StalkCompleter)
-                    and completer.completes_tube(buffer.document)
-                    and self.lookup.refresh_now()):
+            state = buffer.complete_state
+            if (isinstance(completer, StalkCompleter)
+                    and ((state is None and completer.completes_tube(buffer.document))
+                         # (job ids: also with a menu that typing opened, which
+                         # may offer jobs deleted since)
+                         or ((state is None or state.current_completion is None)
+                             and completer.completes_job_id(buffer.document)
+                             and bool(self.known.jobs)))
+                    and self.lookup.refresh_now(self._job_ids(buffer.document))):
                 # Complete from the server's answer, not from the last lookup's
-                # list: _lookup_done does it when the answer arrives (or fails).
+                # list (or from job ids deleted since): _lookup_done does it
+                # when the answer arrives (or fails).
                 self._tab_waiting = buffer.document
                 return
             complete_now(buffer)
@@ -256,6 +276,21 @@ class Shell:
             self.known.set_tubes(names)
         self.lookup.request()
 
+    def _job_ids(self, document: Document) -> List[int]:
+        """The known job ids to check, when the cursor is on a job id."""
+        completer = self.prompt.completer
+        if isinstance(completer, StalkCompleter) and completer.completes_job_id(document):
+            return list(self.known.jobs)
+        return []
+
+    def refresh_jobs(self) -> None:
+        """For completion: forget the jobs a background check found gone
+        (deleted by anyone since the shell saw them) and start another check
+        if it is time (never waits: :mod:`.lookup`)."""
+        for job_id in self.lookup.take_gone():
+            self.known.forget_job(job_id)
+        self.lookup.request(list(self.known.jobs))
+
     def _new_lookup(self) -> TubeLookup:
         return TubeLookup(self.session.target, on_done=self._lookup_done)
 
@@ -272,6 +307,9 @@ class Shell:
             buffer = app.current_buffer
             waiting, self._tab_waiting = self._tab_waiting, None
             if waiting is not None and buffer.document == waiting:
+                state = buffer.complete_state
+                if state is not None and state.current_completion is None:
+                    buffer.complete_state = None  # a menu from before the answer
                 complete_now(buffer)  # the Tab pressed while the lookup ran
                 app.invalidate()
                 return
@@ -524,4 +562,33 @@ class Shell:
             self.info(f"{name[1:]} key bindings")
         elif name == "\\raw":
             self.error("usage: \\raw <text>")
+        elif name in ("top", "tail", "flush", "move"):
+            self.run_tool(name, req.args)
         return True
+
+    def run_tool(self, name: str, args: List[str]) -> None:
+        """``top``, ``tail``, ``flush`` or ``move`` typed at the prompt: the
+        tool of ``stalk NAME``, in this terminal, against this server
+        (``tail`` without a tube: the one in use), on a connection of its own
+        so the session's use, watch list and reservations stay as they are;
+        ``q`` (``top``, ``tail``) or Ctrl-C comes back to the prompt."""
+        from .tools import TOOLS
+        if name == "tail" and (not args or args[0].startswith("-")):
+            args = [self.session.use] + args
+        old = self.session.conn
+        conn = Connection(self.session.target, connect_timeout=old.connect_timeout,
+                          reply_timeout=old.reply_timeout)
+        out = Output("pretty", stream=self.tool_stream, color=not os.environ.get("NO_COLOR"))
+        try:
+            conn.connect()
+            TOOLS[name](conn, args, out)
+        except ToolError as e:
+            self.error(str(e))
+        except StalkError as e:
+            self.error(f"{name}: {e}")
+        except SystemExit:  # --help: argparse printed the tool's help
+            pass
+        except KeyboardInterrupt:  # (before the tool took over Ctrl-C)
+            pass
+        finally:
+            conn.close()

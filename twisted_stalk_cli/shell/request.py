@@ -86,6 +86,14 @@ META_COMMANDS: Tuple[MetaCommand, ...] = (
     MetaCommand("\\vi", "\\vi", "Use vi key bindings."),
     MetaCommand("\\emacs", "\\emacs", "Use emacs key bindings (the default)."),
     MetaCommand("\\raw", "\\raw <text>  (or !<text>)", "Send text as raw bytes without checking it (escapes: \\r \\n \\t \\0 \\\\ \\xNN)."),
+    MetaCommand("top", "top [tube...] [-n SECONDS]", "A live per-tube table of this server's jobs, "
+                "workers and rates, as stalk top; q or Ctrl-C returns to the prompt."),
+    MetaCommand("tail", "tail [tube] [-n SECONDS]", "Show jobs as they arrive in a tube (default: "
+                "the one in use) without reserving them, as stalk tail; q or Ctrl-C returns."),
+    MetaCommand("flush", "flush <tube> [options]", "Delete a tube's ready, delayed and buried "
+                "jobs, asking first (--state, --yes, --dry-run), as stalk flush."),
+    MetaCommand("move", "move <from> <to> [options]", "Move jobs to another tube, never losing "
+                "one, asking first (--state, --max, --yes, --dry-run), as stalk move."),
     MetaCommand("exit", "exit", "Leave the shell (also \\q, Ctrl-D).", ("\\q", "\\quit")),
 )
 
@@ -208,8 +216,8 @@ def current_arg(text: str) -> Tuple[Optional[CommandSpec], Optional[int]]:
 
 
 def unknown_command(word: str, extensions: Extensions = ()) -> str:
-    """Why ``word`` is not a command, and what to type instead: a tool of
-    ``stalk`` (``top``, ``tail`` ...) runs from the system shell, not in here."""
+    """Why ``word`` is not a command, and what to type instead (a tool of
+    ``stalk`` that the shell did not run would run from the system shell)."""
     from .tools import TOOLS  # (here: the tools import this module)
     if word in TOOLS:
         return (f"{word!r} is not a beanstalk command but a stalk tool: run "

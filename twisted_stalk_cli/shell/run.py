@@ -93,6 +93,13 @@ def run_script(conn: Connection, out: Output, keep_going: bool,
         if req.meta:
             if req.name == "exit":
                 break
+            if req.name in ("top", "tail", "flush", "move"):  # (a terminal's, or stalk TOOL)
+                sys.stderr.write(f"stalk: stdin line {lineno}: {req.name} runs in the "
+                                 f"interactive shell, or as `stalk {req.name}`\n")
+                if not keep_going:
+                    return EXIT_USAGE
+                status = EXIT_USAGE
+                continue
             if req.name == "help":
                 from .help import help_text
                 out.fragments(help_text(req.text))

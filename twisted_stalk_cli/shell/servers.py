@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from twisted_stalk.wording import counted
+
 from .conn import Connection
 from .errors import EXIT_CONNECTION, EXIT_OK, EXIT_REPLY, StalkError, UsageError
 from .output import Output, isatty
@@ -269,8 +271,8 @@ def _show(out: Output, servers: Sequence[Server],
         return
     waiting = sum(st.get("current-waiting", 0) for st, _ in frames.values())
     workers = sum(st.get("current-workers", 0) for st, _ in frames.values())
-    head = (f"stalk top  {len(servers)} servers, {len(frames)} up  "
-            f"{workers} workers  {waiting} waiting")
+    head = (f"stalk top  {counted(len(servers), 'server')}, {len(frames)} up  "
+            f"{counted(workers, 'worker')}  {waiting} waiting")
     lines = [head] + [f"  {name}: DOWN ({why})" for name, why in down.items()] + [""]
     lines += render_columns((TOP_COLUMNS[0], "SERVER") + TOP_COLUMNS[1:], top_table(frames))
     text = "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ from twisted_stalk.protocol import BY_NAME, COMMANDS
 from twisted_stalk.protocol.commands import command_spec
 from twisted_stalk.protocol.constants import JOB_STATES
 
-from .fit import pick
+from .fit import pick, split_words
 from .known import Known
 from .request import (
     META_BY_NAME,
@@ -90,19 +90,34 @@ class StalkCompleter(Completer):
     extension verbs (and their states) when the server advertises them."""
 
     def __init__(self, known: Known, refresh_tubes: Optional[Callable[[], None]] = None,
-                 extensions: ExtensionSource = _no_extensions) -> None:
+                 extensions: ExtensionSource = _no_extensions,
+                 refresh_jobs: Optional[Callable[[], None]] = None) -> None:
         self.known = known
         self.refresh_tubes = refresh_tubes
+        #: Called before job ids are offered: forgets the jobs found gone.
+        self.refresh_jobs = refresh_jobs
         self.extensions = extensions
         self.paths = PathCompleter(expanduser=True)
 
     def completes_tube(self, document: Document) -> bool:
         """True when the word under the cursor is a tube name argument."""
+        return self._arg_kind(document) == "tube"
+
+    def completes_job_id(self, document: Document) -> bool:
+        """True when the word under the cursor is a job id argument."""
+        return self._arg_kind(document) == "id"
+
+    @staticmethod
+    def _arg_kind(document: Document) -> Optional[str]:
+        """``tube``, ``id`` (a job id) or the kind of the argument under the cursor."""
         text = document.text_before_cursor
         if "\n" in text or not text.strip() or text.split()[0] in META_BY_NAME:
-            return False
+            return None
         spec, index = current_arg(text)
-        return spec is not None and index is not None and spec.args[index].kind == "tube"
+        if spec is None or index is None:
+            return None
+        arg = spec.args[index]
+        return "id" if arg.kind == "u64" and arg.name == "id" else arg.kind
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
         text = document.text_before_cursor
@@ -168,7 +183,12 @@ class StalkCompleter(Completer):
                 if state.startswith(word):
                     yield Completion(state, -len(word), display_meta="job state")
         elif arg.kind == "u64" and arg.name == "id":
-            for jid, note in self.known.jobs.items():
+            if self.refresh_jobs is not None:
+                try:
+                    self.refresh_jobs()  # never waits: the check runs in the background
+                except Exception:  # completion must never break the prompt
+                    pass
+            for jid, note in list(self.known.jobs.items()):
                 s = str(jid)
                 if s.startswith(word):
                     yield Completion(s, -len(word), display_meta=note)
@@ -206,16 +226,33 @@ def complete_now(buffer: Buffer) -> None:
 
 class StalkValidator(Validator):
     """Explains a malformed command before it is sent (the same rules as
-    :func:`build_request`)."""
+    :func:`build_request`).
+
+    The explanation shows on one line under the prompt, cut at the window's
+    edge: one longer than ``columns()`` is ended at a space there, and the
+    rest is kept in :attr:`rest`, for the toolbar to show right under it."""
 
     def __init__(self, extensions: ExtensionSource = _no_extensions,
-                 waiting: Callable[[], str] = str) -> None:
+                 waiting: Callable[[], str] = str,
+                 columns: Callable[[], int] = int) -> None:
         self.extensions = extensions
         #: What the server waits for before it can answer, in a few words
         #: ("" when nothing).
         self.waiting = waiting
+        #: The window's width (0: unknown, nothing is split).
+        self.columns = columns
+        #: What did not fit on the line of the last explanation.
+        self.rest = ""
 
     def validate(self, document: Document) -> None:
+        self.rest = ""
+        try:
+            self._check(document)
+        except ValidationError as e:
+            head, self.rest = split_words(e.message, max(0, self.columns() - 1))
+            raise ValidationError(cursor_position=e.cursor_position, message=head)
+
+    def _check(self, document: Document) -> None:
         text = document.text
         if needs_more_input(text):
             return

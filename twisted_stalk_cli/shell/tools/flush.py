@@ -12,6 +12,7 @@ from typing import Dict, Sequence
 
 from twisted_stalk.protocol.flush import PeekDeleteFlush
 from twisted_stalk.protocol.replies import BeanstalkError
+from twisted_stalk.wording import counted
 
 from ..conn import Connection
 from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REPLY, ToolError
@@ -43,7 +44,8 @@ def run(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
         if out.fmt in ("json", "yaml"):
             out.record({"tube": tube, "dry_run": bool(a.dry_run), "jobs": counts})
         return EXIT_OK
-    if not confirm(f"Delete {plan} job(s) from tube {tube!r} on {conn.target}?", a.yes, out, stdin):
+    if not confirm(f"Delete {counted(total, 'job')} ({plan}) from tube {tube!r} on {conn.target}?",
+                   a.yes, out, stdin):
         out.note("nothing deleted")
         return EXIT_REPLY
     if "flush-tube" in capabilities(conn):

@@ -12,6 +12,8 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from twisted_stalk.wording import counted
+
 from ..conn import Connection
 from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REPLY, EXIT_USAGE, ToolError
 from ..output import Output
@@ -179,7 +181,8 @@ def run(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
     if a.dry_run:
         out.note(f"move {src} -> {dst}: would move {plan}"
                  + (f" (at most {a.max})" if a.max else "")
-                 + (f"; {len(leftover)} half-done move(s) from an earlier run to finish" if leftover else ""))
+                 + (f"; {counted(len(leftover), 'half-done move')} from an earlier run to finish"
+                    if leftover else ""))
         if out.fmt in ("json", "yaml"):
             out.record({"source": src, "target": dst, "dry_run": True, "jobs": counts,
                         "unfinished": len(leftover)})
@@ -188,7 +191,9 @@ def run(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
         out.note(f"move {src} -> {dst}: nothing to move")
         journal.finish()
         return EXIT_OK
-    if total and not confirm(f"Move {plan} job(s) from {src!r} to {dst!r} on {conn.target}?",
+    jobs = counted(sum(counts.values()), "job")
+    if total and not confirm(f"Move {jobs} ({plan}{f'; at most {a.max}' if a.max else ''}) "
+                             f"from {src!r} to {dst!r} on {conn.target}?",
                              a.yes, out, stdin):
         out.note("nothing moved")
         return EXIT_REPLY

@@ -10,9 +10,10 @@ from twisted_stalk.protocol.constants import UNRESERVED_STATES
 
 from ..conn import Connection
 from ..errors import EXIT_OK
-from ..output import Output
+from ..output import Output, isatty
 from ..render import body_data, render_body
 from .args import check_tube, parser
+from .keys import Wait, quit_keys
 from .queries import job_stats, server_stats, use
 
 
@@ -133,7 +134,9 @@ class Tail:
         return job_id, st, reply.body if reply.word == "FOUND" else None
 
 
-def run(conn: Connection, argv: Sequence[str], out: Output) -> int:
+def run(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
+    """``stalk tail TUBE`` (and ``tail`` in the shell): until Ctrl-C or, on
+    a terminal, ``q`` (``stdin``: where keys are read, default sys.stdin)."""
     p = parser("tail", "Show jobs as they arrive in TUBE, without reserving them "
                 "(stats and peek only: no job counter changes).")
     p.add_argument("tube")
@@ -142,24 +145,34 @@ def run(conn: Connection, argv: Sequence[str], out: Output) -> int:
     p.add_argument("--for", dest="duration", type=float, default=0, help="exit after SECONDS")
     a = p.parse_args(argv)
     check_tube(a.tube)
+    live = isatty(out.stream) and out.fmt == "pretty"
     tail = Tail(conn, a.tube)
     if out.fmt == "pretty":
-        out.note(f"tailing {a.tube} on {conn.target} (Ctrl-C to stop)")
-    start = time.monotonic()
-    shown = 0
+        out.note(f"tailing {a.tube} on {conn.target} "
+                 f"({'q or Ctrl-C' if live else 'Ctrl-C'} to stop)")
     try:
-        while True:
-            t0 = time.monotonic()
-            for job_id, st, body in tail.poll():
-                show_job(out, job_id, st, body)
-                shown += 1
-                if a.count and shown >= a.count:
-                    return EXIT_OK
-            if a.duration and time.monotonic() - start >= a.duration:
-                return EXIT_OK
-            time.sleep(max(0.0, a.interval - (time.monotonic() - t0)))
+        with quit_keys(stdin, live) as wait:
+            return _follow(tail, a, out, wait)
     except KeyboardInterrupt:
         return EXIT_OK
+
+
+def _follow(tail: Tail, a: Any, out: Output, wait: Wait) -> int:
+    """Show the jobs ``tail`` finds, polling every ``a.interval`` seconds,
+    until ``a.count`` jobs, ``a.duration`` seconds, or ``wait`` says to quit."""
+    start = time.monotonic()
+    shown = 0
+    while True:
+        t0 = time.monotonic()
+        for job_id, st, body in tail.poll():
+            show_job(out, job_id, st, body)
+            shown += 1
+            if a.count and shown >= a.count:
+                return EXIT_OK
+        if a.duration and time.monotonic() - start >= a.duration:
+            return EXIT_OK
+        if wait(a.interval - (time.monotonic() - t0)):
+            return EXIT_OK
 
 
 def show_job(out: Output, job_id: int, st: Dict[str, Any], body: Optional[bytes]) -> None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from twisted_stalk.wording import counted
+
 from ..conn import Connection
 from ..errors import EXIT_OK
 from ..output import Output, isatty
 from ..render import render_columns
 from .args import check_tube, parser
+from .keys import Wait, quit_keys
 from .queries import list_tubes, server_stats, tube_stats
 
 
@@ -48,7 +51,9 @@ def top_rows(tubes: Dict[str, Dict[str, Any]], prev: Optional[Dict[str, Dict[str
     return rows
 
 
-def run(conn: Connection, argv: Sequence[str], out: Output) -> int:
+def run(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
+    """``stalk top`` (and ``top`` in the shell): until Ctrl-C or, live on a
+    terminal, ``q`` (``stdin``: where keys are read, default sys.stdin)."""
     p = parser("top", "A live per-tube table: job counts, waiting workers, put and delete rates.")
     p.add_argument("tubes", nargs="*", help="only these tubes")
     p.add_argument("-n", "--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
@@ -59,53 +64,61 @@ def run(conn: Connection, argv: Sequence[str], out: Output) -> int:
         check_tube(t)
     live = isatty(out.stream) and out.fmt == "pretty" and not a.once
     count = 1 if a.once else a.count
-    prev: Optional[Dict[str, Dict[str, Any]]] = None
-    prev_t = 0.0
-    n = 0
     if live:
         out.stream.write("\x1b[?1049h\x1b[?25l")
     try:
-        while True:
-            t0 = time.monotonic()
-            server, tubes = top_snapshot(conn, a.tubes)
-            rows = top_rows(tubes, prev, t0 - prev_t)
-            prev, prev_t = tubes, t0
-            n += 1
-            if out.fmt in ("json", "yaml"):
-                out.record({"time": time.time(), "server": {k: server.get(k) for k in (
-                    "version", "uptime", "current-connections", "current-workers",
-                    "current-producers", "current-waiting", "total-jobs")},
-                    "tubes": [dict(zip([c.lower() for c in TOP_COLUMNS], r)) for r in rows]})
-            else:
-                head = (f"stalk top  {conn.target}  beanstalkd {server.get('version', '?')}  "
-                        f"up {_duration(server.get('uptime', 0))}  "
-                        f"{server.get('current-connections', 0)} connections  "
-                        f"{server.get('current-workers', 0)} workers  "
-                        f"{server.get('current-waiting', 0)} waiting  {len(tubes)} tubes")
-                total = [sum(r[i] for r in rows) for i in range(1, 9)]
-                table = rows + ([["(all)"] + total + ["", "", ""]] if len(rows) > 1 else [])
-                # On a terminal every line fits its width (a wider line wrapped
-                # and broke every row in two); into a pipe the table is whole.
-                width = out.size().columns if isatty(out.stream) else 0
-                lines = render_columns(TOP_COLUMNS, table, width=width)
-                if width:
-                    head = head if len(head) <= width else head[:max(0, width - 1)] + "\u2026"
-                text = "\n".join([head, ""] + lines) + "\n"
-                if live:
-                    text = "\x1b[H\x1b[2J" + text + f"\nevery {a.interval:g}s, Ctrl-C quits"
-                elif n > 1:
-                    text = "\n" + text
-                out.stream.write(text)
-                out.stream.flush()
-            if count and n >= count:
-                return EXIT_OK
-            time.sleep(max(0.0, a.interval - (time.monotonic() - t0)))
+        with quit_keys(stdin, live) as wait:
+            return _frames(conn, a, out, live, count, wait)
     except KeyboardInterrupt:
         return EXIT_OK
     finally:
         if live:
             out.stream.write("\x1b[?25h\x1b[?1049l")
             out.stream.flush()
+
+
+def _frames(conn: Connection, a: Any, out: Output, live: bool, count: int, wait: Wait) -> int:
+    """Draw a frame every ``a.interval`` seconds, ``count`` times (0: until
+    ``wait`` says to quit)."""
+    prev: Optional[Dict[str, Dict[str, Any]]] = None
+    prev_t = 0.0
+    n = 0
+    while True:
+        t0 = time.monotonic()
+        server, tubes = top_snapshot(conn, a.tubes)
+        rows = top_rows(tubes, prev, t0 - prev_t)
+        prev, prev_t = tubes, t0
+        n += 1
+        if out.fmt in ("json", "yaml"):
+            out.record({"time": time.time(), "server": {k: server.get(k) for k in (
+                "version", "uptime", "current-connections", "current-workers",
+                "current-producers", "current-waiting", "total-jobs")},
+                "tubes": [dict(zip([c.lower() for c in TOP_COLUMNS], r)) for r in rows]})
+        else:
+            head = (f"stalk top  {conn.target}  beanstalkd {server.get('version', '?')}  "
+                    f"up {_duration(server.get('uptime', 0))}  "
+                    f"{counted(server.get('current-connections', 0), 'connection')}  "
+                    f"{counted(server.get('current-workers', 0), 'worker')}  "
+                    f"{server.get('current-waiting', 0)} waiting  {counted(len(tubes), 'tube')}")
+            total = [sum(r[i] for r in rows) for i in range(1, 9)]
+            table = rows + ([["(all)"] + total + ["", "", ""]] if len(rows) > 1 else [])
+            # On a terminal every line fits its width (a wider line wrapped
+            # and broke every row in two); into a pipe the table is whole.
+            width = out.size().columns if isatty(out.stream) else 0
+            lines = render_columns(TOP_COLUMNS, table, width=width)
+            if width:
+                head = head if len(head) <= width else head[:max(0, width - 1)] + "\u2026"
+            text = "\n".join([head, ""] + lines) + "\n"
+            if live:
+                text = "\x1b[H\x1b[2J" + text + f"\nevery {a.interval:g}s, q or Ctrl-C quits"
+            elif n > 1:
+                text = "\n" + text
+            out.stream.write(text)
+            out.stream.flush()
+        if count and n >= count:
+            return EXIT_OK
+        if wait(a.interval - (time.monotonic() - t0)):
+            return EXIT_OK
 
 
 def _duration(seconds: Any) -> str:
