@@ -39,7 +39,7 @@ myst_enable_extensions = ["colon_fence"]
 # The client's reference, from its docstrings.
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "undoc-members": False}
+autodoc_default_options = {"members": True, "undoc-members": False, "exclude-members": "log"}
 # Docstrings are written for readers (``code`` and :mod: roles), not for
 # cross-referencing every type: an unresolved type name is not an error.
 nitpicky = False
