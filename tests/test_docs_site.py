@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-from docs_examples import DOCS, ROOT, Session, blocks, commands, declared_extras, pip_extras
+from docs_examples import (DOCS, ROOT, Session, blocks, commands, declared_extras, matches,
+                           pip_extras)
 from servers import free_port
 
 TUTORIAL = ["tutorial/first-queue.md", "tutorial/first-worker.md",
@@ -183,3 +184,21 @@ def test_pip_install_lines_name_real_extras():
                 if "twisted-stalk[" in line and "pip install" in line:
                     wrong.append(f"{os.path.relpath(path, ROOT)}:{n}: not on an index")
     assert not wrong
+
+
+def test_console_blocks_read_as_a_reader_types_them(tmp_path):
+    """The page reader itself: commands, continued lines, background commands,
+    the output after each, and a python block's output block."""
+    page = tmp_path / "page.md"
+    page.write_text("Text.\n\n```console\n$ stalkd -p 11300 &\n$ openssl req \\\n"
+                    "    -x509\n$ stalk put 'a'\nINSERTED 1\n```\n\n```python\nprint(1)\n```\n\n"
+                    "```text\n1\n```\n\n```sh\nnot run\n```\n", encoding="utf-8")
+    found = blocks(str(page))
+    assert [b.language for b in found] == ["console", "python", "sh"]
+    assert found[1].output == "1\n"
+    got = [(c.line, c.expected, c.background) for c in commands(found[0])]
+    assert got == [("stalkd -p 11300", "", True),
+                   ("openssl req \\\n    -x509", "", False),
+                   ("stalk put 'a'", "INSERTED 1\n", False)]
+    assert matches("FOUND 1 ...\nhello\n", "FOUND 1 12\nhello\n")
+    assert not matches("INSERTED 1\n", "INSERTED 2\n")
