@@ -106,6 +106,9 @@ def _needs_commands(env: dict) -> None:
     for name in ("stalk", "stalkd"):
         if not shutil.which(name, path=env["PATH"]):
             pytest.skip(f"`{name}` is not installed (pip install -e .)")
+    for name in ("curl", "openssl"):       # the pages use them (.ci/run installs them)
+        if not shutil.which(name, path=env["PATH"]):
+            pytest.skip(f"`{name}` is not installed (Debian: apt-get install {name})")
 
 
 @pytest.fixture
