@@ -8,11 +8,12 @@ docs/ha.md):
   the next command, are what it prints (stdout and stderr together), where
   ``...`` stands for any text (as in doctest's ELLIPSIS).  A command ending in
   `` &`` is started in the background and stopped (SIGTERM to its process group)
-  when the page is done; if it names ports to listen on (``-p N``, ``tcp:N``), the next
-  command waits until they accept.  A command that follows a background
+  when the page is done (its output is not compared); if it names ports to
+  listen on (``-p N``, ``tcp:N``), the next command waits until they accept.  A command that follows a background
   one may see it half way: it is repeated until it prints what the page shows,
   for up to 10 seconds.  ``kill $! && wait $!`` stops the last background
-  command and waits for its end, which must be a clean exit; elsewhere ``$!``
+  command and waits for its end, which must be clean (status 0, or the
+  SIGTERM itself for a program that does not catch it); elsewhere ``$!``
   is that command's process id.  ``cd DIR`` changes the directory of the
   page's later commands (each page starts in the checkout); a line ending in
   ``\\`` goes on on the next.  ``pip install`` lines are not run (the test runs in
@@ -187,8 +188,8 @@ class Session:
         if command.background:
             log = os.path.join(self.logs, f"bg{len(self.background)}.log")
             with open(log, "wb") as out:
-                proc = subprocess.Popen(["bash", "-c", "exec " + line], cwd=self.cwd, env=self.env,
-                                        stdout=out, stderr=subprocess.STDOUT,
+                proc = subprocess.Popen(["bash", "-c", "exec " + line], cwd=self.cwd,
+                                        env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
             self.background.append((proc, log))
             for port in _ports_of(line):
