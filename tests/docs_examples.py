@@ -9,9 +9,9 @@ docs/ha.md):
   ``...`` stands for any text (as in doctest's ELLIPSIS).  A command ending in
   `` &`` is started in the background and stopped (SIGTERM to its process group)
   when the page is done (its output is not compared); if it names ports to
-  listen on (``-p N``, ``tcp:N``), the next command waits until they accept.  A command that follows a background
-  one may see it half way: it is repeated until it prints what the page shows,
-  for up to 10 seconds.  ``kill $! && wait $!`` stops the last background
+  listen on (``-p N``, ``tcp:N``), the next command waits until they accept.
+  A command that follows a background one may see it half way: it is repeated
+  until it prints what the page shows, for up to 30 seconds (a loaded machine).  ``kill $! && wait $!`` stops the last background
   command and waits for its end, which must be clean (status 0, or the
   SIGTERM itself for a program that does not catch it); elsewhere ``$!``
   is that command's process id.  ``cd DIR`` changes the directory of the
@@ -127,7 +127,7 @@ def _ports_of(command: str) -> List[int]:
     return [int(p) for p in re.findall(r"(?:-p\s+|--port[ =]|tcp:)(\d+)(?![\d.])", command)]
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, log: str, wait: float = 20.0) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, log: str, wait: float = 60.0) -> None:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -196,7 +196,7 @@ class Session:
                 wait_for_port(port, proc, log)
             return
         expected = substitute(command.expected, self.substitutions)
-        deadline = time.monotonic() + (10 if self.background else 0)
+        deadline = time.monotonic() + (30 if self.background else 0)
         while True:
             done = subprocess.run(["bash", "-c", line], cwd=self.cwd, env=self.env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
