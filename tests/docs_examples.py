@@ -3,22 +3,23 @@
 The convention the pages follow (docs/index.md's tutorial and how-to guides,
 docs/ha.md):
 
-- A ```` ```console ```` block is run.  Each line starting ``$ `` is a command,
+- A ```` ```console ```` block is run. Each line starting ``$ `` is a command,
   run from the checkout's top directory by ``bash``; the lines after it, up to
   the next command, are what it prints (stdout and stderr together), where
-  ``...`` stands for any text (as in doctest's ELLIPSIS).  A command ending in
-  `` &`` is started in the background and stopped (SIGTERM to its process group)
-  when the page is done (its output is not compared); if it names ports to
-  listen on (``-p N``, ``tcp:N``), the next command waits until they accept.
-  A command that follows a background one may see it half way: it is repeated
-  until it prints what the page shows, for up to 30 seconds (a loaded machine).  ``kill $! && wait $!`` stops the last background
-  command and waits for its end, which must be clean (status 0, or the
-  SIGTERM itself for a program that does not catch it); elsewhere ``$!``
-  is that command's process id.  ``cd DIR`` changes the directory of the
-  page's later commands (each page starts in the checkout); a line ending in
-  ``\\`` goes on on the next.  ``pip install`` lines are not run (the test runs in
-  the environment ``pip install -e '.[test]'`` made); :func:`pip_extras`
-  checks the extras they name exist.
+  ``...`` stands for any text (as in doctest's ELLIPSIS). A command ending in
+  `` &`` is started in the background and stopped (SIGTERM to its process
+  group) when the page is done (its output is not compared); if it names ports
+  to listen on (``-p N``, ``tcp:N``), the next command waits until they
+  accept. A command that follows a background one may see it half way: it is
+  repeated until it prints what the page shows, for up to 30 seconds (a loaded
+  machine). ``kill $! && wait $!`` stops the last background command and waits
+  for its end, which must be clean (status 0, or the SIGTERM itself for a
+  program that does not catch it); elsewhere ``$!`` is that command's process
+  id. ``cd DIR`` changes the directory of the page's later commands (each page
+  starts in the checkout); a line ending in ``\\`` goes on on the next.
+  ``pip install`` lines are not run (the test runs in the environment that
+  ``pip install -e '.[test]'`` made); :func:`pip_extras` checks the extras they
+  name exist.
 - A ```` ```python ```` block is run as a script; a ```` ```text ```` block right
   after it is what it prints.
 - Other blocks (``sh``, ``yaml``, ...) are shown, not run: they hold
