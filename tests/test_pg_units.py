@@ -112,6 +112,21 @@ def test_a_driver_that_cannot_run_here_is_one_line_at_startup(monkeypatch):
         init_schema("host=/nonexistent")
 
 
+def test_a_missing_driver_names_an_install_that_works(monkeypatch):
+    """The package is not on an index: the hint names psycopg itself, and the
+    extra for a checkout (which setup.cfg has)."""
+    import configparser
+    import os
+    from twisted_stalk.pg import driver_problem
+    monkeypatch.setitem(sys.modules, "psycopg", None)       # import psycopg fails
+    problem = driver_problem()
+    assert problem == ("--engine needs the psycopg driver: pip install 'psycopg[binary]' "
+                       "(from a checkout of twisted-stalk: pip install '.[postgresql]')")
+    setup = configparser.ConfigParser()
+    setup.read(os.path.join(os.path.dirname(__file__), os.pardir, "setup.cfg"))
+    assert "psycopg[binary]" in setup["options.extras_require"]["postgresql"]
+
+
 def test_engine_and_binlog_are_refused_together(tmp_path):
     done = _stalkd("-p", "0", "-b", str(tmp_path), "--engine", "host=/nonexistent")
     assert done.returncode == 5

@@ -34,7 +34,10 @@ def driver_problem() -> Optional[str]:
     try:
         from psycopg import pq
     except ImportError:
-        return "--engine needs the psycopg driver: pip install 'twisted-stalk[postgresql]'"
+        # The package is not on an index: name the driver itself, and the extra
+        # for a checkout.
+        return ("--engine needs the psycopg driver: pip install 'psycopg[binary]' "
+                "(from a checkout of twisted-stalk: pip install '.[postgresql]')")
     try:
         pq.PGconn.connect_start(b"host=/nonexistent/twisted-stalk-probe").finish()
     except Exception as e:  # the binding itself is broken on this interpreter
