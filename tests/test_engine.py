@@ -18,6 +18,7 @@ from twisted_stalk.core import MemoryEngine
 from twisted_stalk.core import outcomes as o
 from twisted_stalk.protocol.commands import COMMANDS, EXTENSION_COMMANDS, command_spec
 from twisted_stalk.protocol.replies import GENERIC_ERRORS
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 
 
@@ -120,7 +121,8 @@ def _connect(factory, transport):
 
 def _worker_and_producer():
     """Two connections of one server whose writes go to one log, in order."""
-    factory = BeanstalkServerFactory(Clock())
+    clock = Clock()
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     factory.direct_io = False
     log = _Log()
     worker = _connect(factory, log.transport("worker"))
@@ -213,7 +215,8 @@ def test_replies_a_client_does_not_read_stop_its_input():
     """While more than MAX_UNSENT bytes of replies wait for a client, its
     further commands wait too (the transport pauses the protocol)."""
     from twisted_stalk.server.protocol import MAX_UNSENT
-    factory = BeanstalkServerFactory(Clock())
+    clock = Clock()
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     factory.direct_io = False
     t = StringTransport()
     proto = _connect(factory, t)

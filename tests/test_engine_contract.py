@@ -88,7 +88,7 @@ def _memory() -> Harness:
 def _pg(dsn: str):
     from twisted.internet import reactor
 
-    from twisted_stalk.pg import open_engine
+    from twisted_stalk.pg import open_node
 
     def settle(seconds: float) -> None:
         reactor.iterate(seconds)
@@ -97,7 +97,7 @@ def _pg(dsn: str):
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             settle(0.01)
-    engine = open_engine(dsn, reactor=reactor, max_job_size=1000, start=False)
+    engine = open_node(dsn, reactor=reactor, max_job_size=1000, start=False)
     engine.notify = lambda: None
     h = Harness(engine, settle, advance)
     h(engine.start())

@@ -95,7 +95,7 @@ def test_a_driver_that_cannot_run_here_is_one_line_at_startup(monkeypatch):
     """As psycopg's ctypes binding under PyPy 7.3: it imports, then cannot
     make a connection object."""
     pq = pytest.importorskip("psycopg.pq")
-    from twisted_stalk.pg import EngineError, driver_problem, init_schema, open_engine
+    from twisted_stalk.pg import EngineError, driver_problem, init_schema, open_node
 
     class Broken:
         @staticmethod
@@ -107,7 +107,7 @@ def test_a_driver_that_cannot_run_here_is_one_line_at_startup(monkeypatch):
     assert problem.startswith("--engine: psycopg's libpq binding does not work on ")
     assert "TypeError: cannot create weak reference" in problem and "\n" not in problem
     with pytest.raises(EngineError, match="binding does not work"):
-        open_engine("host=/nonexistent", reactor=None, max_job_size=100)
+        open_node("host=/nonexistent", reactor=None, max_job_size=100)
     with pytest.raises(EngineError, match="binding does not work"):
         init_schema("host=/nonexistent")
 

@@ -99,6 +99,11 @@ JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
 Result = Union[int, bytes, Job, Outcome, StatPairs, List[bytes], List[int], object]
 
 
+class EngineError(Exception):
+    """An engine cannot start: a bad URL or setting, no driver, a directory
+    or database it cannot use.  Its message is one line, for the operator."""
+
+
 class Engine(Protocol):
     """The command API of a beanstalk engine (see the module docstring)."""
 
@@ -285,4 +290,4 @@ class Engine(Protocol):
         the time of one step.  NOT_FOUND if there is no such tube."""
 
 
-__all__ = ["Engine", "JOB_SORTS", "Result"]
+__all__ = ["Engine", "EngineError", "JOB_SORTS", "Result"]
