@@ -27,6 +27,7 @@ from typing import Any, Collection, Dict, Iterator, List, Optional, Set, Tuple
 from zlib import crc32
 
 from ..core.job import BURIED, DELAYED, READY, Job
+from ..core.journal import JournaledEngine
 from .format import (
     BEANSTALKD_VERSIONS,
     CRC,
@@ -160,7 +161,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def restore_into(engine, rec: Recovery) -> int:
+def restore_into(engine: JournaledEngine, rec: Recovery) -> int:
     """Put the recovered jobs into ``engine`` (delayed jobs whose delay ended
     come back ready); returns their live bytes (the size of a full copy of
     each).  ``engine.next_id`` is raised past every id seen."""

@@ -42,6 +42,7 @@ from twisted.logger import Logger
 
 from ..core.job import BURIED, DELAYED, READY, RESERVED
 from ..core.journal import (
+    JournaledEngine,
     JournalError,
     JournalHealth,
     UPDATE_BURY,
@@ -147,7 +148,7 @@ class BinlogJournal:
         self._room_live_bytes = 0
         #: Why writing is impossible (a failed write is being retried), else None.
         self.broken: Optional[str] = None
-        self.engine: Any = None
+        self.engine: Optional[JournaledEngine] = None
         self.fd = -1
         self.seq = 0
         self.pos = 0
@@ -192,7 +193,7 @@ class BinlogJournal:
             raise BinlogError(f"cannot read binlog directory {d}: {e.strerror}")
         return self
 
-    def attach(self, engine) -> None:
+    def attach(self, engine: JournaledEngine) -> None:
         """Restore the recovered jobs into ``engine`` and open a fresh file.
 
         The old files no live job needs are removed first (so a full disk

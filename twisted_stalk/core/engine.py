@@ -77,7 +77,7 @@ from rows).
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Tuple, Union
 
 try:
     from typing import Protocol
@@ -91,12 +91,20 @@ from .outcomes import Outcome
 from .readmodel import MemoryUse, TubeFigures
 from .session import FrontEnd, Session
 
+if TYPE_CHECKING:  # pragma: no cover - the core imports no Twisted
+    from twisted.internet.defer import Deferred
+
 #: The orders :meth:`Engine.jobs_page` can sort by.
 JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
 
-#: A command's result: data, an outcome constant, or (an asynchronous
-#: engine) a Deferred firing with either.
-Result = Union[int, bytes, Job, Outcome, StatPairs, List[bytes], List[int], object]
+#: What a command answers with: data (an id or count, a name, a job, stats
+#: pairs, names or ids, a page of jobs ``(total, jobs)``, a search step
+#: ``(jobs, next_after)``) or an outcome constant.
+Answer = Union[int, bytes, Job, Outcome, StatPairs, List[bytes], List[int],
+               Tuple[int, List[Job]], Tuple[List[Job], Optional[int]]]
+#: A command's result: its answer, or (an asynchronous engine) a Deferred
+#: firing with it.
+Result = Union[Answer, "Deferred[Answer]"]
 
 
 class EngineError(Exception):
@@ -121,6 +129,10 @@ class Engine(Protocol):
     #: Replies wait while ``journal.pending`` (see the module docstring);
     #: ``journal.health()`` is what metrics and the console show of it.
     journal: Journal
+    #: True: a connection's puts may run while its earlier ones are out
+    #: (they share a batch statement: server/flow.py's chain); False: every
+    #: command waits for the answer before it.
+    pipelined_puts: bool
 
     # Sessions and time.
 
@@ -147,6 +159,11 @@ class Engine(Protocol):
 
     def hold(self) -> None:
         """Hand out no more jobs (graceful shutdown): reserves wait."""
+
+    def limit_memory(self, max_bytes: int) -> None:
+        """``--max-memory``: put answers OUT_OF_MEMORY once stored job bodies
+        would pass ``max_bytes`` (0: no limit); :meth:`memory` reports it.
+        An engine whose bodies a database stores keeps it and applies none."""
 
     # The protocol's commands.
 
@@ -290,4 +307,4 @@ class Engine(Protocol):
         the time of one step.  NOT_FOUND if there is no such tube."""
 
 
-__all__ = ["Engine", "EngineError", "JOB_SORTS", "Result"]
+__all__ = ["Answer", "Engine", "EngineError", "JOB_SORTS", "Result"]

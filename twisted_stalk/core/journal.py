@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 try:
     from typing import Protocol
@@ -12,6 +12,7 @@ except ImportError:  # pragma: no cover
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import Job
+    from .tube import Tube
 
 
 class JournalError(Exception):
@@ -80,6 +81,27 @@ class Journal(Protocol):
 
     def health(self) -> JournalHealth:
         """Whether it is on, can write, and what it keeps on disk."""
+
+
+class JournaledEngine(Protocol):
+    """What a journal reads of the engine it records (the binlog): its jobs
+    and tubes to compact and restore, and the clock.  The in-memory engine
+    is one; an engine whose storage is durable by itself has no journal."""
+
+    #: Live jobs by id.
+    jobs: Dict[int, "Job"]
+    #: The next job id to give out (raised past every id a restore saw).
+    next_id: int
+    #: Tubes in ``list-tubes`` order.
+    tube_list: List["Tube"]
+    #: Anything with ``seconds()``.
+    clock: Any
+
+    def tube(self, name: bytes) -> "Tube":
+        """The tube called ``name``, created if it does not exist."""
+
+    def restore(self, job: "Job", state: int, deadline_at: float = 0.0) -> None:
+        """Put a recovered job back in place (no journaling)."""
 
 
 class NullJournal:

@@ -5,7 +5,8 @@ What happens to a *session* is the same whichever engine stores the jobs:
 opening and closing it, the tubes it uses and watches (``use``, ``watch``,
 ``ignore``, ``list-tube-used``, ``list-tubes-watched``), its waiting reserve
 and that wait's deadline (TIMED_OUT, DEADLINE_SOON), the queue of wake-ups,
-drain and hold, and the connection and command counters of ``stats``.
+drain and hold, the connection and command counters of ``stats``, and the
+``stats`` pairs themselves (:meth:`SessionRules._server_stat_pairs`).
 :class:`SessionRules` holds those rules; :class:`~.memory.MemoryEngine` and
 :class:`~twisted_stalk.pg.engine.PgEngine` derive from it and supply its
 hooks:
@@ -19,8 +20,9 @@ hooks:
 - :meth:`SessionRules.return_reservations`: a closing session's
   reservations go back to ready.
 
-The engine also provides ``_now`` (its clock's ``seconds``) and
-``default_tube``, and calls :meth:`_init_sessions` from its constructor.
+The engine also provides ``_now`` (its clock's ``seconds``), ``default_tube``,
+``tube_list``, ``facts``, ``job_timeouts`` and ``total_jobs``, and calls
+:meth:`_init_sessions` from its constructor.
 
 Command counters are ``cmd_counts``, keyed by the command table's counted
 names (``protocol.commands.COUNTED_COMMANDS``): a dict increment per command,
@@ -31,10 +33,12 @@ own counter, in every engine.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.constants import SAFETY_MARGIN
+from ..protocol.yaml import StatPairs
+from .facts import Facts
 from .outcomes import DEADLINE_SOON, JOB_TOO_BIG, NOT_IGNORED, TIMED_OUT, Outcome
 from .session import Session
 
@@ -46,6 +50,11 @@ heappop = heapq.heappop
 WakeUp = Tuple[Session, Any]
 
 
+def _one_node(key: str, value: int, is_total: bool) -> int:
+    """A counter of a queue one process serves: its own figure."""
+    return value
+
+
 class SessionRules:
     """The rules about sessions, shared by every engine (see the module docstring).
 
@@ -54,6 +63,9 @@ class SessionRules:
     """
 
     __slots__ = ()
+
+    #: An engine whose puts share batch statements says True (see ``Engine``).
+    pipelined_puts = False
 
     # Declared for readers and type checkers; each engine stores them.
     sessions: Set[Session]
@@ -71,7 +83,13 @@ class SessionRules:
     wake_changed: bool
     notify: Any
     default_tube: Any
+    tube_list: List[Any]
     max_job_size: int
+    max_memory: int
+    facts: Facts
+    job_timeouts: int
+    total_jobs: int
+    _now: Callable[[], float]
 
     def _init_sessions(self) -> None:
         """Set the state these rules keep (from the engine's constructor)."""
@@ -187,6 +205,11 @@ class SessionRules:
         of taking jobs, while workers may still finish the ones they hold."""
         self.held = True
 
+    def limit_memory(self, max_bytes: int) -> None:
+        """``--max-memory`` (0: none): the ceiling :meth:`memory` reports and
+        an engine holding the bodies applies to each put."""
+        self.max_memory = max(0, max_bytes)
+
     # ------------------------------------------------------------ a session's commands
 
     def reject_put(self, s: Session, reason: Outcome) -> Outcome:
@@ -253,6 +276,62 @@ class SessionRules:
         """The names of the tubes ``s`` watches, in its order."""
         self.cmd_counts["list-tubes-watched"] += 1
         return [t.name for t in s.watch]
+
+    # ------------------------------------------------------------ stats
+
+    def _server_stat_pairs(self, counts: Tuple[int, int, int, int, int],
+                           binlog: Dict[str, int],
+                           over_nodes: Callable[[str, int, bool], int] = _one_node) -> StatPairs:
+        """The ``stats`` pairs in beanstalkd's order, for any engine.
+
+        ``counts`` are the job counts (urgent, ready, reserved, delayed,
+        buried); ``binlog`` the journal's figures; ``over_nodes(key, value,
+        is_total)`` turns this process's figure of a counter into the queue's
+        (an engine that several nodes serve sums the others'; ``is_total`` says
+        that the figures of nodes gone count too).
+        """
+        facts = self.facts
+        utime, stime = facts.rusage()
+        urgent, ready, reserved, delayed, buried = counts
+        cmd_counts = self.cmd_counts
+        items: List[Tuple[str, object]] = [
+            ("current-jobs-urgent", urgent),
+            ("current-jobs-ready", ready),
+            ("current-jobs-reserved", reserved),
+            ("current-jobs-delayed", delayed),
+            ("current-jobs-buried", buried),
+        ]
+        items += [("cmd-" + name, over_nodes("cmd-" + name, cmd_counts[name], True))
+                  for name in COUNTED_COMMANDS]
+        items += [
+            ("job-timeouts", over_nodes("job-timeouts", self.job_timeouts, True)),
+            ("total-jobs", over_nodes("total-jobs", self.total_jobs, True)),
+            ("max-job-size", self.max_job_size),
+            ("current-tubes", len(self.tube_list)),
+            ("current-connections", over_nodes("current-connections",
+                                               self.current_connections, False)),
+            ("current-producers", over_nodes("current-producers", self.producers, False)),
+            ("current-workers", over_nodes("current-workers", self.workers, False)),
+            ("current-waiting", over_nodes("current-waiting", self.waiting_count, False)),
+            ("total-connections", over_nodes("total-connections", self.total_connections,
+                                             True)),
+            ("pid", facts.pid()),
+            ("version", facts.version),
+            ("rusage-utime", float(utime)),
+            ("rusage-stime", float(stime)),
+            ("uptime", int(self._now() - facts.started_at)),
+            ("binlog-oldest-index", binlog["oldest"]),
+            ("binlog-current-index", binlog["current"]),
+            ("binlog-records-migrated", binlog["migrated"]),
+            ("binlog-records-written", binlog["written"]),
+            ("binlog-max-size", binlog["max_size"]),
+            ("draining", self.draining),
+            ("id", facts.instance_id),
+            ("hostname", facts.hostname),
+            ("os", facts.os),
+            ("platform", facts.platform),
+        ]
+        return items  # type: ignore[return-value]
 
     # ------------------------------------------------------------ waiting reserves
 

@@ -82,7 +82,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         self._now = reactor.seconds
         self.config = config
         self.max_job_size = max_job_size
-        #: Set by ``--max-memory`` (server/limits.py) but not applied: job
+        #: Set by ``--max-memory`` (``limit_memory``) but not applied: job
         #: bodies are stored by the database (docs/compat.md); see :meth:`memory`.
         self.max_memory = 0
         self.facts = facts or Facts(reactor.seconds())

@@ -20,7 +20,6 @@ from typing import Any, List
 
 from twisted.internet import defer
 
-from ..core.inspection import server_stat_pairs
 from ..core.job import STATE_NAMES
 from ..core.outcomes import INTERNAL_ERROR, NOT_FOUND
 from ..core.readmodel import MemoryUse, TubeFigures
@@ -163,7 +162,7 @@ class Stats:
         return self._stat_pairs()
 
     def _stat_pairs(self) -> StatPairs:
-        return server_stat_pairs(self, self.counts, self.journal.stats(), self._sum)
+        return self._server_stat_pairs(self.counts, self.journal.stats(), self._sum)
 
     def job_stats(self, job_id: int) -> Any:
         """A job's stats pairs, read from the database (a Deferred)."""

@@ -29,6 +29,7 @@ from typing import Any, Callable, Deque, List, Optional
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from ..core.engine import Engine
 from ..core.job import Job
 from ..core.outcomes import WAITING
 from ..protocol.constants import INTERNAL_ERROR
@@ -46,7 +47,7 @@ class FlowControl:
     """The hold/resume side of a connection (a part of the server protocol)."""
 
     transport: Any
-    engine: Any
+    engine: Engine
     session: Any
     _buf: bytes
 

@@ -91,7 +91,7 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         self._journal = self.engine.journal
         self._render = factory.render
         #: The engine answers puts later and lets a connection's puts overlap.
-        self._pipelined_puts = getattr(self.engine, "pipelined_puts", False)
+        self._pipelined_puts = self.engine.pipelined_puts
         self.session = self.engine.open_session(self)
         factory.connection_opened(self)
         transport = self.transport
