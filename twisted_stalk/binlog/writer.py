@@ -35,7 +35,7 @@ Space
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 from zlib import crc32
 
 from twisted.logger import Logger

@@ -162,16 +162,3 @@ class Tube:
 
     def __repr__(self) -> str:  # pragma: no cover
         return f"<Tube {self.name!r}>"
-
-
-def drop_tube(tubes: Dict[bytes, Any], tube_list: List[Any], t: Any) -> None:
-    """Forget tube ``t`` (a :class:`Tube`, or any object with ``name`` and
-    ``index``): out of the name map, and out of the list by moving the last
-    tube into its place, as beanstalkd removes from its tube set; so
-    ``list-tubes`` keeps the reference's order."""
-    del tubes[t.name]
-    last = tube_list.pop()
-    if last is not t:
-        tube_list[t.index] = last
-        last.index = t.index
-    t.index = -1
