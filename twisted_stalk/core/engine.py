@@ -68,7 +68,7 @@ and may answer with a Deferred elsewhere.
 reserves and their deadlines, wake-ups, drain, the connection and command
 counters) are the same in every engine and are written once, in
 :class:`~twisted_stalk.core.sessions.SessionRules`, which engines derive
-from; ``tests/test_engine_contract.py`` is the suite every engine passes.
+from; ``twisted_stalk.testing.engine_contract`` is the suite every engine passes.
 
 Nothing here is specific to an in-memory engine: no method hands out
 internal structures that a database engine could not produce (jobs are

@@ -42,12 +42,12 @@ from twisted.test.iosim import FakeAddress, FakeTransport, IOPump
 from twisted.test.iosim import connect as _iosim_connect
 from zope.interface import implementer
 
-from .client import BeanstalkClient, BeanstalkClientFactory, BeanstalkPool, BeanstalkProtocol
-from .core.outcomes import NOT_FOUND
-from .engines import open_engine
-from .protocol.constants import DEFAULT_MAX_JOB_SIZE
-from .protocol.yaml import StatValue, as_dict
-from .server import BeanstalkServerFactory
+from ..client import BeanstalkClient, BeanstalkClientFactory, BeanstalkPool, BeanstalkProtocol
+from ..core.outcomes import NOT_FOUND
+from ..engines import open_engine
+from ..protocol.constants import DEFAULT_MAX_JOB_SIZE
+from ..protocol.yaml import StatValue, as_dict
+from ..server import BeanstalkServerFactory
 
 __all__ = ["MemoryBeanstalk", "MemoryCluster", "MemoryEndpoint"]
 
