@@ -26,6 +26,7 @@ from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
 from . import _busypoll, admin, limits
+from .reactor import enable_busy_poll
 from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
 
 log = Logger(namespace="twisted_stalk.ops")
@@ -85,7 +86,7 @@ def configure(factory, config, clock) -> None:
         limits.install_memory_limit(factory, max_memory)
         log.info("put answers OUT_OF_MEMORY above {n} bytes of stored jobs", n=max_memory)
     window = busy_poll_window(config)
-    if window and _busypoll.enable(clock, window):
+    if window and enable_busy_poll(clock, window):
         log.info("busy poll: up to {usec:.0f} us before each sleep", usec=window * 1e6)
     elif window and IReactorFDSet.providedBy(clock):  # a reactor, not a test's Clock
         log.warn("--busy-poll needs the lean epoll main loop (server/reactor.py); ignored")

@@ -66,7 +66,7 @@ class Server:
 def parse_servers(args: Any, config: Dict[str, str], connect_timeout: float,
                   reply_timeout: float) -> List[Server]:
     """The ``--servers`` list as :class:`Server` objects (TLS options apply to each)."""
-    from .main import resolve_target
+    from .target import resolve_target
     servers = []
     for text in args.servers.split(","):
         text = text.strip()
