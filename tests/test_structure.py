@@ -1,5 +1,5 @@
 """The shape of the whole tree: no import circle at run time anywhere in the
-library or the application."""
+library or the application, and no module of the library over 600 lines."""
 from __future__ import annotations
 
 import ast
@@ -91,3 +91,13 @@ def test_no_import_circle_at_run_time():
         visit(m)
     assert circles == []
 
+
+
+def test_no_module_of_the_library_is_over_600_lines():
+    long = {}
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        if module.startswith("twisted_stalk.") and lines > MAX_LINES:
+            long[module] = lines
+    assert long == {}
