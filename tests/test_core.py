@@ -337,14 +337,14 @@ def test_stats_shape(q):
 
 
 def test_put_builds_the_same_job_as_the_job_class(q, clock):
-    """MemoryEngine.put builds jobs without calling Job.__init__; both must agree."""
-    from twisted_stalk.core.job import Job
+    """MemoryEngine.put builds jobs without calling JobRecord.__init__; both must agree."""
+    from twisted_stalk.core.job import JobRecord
 
     s, _ = session(q)
     job = q.jobs[q.put(s, 5, 0, 0, b"body\r\n")]
-    expected = Job(job.id, 5, 0, 1, b"body\r\n", s.use, job.created_at)
+    expected = JobRecord(job.id, 5, 0, 1, b"body\r\n", s.use, job.created_at)
     expected.heap_key = job.heap_key  # set by the ready heap, not the constructor
-    for name in Job.__slots__:
+    for name in JobRecord.__slots__:
         assert getattr(job, name) == getattr(expected, name), name
 
 

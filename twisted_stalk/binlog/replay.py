@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Any, Collection, Dict, Iterator, List, Optional, Set, Tuple
 from zlib import crc32
 
-from ..core.job import BURIED, DELAYED, READY, Job
+from ..core.job import BURIED, DELAYED, READY, JobRecord
 from ..core.journal import JournaledEngine
 from .format import (
     BEANSTALKD_VERSIONS,
@@ -80,7 +80,7 @@ class Recovery:
     their last records (burial order); others in no particular order."""
 
     def __init__(self) -> None:
-        #: id -> Job; ``job.tube`` holds the tube *name* (bytes) until restored.
+        #: id -> JobRecord; ``job.tube`` holds the tube *name* (bytes) until restored.
         self.jobs: Dict[int, Any] = {}
         self.next_id = 1
         self.files: List[FileInfo] = []
@@ -289,7 +289,7 @@ def _replay_file(data: bytes, info: FileInfo, rec: Recovery, names: Dict[bytes, 
                     created = last_created  # share one float, as the engine does
                 else:
                     last_created = created
-                job = Job(jid, pri, delay, ttr, data[a + tlen:q], tube, created)  # type: ignore[arg-type]
+                job = JobRecord(jid, pri, delay, ttr, data[a + tlen:q], tube, created)  # type: ignore[arg-type]
                 if state in kept_states:
                     job.state = state
                     job.deadline_at = deadline

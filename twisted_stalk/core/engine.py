@@ -16,7 +16,7 @@ reserved jobs go back to ready, its wait ends).  Every command method takes
 the session first.
 
 **Outcomes.**  Each command returns its result as a value: data on success
-(a job id, a :class:`~twisted_stalk.core.job.Job`, a count, a tube name,
+(a job id, a :class:`~twisted_stalk.core.job.JobRecord`, a count, a tube name,
 stats pairs, a list of names or ids) or one of the constants of
 :mod:`twisted_stalk.core.outcomes` (``NOT_FOUND``, ``DRAINING`` ...), as
 listed on each method below.  A reserve that has to wait returns ``WAITING``.
@@ -72,7 +72,7 @@ from; ``twisted_stalk.testing.engine_contract`` is the suite every engine passes
 
 Nothing here is specific to an in-memory engine: no method hands out
 internal structures that a database engine could not produce (jobs are
-:class:`~twisted_stalk.core.job.Job` records; a database engine builds them
+:class:`~twisted_stalk.core.job.JobRecord` records; a database engine builds them
 from rows).
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ except ImportError:  # pragma: no cover - Python < 3.8
     Protocol = object  # type: ignore
 
 from ..protocol.yaml import StatPairs
-from .job import Job
+from .job import JobRecord
 from .journal import Journal
 from .outcomes import Outcome
 from .readmodel import MemoryUse, TubeFigures
@@ -100,8 +100,8 @@ JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
 #: What a command answers with: data (an id or count, a name, a job, stats
 #: pairs, names or ids, a page of jobs ``(total, jobs)``, a search step
 #: ``(jobs, next_after)``) or an outcome constant.
-Answer = Union[int, bytes, Job, Outcome, StatPairs, List[bytes], List[int],
-               Tuple[int, List[Job]], Tuple[List[Job], Optional[int]]]
+Answer = Union[int, bytes, JobRecord, Outcome, StatPairs, List[bytes], List[int],
+               Tuple[int, List[JobRecord]], Tuple[List[JobRecord], Optional[int]]]
 #: A command's result: its answer, or (an asynchronous engine) a Deferred
 #: firing with it.
 Result = Union[Answer, "Deferred[Answer]"]
@@ -117,7 +117,7 @@ class Engine(Protocol):
 
     #: Largest job body in bytes; a wire front end discards larger bodies.
     max_job_size: int
-    #: ``(session, Job | TIMED_OUT | DEADLINE_SOON)`` results for waiting
+    #: ``(session, JobRecord | TIMED_OUT | DEADLINE_SOON)`` results for waiting
     #: sessions, to deliver after the current command's reply.
     wakeups: List[Tuple[Session, object]]
     #: Set when a command gave the engine an earlier deadline than the one
@@ -183,13 +183,13 @@ class Engine(Protocol):
         """Use a tube for puts: its name."""
 
     def reserve(self, s: Session) -> Result:
-        """A :class:`Job`, DEADLINE_SOON, or WAITING (the result comes as a wake-up)."""
+        """A :class:`JobRecord`, DEADLINE_SOON, or WAITING (the result comes as a wake-up)."""
 
     def reserve_with_timeout(self, s: Session, timeout: int) -> Result:
         """As :meth:`reserve`; also TIMED_OUT.  Negative: no timeout."""
 
     def reserve_job(self, s: Session, job_id: int) -> Result:
-        """A :class:`Job` (ready, delayed or buried before), NOT_FOUND, INTERNAL_ERROR."""
+        """A :class:`JobRecord` (ready, delayed or buried before), NOT_FOUND, INTERNAL_ERROR."""
 
     def delete(self, s: Session, job_id: int) -> Result:
         """DELETED, NOT_FOUND, INTERNAL_ERROR."""
@@ -210,16 +210,16 @@ class Engine(Protocol):
         """The number of tubes watched, or NOT_IGNORED."""
 
     def peek(self, s: Session, job_id: int) -> Result:
-        """A :class:`Job` or NOT_FOUND."""
+        """A :class:`JobRecord` or NOT_FOUND."""
 
     def peek_ready(self, s: Session) -> Result:
-        """A :class:`Job` or NOT_FOUND."""
+        """A :class:`JobRecord` or NOT_FOUND."""
 
     def peek_delayed(self, s: Session) -> Result:
-        """A :class:`Job` or NOT_FOUND."""
+        """A :class:`JobRecord` or NOT_FOUND."""
 
     def peek_buried(self, s: Session) -> Result:
-        """A :class:`Job` or NOT_FOUND."""
+        """A :class:`JobRecord` or NOT_FOUND."""
 
     def kick(self, s: Session, bound: int) -> Result:
         """How many jobs were kicked, or INTERNAL_ERROR."""
@@ -263,7 +263,7 @@ class Engine(Protocol):
         """A job's stats pairs, or NOT_FOUND."""
 
     def job(self, job_id: int) -> Result:
-        """A :class:`Job`, or NOT_FOUND."""
+        """A :class:`JobRecord`, or NOT_FOUND."""
 
     def tube_figures(self) -> List[TubeFigures]:
         """Every tube's figures (what ``stats-tube`` says of each), in
@@ -287,7 +287,7 @@ class Engine(Protocol):
                   limit: int = 50, descending: bool = False) -> Result:
         """One page of a tube's jobs in a state (a name from ``JOB_STATES``):
         ``(total, jobs)``, where ``total`` is how many jobs the tube has in that
-        state and ``jobs`` holds at most ``limit`` :class:`Job` records from
+        state and ``jobs`` holds at most ``limit`` :class:`JobRecord` records from
         position ``offset`` of that list sorted by ``sort`` (one of
         :data:`JOB_SORTS`: ``queue`` is the order the engine takes them in,
         as ``list-jobs`` lists them; ``id``; ``pri`` then id; ``age``, newest

@@ -58,7 +58,7 @@ from .job import (
     RELEASES,
     RESERVED,
     STATE_BY_NAME,
-    Job,
+    JobRecord,
 )
 from .journal import (
     UPDATE_BURY,
@@ -85,7 +85,7 @@ from .outcomes import KICKED as KICKED_OUTCOME
 from .session import Session, FrontEnd
 from .sessions import SessionRules, WakeUp
 from .states import JobStates
-from .tube import Tube
+from .tube import MemoryTube
 
 heappush = heapq.heappush
 heappop = heapq.heappop
@@ -123,7 +123,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
         self.job_bytes = 0
         self.journal = journal if journal is not None else NullJournal()
         self.facts = facts or Facts(clock.seconds())
-        self.jobs: Dict[int, Job] = {}
+        self.jobs: Dict[int, JobRecord] = {}
         self.next_id = 1
         self._init_tubes()  # the registry (SessionRules), holding ``default``
         # Sessions, waits, wake-ups, drain and the connection and command
@@ -186,9 +186,9 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     # ---------------------------------------------------------------- tubes
 
-    def new_tube(self, name: bytes) -> Tube:
+    def new_tube(self, name: bytes) -> MemoryTube:
         """A new tube, with its ready buckets over this engine's jobs."""
-        return Tube(name, self.jobs)
+        return MemoryTube(name, self.jobs)
 
     # ============================================================ commands
     #
@@ -215,10 +215,10 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
         if not 0.0 <= now - created < 0.001:
             created = self._created = now
         t = s.use
-        # Job(job_id, pri, delay, ttr or 1, body, t, created), without the
+        # JobRecord(job_id, pri, delay, ttr or 1, body, t, created), without the
         # cost of calling a Python __init__ (a third of a put's engine work);
         # tests/test_core.py checks that both build the same job.
-        job = _new_job(Job)
+        job = _new_job(JobRecord)
         job.id = job_id
         job.pri = pri
         job.delay = delay
@@ -248,7 +248,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     def reserve(self, s: Session):
         """Reserve the best ready job of the watched tubes, waiting for one
-        for ever: the :class:`Job`, DEADLINE_SOON or WAITING."""
+        for ever: the :class:`JobRecord`, DEADLINE_SOON or WAITING."""
         self.cmd_counts[RESERVE] += 1
         watch = s.watch
         if s.reserved or len(watch) != 1 or not s.is_worker or self.held:
@@ -274,7 +274,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
         return self._reserve(s, None if timeout < 0 else timeout)
 
     def reserve_job(self, s: Session, job_id: int):
-        """Reserve one ready, delayed or buried job by id: the :class:`Job`,
+        """Reserve one ready, delayed or buried job by id: the :class:`JobRecord`,
         NOT_FOUND (no such job, or already reserved) or INTERNAL_ERROR."""
         job = self.jobs.get(job_id)
         if job is None or job.state == RESERVED:
@@ -520,7 +520,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     # ============================================================ server
 
-    def restore(self, job: Job, state: int, deadline_at: float = 0.0) -> None:
+    def restore(self, job: JobRecord, state: int, deadline_at: float = 0.0) -> None:
         """Put a job recovered from the binlog back in place (no journaling)."""
         self.jobs[job.id] = job
         self.job_bytes += len(job.body)

@@ -109,7 +109,7 @@ class SessionRules:
         #: Open sessions (for listings such as the console's connections page).
         self.sessions = set()
         #: Results for waiting sessions, to deliver after the current command's
-        #: own reply: ``(session, Job | TIMED_OUT | DEADLINE_SOON)``.
+        #: own reply: ``(session, JobRecord | TIMED_OUT | DEADLINE_SOON)``.
         self.wakeups = []
         #: (when, wait token, session): when a waiting session must be looked at.
         self.wait_heap = []

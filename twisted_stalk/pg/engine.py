@@ -558,7 +558,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return d.addCallbacks(found, self._internal_error)
 
     def _listed(self, row: Any) -> Any:
-        """A Job for a console listing: (JOB columns..., state, delay, age)."""
+        """A JobRecord for a console listing: (JOB columns..., state, delay, age)."""
         job = self._job(row)
         now = self._now()
         job.state, job.delay = row[6], row[7]

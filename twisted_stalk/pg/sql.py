@@ -52,7 +52,7 @@ _GIVE_UP = """
             RETURNING j.tube)
         SELECT tube FROM back"""
 
-#: Columns that make a Job, in order (see engine._job).
+#: Columns that make a JobRecord, in order (see engine._job).
 JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
 
 STATEMENTS: Dict[str, str] = {

@@ -44,7 +44,7 @@ from twisted.internet import defer
 from ..core import outcomes as o
 from ..core.counters import PUT
 from ..core.engine import Engine
-from ..core.job import Job
+from ..core.job import JobRecord
 from ..core.readmodel import TUBE_STAT_KEYS, MemoryUse, TubeFigures
 from ..protocol.commands import COMMANDS, COUNTED_COMMANDS, EXTENSION_COMMANDS
 
@@ -183,10 +183,10 @@ def test_put_peek_reserve_delete(h):
     job_id = h(e.put(s, 5, 0, 60, b"hello\r\n"))
     assert isinstance(job_id, int)
     for found in (h(e.peek(s, job_id)), h(e.peek_ready(s))):
-        assert isinstance(found, Job) and (found.id, found.body) == (job_id, b"hello\r\n")
+        assert isinstance(found, JobRecord) and (found.id, found.body) == (job_id, b"hello\r\n")
     assert h(e.peek_delayed(s)) is o.NOT_FOUND and h(e.peek_buried(s)) is o.NOT_FOUND
     job = h(e.reserve(s))
-    assert isinstance(job, Job) and job.id == job_id and job.body == b"hello\r\n"
+    assert isinstance(job, JobRecord) and job.id == job_id and job.body == b"hello\r\n"
     assert h(e.peek_ready(s)) is o.NOT_FOUND
     assert h(e.delete(s, job_id)) is o.DELETED
     assert h(e.delete(s, job_id)) is o.NOT_FOUND
