@@ -377,6 +377,26 @@ def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_e
         stop()
 
 
+def test_the_put_statements_notice_is_the_one_notices_decodes(pg_cluster):
+    """put_many sends its JobsReady notices from SQL (format() with
+    JobsReady.FORMAT): heard on a LISTEN, they decode to the notice Python
+    would have encoded."""
+    psycopg = pytest.importorskip("psycopg")
+    from twisted_stalk.pg.notices import JobsReady, decode
+    from twisted_stalk.pg.schema import migrate
+    from twisted_stalk.pg.sql import statements
+    migrate(pg_cluster.dsn(), "units_notice")
+    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
+        conn.execute("LISTEN units_notice_events")
+        conn.execute(f"PREPARE pm AS {statements('units_notice')['put_many']}")
+        conn.execute("EXECUTE pm('{emails,emails,other}', '{0,0,0}', '{0,0,0}', '{60,60,60}',"
+                     " '{a,b,c}', '{0,0,0}', 7, 'units_notice_events')")
+        heard = sorted(n.payload for n in conn.notifies(timeout=5, stop_after=2))
+    assert [decode(p.encode()) for p in heard] == [JobsReady(7, b"emails", 2),
+                                                    JobsReady(7, b"other", 1)]
+    assert heard == [JobsReady(7, b"emails", 2).encode(), JobsReady(7, b"other", 1).encode()]
+
+
 def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
     """Nodes ignore their own notices, and each costs a commit: a lone node
     sends none (a put's statement names no channel, a release sends no
