@@ -38,6 +38,7 @@ from twisted.internet.endpoints import clientFromString
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.logger import Logger
 
+from ..protocol.commands import command_spec
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, DEFAULT_TUBE
 from ..protocol.replies import Reply
 from ..protocol.yaml import StatValue
@@ -481,7 +482,8 @@ class BeanstalkClient:
         ``watch`` or ``ignore`` sent this way changes the main connection
         only, not the client's defaults.
         """
-        if name in ("reserve", "reserve-with-timeout", "reserve-job", "quit"):
+        spec = command_spec(name)
+        if spec is not None and (spec.reserves or name == "quit"):
             return fail(InvalidArgument(f"{name} is not sent with command(): use "
                                         f"{'close()' if name == 'quit' else 'reserve()'}"))
         return self._main.call(lambda p: p.command(name, *args, body=body))

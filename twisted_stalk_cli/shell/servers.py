@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from twisted_stalk.protocol import COMMANDS
+
 from .conn import Connection
 from .errors import EXIT_CONNECTION, EXIT_OK, EXIT_REPLY, StalkError, UsageError
 from .output import Output, isatty
@@ -32,9 +34,8 @@ from .render import render_columns
 from .tools.args import check_tube, parser
 from .tools.top import TOP_COLUMNS, top_rows, top_snapshot
 
-#: Commands that only read, and so may run on every server.
-READ_ONLY = ("stats", "stats-tube", "stats-job", "list-tubes", "peek", "peek-ready",
-             "peek-delayed", "peek-buried")
+#: Commands that only read, and so may run on every server (``read_only`` in the table).
+READ_ONLY = tuple(spec.name for spec in COMMANDS if spec.read_only)
 
 
 class Server:
