@@ -246,6 +246,7 @@ def pager_for(args, config: Dict[str, str]):
 def interactive(args, config: Dict[str, str], target, connect_timeout: float,
                 reply_timeout: float, defaults: Tuple[int, int, int]) -> int:
     from .repl import Shell, history_path, open_history
+    from .target import config_flag
     from .tracked import TrackedConnection
     hist_setting = args.history or config.get("history", "")
     if hist_setting == "off":
