@@ -73,16 +73,21 @@ class WriteHealth:
         if self._retry_call is None:
             self._retry_call = self.clock.callLater(RETRY_SECONDS, self._retry)
 
-    def _retry(self) -> None:
-        self._retry_call = None
-        if self.fd < 0:
-            return
+    def _write_and_sync(self) -> bool:
+        """Write out what is buffered and sync it (unless -F); False, the
+        failure taken care of (:meth:`_fail`), if that failed."""
         try:
             self.write_out()
             if not self.no_fsync:
                 self.sync()
         except OSError as e:
             self._fail(e)
+            return False
+        return True
+
+    def _retry(self) -> None:
+        self._retry_call = None
+        if self.fd < 0 or not self._write_and_sync():
             return
         self.broken = None
         self._ok = True

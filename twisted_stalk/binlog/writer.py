@@ -497,14 +497,8 @@ class BinlogJournal(FileRotation, WriteHealth):
         if self._flush_call is not None:
             self._flush_call.cancel()
             self._flush_call = None
-        try:
-            self.write_out()
-            if not self.no_fsync:
-                self.sync()
-        except OSError as e:
-            self._fail(e)
-            return
-        self._settle()
+        if self._write_and_sync():
+            self._settle()
 
     def close(self) -> None:
         """Flush, sync and close (SIGTERM / reactor shutdown)."""
