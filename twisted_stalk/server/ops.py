@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 from twisted.internet.interfaces import IReactorFDSet
 from twisted.logger import Logger
 
+from ..core.engine import Engine
 from . import _busypoll, admin, limits
 from .reactor import enable_busy_poll
 from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
@@ -32,7 +33,7 @@ from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
 log = Logger(namespace="twisted_stalk.ops")
 
 
-def make_factory(engine, config, reactor):
+def make_factory(engine: Engine, config, reactor):
     """The server factory serving ``engine`` (built by ``twisted_stalk.engines``)
     with ``config``'s limits and extensions on, its timer armed for the
     deadlines the engine already has (a replayed binlog's delayed jobs)."""

@@ -78,7 +78,7 @@ class RecordingFrontEnd:
 class Harness:
     """One engine under test, with the means to wait for it."""
 
-    def __init__(self, engine: Any, settle: Callable[[float], None],
+    def __init__(self, engine: Engine, settle: Callable[[float], None],
                  advance: Callable[[float], None],
                  requirements: Requirements = Requirements()) -> None:
         self.engine = engine
@@ -119,7 +119,7 @@ class Harness:
         return self.engine.take_wakeups()
 
 
-def clock_harness(engine: Any, clock: Any,
+def clock_harness(engine: Engine, clock: Any,
                   requirements: Requirements = Requirements()) -> Harness:
     """A :class:`Harness` for an engine whose time is ``clock`` (a
     ``twisted.internet.task.Clock``) and whose owner calls its ``tick`` at
