@@ -28,10 +28,11 @@ makes (:meth:`SessionRules._put_refused`) and the ``stats`` pairs are here
 too.
 
 Command counters are ``cmd_counts``, keyed by the command table's counted
-names (``protocol.commands.COUNTED_COMMANDS``): a dict increment per command,
+names (``protocol.commands.COUNTED_COMMANDS``) through the constants of
+:mod:`.counters` (``cmd_counts[PUT] += 1``): a dict increment per command,
 as cheap as an attribute increment, and ``stats`` lists them in the table's
-order.  ``tests/test_engine_contract.py`` checks that each command moves its
-own counter, in every engine.
+order.  The contract suite (``twisted_stalk.testing.engine_contract``)
+checks that each command moves its own counter, in every engine.
 """
 from __future__ import annotations
 
