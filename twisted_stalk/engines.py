@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import PROTOCOL_VERSION
 from .core.engine import Engine, EngineError
+from .core.facts import Facts
 from .protocol.constants import DEFAULT_MAX_JOB_SIZE
 
 #: The entry-point group engines register under (the name is the URL scheme).
@@ -65,12 +66,12 @@ class EngineSettings:
     max_job_size: int = DEFAULT_MAX_JOB_SIZE
     #: What ``stats`` says of the process (:class:`~twisted_stalk.core.facts.Facts`);
     #: None: the process's own (server/facts.py).
-    facts: Any = None
+    facts: Optional[Facts] = None
     #: The rest of the server's configuration (``twistd`` option names), for
     #: the settings an engine takes from flags (the binlog's).
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def process_facts(self) -> Any:
+    def process_facts(self) -> Facts:
         """:attr:`facts`, or this process's when none were given."""
         if self.facts is None:
             from .server.facts import ProcessFacts
@@ -122,7 +123,8 @@ def registered() -> list:
 
 
 def open_engine(url: str, reactor: Any, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
-                facts: Any = None, options: Optional[Mapping[str, Any]] = None) -> Engine:
+                facts: Optional[Facts] = None,
+                options: Optional[Mapping[str, Any]] = None) -> Engine:
     """The engine ``url`` names, built and started (see the module docstring).
 
     Raises :class:`~twisted_stalk.core.engine.EngineError` (one line) when it
