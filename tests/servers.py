@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from twisted_stalk.testing.engine_contract import RecordingFrontEnd  # noqa: F401  (for the tests)
+
 REFERENCE = shutil.which("beanstalkd")
 
 
@@ -105,17 +107,6 @@ def start_server(kind: str, *extra: str, port: Optional[int] = None,
                 raise RuntimeError(f"{kind} server did not start listening on {port}")
             time.sleep(0.01)
     return RunningServer(kind, port, proc, list(extra))
-
-
-class RecordingFrontEnd:
-    """A core FrontEnd that records the wake-ups delivered to it."""
-
-    def __init__(self) -> None:
-        self.events: List[object] = []
-
-    def wake(self, outcome) -> None:
-        job_id = getattr(outcome, "id", None)
-        self.events.append(("RESERVED", job_id) if job_id is not None else outcome.name)
 
 
 def stored_bytes(engine) -> int:

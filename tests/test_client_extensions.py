@@ -22,7 +22,7 @@ from twisted_stalk.client import (
 from twisted.application.internet import backoffPolicy
 from twisted_stalk.protocol.replies import (
     EXTENSION_BY_NAME,
-    UnexpectedReply,
+    ReplyOutOfStep,
     decode_body,
     decode_reply,
     success_reply,
@@ -53,9 +53,9 @@ def test_extension_replies_decode():
     assert caps == ["list-jobs", "flush-tube", "capabilities"]
     assert isinstance(decode_reply("capabilities", b"UNKNOWN_COMMAND").error(), UnknownCommand)
     for line in (b"FLUSHED", b"FLUSHED x", b"OK 1 2"):
-        with pytest.raises(UnexpectedReply):
+        with pytest.raises(ReplyOutOfStep):
             decode_reply("flush-tube" if line.startswith(b"F") else "list-jobs", line)
-    with pytest.raises(UnexpectedReply):
+    with pytest.raises(ReplyOutOfStep):
         decode_reply("put", b"FLUSHED 3")  # stock decoding unchanged
 
 

@@ -19,7 +19,7 @@ from twisted_stalk.protocol.replies import (
     OutOfMemory,
     ReplyError,
     TimedOut,
-    UnexpectedReply,
+    ReplyOutOfStep,
     UnknownCommand,
     decode_body,
     decode_reply,
@@ -105,13 +105,13 @@ def test_ambiguous_words_depend_on_the_command():
     assert decode_reply("bury", b"BURIED").ok
     assert decode_reply("kick", b"KICKED 2").number == 2
     assert decode_reply("kick-job", b"KICKED").ok
-    with pytest.raises(UnexpectedReply):
+    with pytest.raises(ReplyOutOfStep):
         decode_reply("kick", b"KICKED")
-    with pytest.raises(UnexpectedReply):
+    with pytest.raises(ReplyOutOfStep):
         decode_reply("kick-job", b"KICKED 2")
-    with pytest.raises(UnexpectedReply):
+    with pytest.raises(ReplyOutOfStep):
         decode_reply("bury", b"BURIED 3")
-    with pytest.raises(UnexpectedReply):
+    with pytest.raises(ReplyOutOfStep):
         decode_reply("put", b"BURIED")
 
 
@@ -157,7 +157,7 @@ def test_error_classes(command, word, cls):
     ("ignore", b"NOT_IGNORED 1"),
 ])
 def test_unexpected(command, line):
-    with pytest.raises(UnexpectedReply) as info:
+    with pytest.raises(ReplyOutOfStep) as info:
         decode_reply(command, line)
     assert repr(line)[2:-1] in str(info.value) or line == b""
     assert info.value.command == command and info.value.line == line

@@ -8,6 +8,7 @@ from twisted.internet.endpoints import serverFromString
 from twisted.trial import unittest
 
 from twisted_stalk.client import BeanstalkClient
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 
 try:
@@ -55,7 +56,7 @@ class TLSTests(unittest.TestCase):
         os.link(cert_path, os.path.join(roots, "ca.pem"))
         endpoint = serverFromString(
             reactor, f"ssl:0:interface=127.0.0.1:privateKey={key_path}:certKey={cert_path}")
-        factory = BeanstalkServerFactory(reactor)
+        factory = BeanstalkServerFactory(reactor, open_engine("memory:", reactor))
         port = await endpoint.listen(factory)
         self.addCleanup(port.stopListening)
         # The in-process server's one timer may still be armed for a stale deadline.

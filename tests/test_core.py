@@ -337,14 +337,14 @@ def test_stats_shape(q):
 
 
 def test_put_builds_the_same_job_as_the_job_class(q, clock):
-    """MemoryEngine.put builds jobs without calling Job.__init__; both must agree."""
-    from twisted_stalk.core.job import Job
+    """MemoryEngine.put builds jobs without calling JobRecord.__init__; both must agree."""
+    from twisted_stalk.core.job import JobRecord
 
     s, _ = session(q)
     job = q.jobs[q.put(s, 5, 0, 0, b"body\r\n")]
-    expected = Job(job.id, 5, 0, 1, b"body\r\n", s.use, job.created_at)
+    expected = JobRecord(job.id, 5, 0, 1, b"body\r\n", s.use, job.created_at)
     expected.heap_key = job.heap_key  # set by the ready heap, not the constructor
-    for name in Job.__slots__:
+    for name in JobRecord.__slots__:
         assert getattr(job, name) == getattr(expected, name), name
 
 
@@ -401,3 +401,31 @@ def test_deadline_soon_tracks_the_soonest_of_several_reservations(q, clock):
     assert q.reserve_with_timeout(s, 0) is TIMED_OUT
     advance(q, clock, 0.2)
     assert q.reserve_with_timeout(s, 0) is DEADLINE_SOON
+
+
+def test_counters_are_named_by_constants_from_the_command_table():
+    """core/counters.py has one constant per counted command, generated from
+    the table, and the library counts through them: no ``cmd_counts["..."]``
+    with a string written out (a misspelt constant fails at import)."""
+    import ast
+    import os
+
+    from twisted_stalk.core import counters
+    from twisted_stalk.protocol.commands import COUNTED_COMMANDS
+
+    assert sorted(counters.COUNTERS.values()) == sorted(COUNTED_COMMANDS)
+    assert counters.PUT == "put" and counters.RESERVE_WITH_TIMEOUT == "reserve-with-timeout"
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "twisted_stalk")
+    literal = []
+    for top, _, files in os.walk(root):
+        for name in (n for n in files if n.endswith(".py")):
+            path = os.path.join(top, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            literal += [f"{path}:{node.lineno}" for node in ast.walk(tree)
+                        if isinstance(node, ast.Subscript)
+                        and isinstance(node.value, ast.Attribute)
+                        and node.value.attr == "cmd_counts"
+                        and isinstance(node.slice, ast.Constant)]
+    assert literal == []

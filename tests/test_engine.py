@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from twisted.internet import defer
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from servers import RecordingFrontEnd
+from toy_engine import ToyEngine
 from twisted_stalk.core import MemoryEngine
 from twisted_stalk.core import outcomes as o
-from twisted_stalk.protocol.commands import COMMANDS, EXTENSION_COMMANDS, command_spec
+from twisted_stalk.protocol.commands import COMMANDS, EXTENSION_COMMANDS
 from twisted_stalk.protocol.replies import GENERIC_ERRORS
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 
 
@@ -120,7 +121,8 @@ def _connect(factory, transport):
 
 def _worker_and_producer():
     """Two connections of one server whose writes go to one log, in order."""
-    factory = BeanstalkServerFactory(Clock())
+    clock = Clock()
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     factory.direct_io = False
     log = _Log()
     worker = _connect(factory, log.transport("worker"))
@@ -146,37 +148,9 @@ def test_a_woken_connection_then_runs_the_input_it_buffered():
                           ("worker", b"USING default\r\n")]
 
 
-class LaterEngine:
-    """A MemoryEngine whose commands answer with Deferreds fired on a later
-    turn of the Clock: how an engine backed by a database answers."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._engine = MemoryEngine(clock)
-        self._clock = clock
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._engine, name)
-        if name in _COMMAND_METHODS:
-            def later(*args: Any) -> defer.Deferred:
-                d: defer.Deferred = defer.Deferred()
-                self._clock.callLater(0.001, lambda: d.callback(attr(*args)))
-                return d
-            return later
-        return attr
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._engine, name, value)
-
-
-_COMMAND_METHODS = {command_spec(spec.name).method for spec in COMMANDS} - {"quit"}
-
-
 def test_a_front_end_keeps_replies_in_order_when_the_engine_answers_later():
     clock = Clock()
-    engine = LaterEngine(clock)
+    engine = ToyEngine(clock)  # answers a turn of the clock later
     factory = BeanstalkServerFactory(clock, engine=engine)
     factory.direct_io = False
     t = StringTransport()
@@ -191,7 +165,7 @@ def test_a_front_end_keeps_replies_in_order_when_the_engine_answers_later():
 
 def test_a_waiting_reserve_answered_later_still_wakes():
     clock = Clock()
-    engine = LaterEngine(clock)
+    engine = ToyEngine(clock)  # answers a turn of the clock later
     factory = BeanstalkServerFactory(clock, engine=engine)
     factory.direct_io = False
     worker_t, producer_t = StringTransport(), StringTransport()
@@ -213,7 +187,8 @@ def test_replies_a_client_does_not_read_stop_its_input():
     """While more than MAX_UNSENT bytes of replies wait for a client, its
     further commands wait too (the transport pauses the protocol)."""
     from twisted_stalk.server.protocol import MAX_UNSENT
-    factory = BeanstalkServerFactory(Clock())
+    clock = Clock()
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     factory.direct_io = False
     t = StringTransport()
     proto = _connect(factory, t)

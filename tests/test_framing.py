@@ -89,7 +89,7 @@ def server_replies(chunks: Sequence[bytes], max_job_size: int, direct_io: bool) 
     """What the server protocol answers when ``chunks`` arrive on a real TCP
     connection, one read each (reads and writes through DirectIO when on)."""
     clock = Clock()
-    factory = BeanstalkServerFactory(clock, engine=_engine(clock, max_job_size))
+    factory = BeanstalkServerFactory(clock, _engine(clock, max_job_size))
     factory.direct_io = direct_io
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())

@@ -15,6 +15,7 @@ from twisted.internet.testing import StringTransport
 import test_differential as diff
 from test_ops_helpers import start_stalkd
 from twisted_stalk.core import JournalError, NullJournal
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import admin
 from servers import start_server, stored_bytes
@@ -40,7 +41,7 @@ def test_off_they_are_unknown_commands_like_beanstalkd(any_server):
 class Server:
     def __init__(self, extensions: bool = True) -> None:
         self.clock = Clock()
-        self.factory = BeanstalkServerFactory(self.clock)
+        self.factory = BeanstalkServerFactory(self.clock, open_engine("memory:", self.clock))
         if extensions:
             admin.enable(self.factory)
 

@@ -15,6 +15,7 @@ from twisted.internet.task import Clock
 from servers import free_port, ours_command
 from test_ops_helpers import http_get, start_stalkd, wait_http
 from test_ops_limits import _connect
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory, limits
 from wire import Wire
 
@@ -42,7 +43,7 @@ class _ListeningPort:
 def _limit_of_one(port: _ListeningPort):
     """(clock, factory, limit): one place, a wait of 1 s, ``port`` watched."""
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     limit = limits.install_connection_limit(factory, 1, clock, wait=1.0)
     limit.watch(port)
     return clock, factory, limit
@@ -174,7 +175,7 @@ def test_twistd_and_stalkd_take_the_wait():
     options = Options()
     options.parseOptions(["--max-connections", "3", "--max-connections-wait", "0.5"])
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     ops.configure(factory, options, clock)
     assert factory.connection_limit.wait == 0.5
     defaults = Options()

@@ -17,6 +17,7 @@ from twisted.internet.testing import StringTransport
 from servers import free_port, stored_bytes
 from test_ops_helpers import (allow_test_descriptors, fd_limited, http_get, start_stalkd,
                               wait_http)
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import limits, ops
 from wire import Wire
@@ -207,7 +208,7 @@ def test_max_memory_answers_out_of_memory(tmp_path):
 
 def _factory(maximum: int):
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     limit = limits.install_connection_limit(factory, maximum, clock)
     return clock, factory, limit
 
@@ -302,7 +303,7 @@ def test_limit_counts_twisteds_emfile_recovery_closes():
 
 def test_configure_derives_the_limit_from_open_files():
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     ops.configure(factory, {}, clock)
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
@@ -319,7 +320,7 @@ def test_configure_derives_the_limit_from_open_files():
 
 def test_memory_limit_counts_bytes_through_every_removal():
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     limits.install_memory_limit(factory, 20)
     proto, t = _connect(factory)
     proto.dataReceived(b"put 0 0 60 8\r\n12345678\r\nput 0 0 60 8\r\n12345678\r\n")
@@ -347,7 +348,7 @@ def test_memory_limit_counts_bytes_through_every_removal():
 
 def test_memory_limit_counts_jobs_already_stored():
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     proto, t = _connect(factory)
     proto.dataReceived(b"put 0 0 60 3\r\nabc\r\n")
     assert factory.engine.job_bytes == 5

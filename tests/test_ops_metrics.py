@@ -11,6 +11,7 @@ from twisted.internet.task import Clock
 
 from test_ops_helpers import http_get, start_stalkd, stats_of, wait_http
 from servers import free_port, stored_bytes
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server import admin, limits
 from twisted_stalk.server.metrics import INFO_KEYS, STATS_METRICS, Collector, Readiness
@@ -153,7 +154,8 @@ def test_binlog_figures_and_readiness(tmp_path):
 # ------------------------------------------------------------------ in-process
 
 def test_every_stats_field_has_a_metric():
-    factory = BeanstalkServerFactory(Clock())
+    clock = Clock()
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     keys = dict(factory.engine.server_stats())
     unmapped = [k for k in keys
                 if not k.startswith("cmd-") and k not in INFO_KEYS and k not in STATS_METRICS]
@@ -162,7 +164,7 @@ def test_every_stats_field_has_a_metric():
 
 def test_collector_renders_parseable_text_with_odd_tube_names():
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     limits.install_connection_limit(factory, 10, clock)
     admin.enable(factory)
     q = factory.engine
@@ -191,7 +193,7 @@ class _BrokenJournal:
 
 def test_readiness_reports_each_problem():
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     listening = [True]
     ready = Readiness(factory, None, lambda: listening[0])
     assert ready.problems() == []
@@ -209,7 +211,7 @@ def test_readiness_reports_each_problem():
 def _server_with(data: bytes):
     from twisted.internet.testing import StringTransport
     clock = Clock()
-    factory = BeanstalkServerFactory(clock)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     proto = factory.buildProtocol(None)
     proto.makeConnection(StringTransport())
     proto.dataReceived(data)
@@ -226,7 +228,7 @@ def test_metrics_idle_connections_time_out():
     from twisted.internet.testing import StringTransport
     from twisted_stalk.server.metrics import IDLE_TIMEOUT, make_site
     clock = Clock()
-    site = make_site(BeanstalkServerFactory(clock), reactor=clock)
+    site = make_site(BeanstalkServerFactory(clock, open_engine("memory:", clock)), reactor=clock)
     channel = site.buildProtocol(None)
     transport = StringTransport()
     channel.makeConnection(transport)

@@ -15,6 +15,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from test_ops_helpers import start_stalkd
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server.shutdown import GracefulShutdown
 from wire import Wire
@@ -25,7 +26,7 @@ from wire import Wire
 class Harness:
     def __init__(self, grace: float = 5.0) -> None:
         self.clock = Clock()
-        self.factory = BeanstalkServerFactory(self.clock)
+        self.factory = BeanstalkServerFactory(self.clock, open_engine("memory:", self.clock))
         self.stopped_listening = 0
         self.shutdown = GracefulShutdown(self.factory, self.clock, self._stop_listening,
                                          grace=grace, poll=0.05)

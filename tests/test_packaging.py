@@ -164,6 +164,23 @@ def test_the_server_does_not_import_the_console():
             if m.startswith("twisted_stalk.web")] == []
 
 
+def test_the_server_imports_no_engine_of_its_own():
+    """``server`` serves whatever engine it is given: it imports neither the
+    PostgreSQL engine nor the binlog; the assembly layer
+    (twisted_stalk/engines.py) builds engines by URL."""
+    engines = ("twisted_stalk.pg", "twisted_stalk.binlog")
+    assert [(where, m) for where, m in _imports_under("server")
+            if m.startswith(engines)] == []
+    # ``from .. import pg`` names the package in the import's names.
+    for top, _, files in os.walk(os.path.join(ROOT, "twisted_stalk", "server")):
+        for name in (n for n in files if n.endswith(".py")):
+            with open(os.path.join(top, name), encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module in (None, "twisted_stalk"):
+                    assert not {a.name for a in node.names} & {"pg", "binlog"}, name
+
+
 def _user_env() -> dict:
     """The environment of a user's shell: no source tree on the path."""
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -95,7 +95,7 @@ def test_a_driver_that_cannot_run_here_is_one_line_at_startup(monkeypatch):
     """As psycopg's ctypes binding under PyPy 7.3: it imports, then cannot
     make a connection object."""
     pq = pytest.importorskip("psycopg.pq")
-    from twisted_stalk.pg import EngineError, driver_problem, init_schema, open_engine
+    from twisted_stalk.pg import EngineError, driver_problem, init_schema, open_node
 
     class Broken:
         @staticmethod
@@ -107,7 +107,7 @@ def test_a_driver_that_cannot_run_here_is_one_line_at_startup(monkeypatch):
     assert problem.startswith("--engine: psycopg's libpq binding does not work on ")
     assert "TypeError: cannot create weak reference" in problem and "\n" not in problem
     with pytest.raises(EngineError, match="binding does not work"):
-        open_engine("host=/nonexistent", reactor=None, max_job_size=100)
+        open_node("host=/nonexistent", reactor=None, max_job_size=100)
     with pytest.raises(EngineError, match="binding does not work"):
         init_schema("host=/nonexistent")
 
@@ -390,6 +390,26 @@ def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_e
         assert as_dict(e.server_stats())["current-jobs-ready"] == 1
     finally:
         stop()
+
+
+def test_the_put_statements_notice_is_the_one_notices_decodes(pg_cluster):
+    """put_many sends its JobsReady notices from SQL (format() with
+    JobsReady.FORMAT): heard on a LISTEN, they decode to the notice Python
+    would have encoded."""
+    psycopg = pytest.importorskip("psycopg")
+    from twisted_stalk.pg.notices import JobsReady, decode
+    from twisted_stalk.pg.schema import migrate
+    from twisted_stalk.pg.sql import statements
+    migrate(pg_cluster.dsn(), "units_notice")
+    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
+        conn.execute("LISTEN units_notice_events")
+        conn.execute(f"PREPARE pm AS {statements('units_notice')['put_many']}")
+        conn.execute("EXECUTE pm('{emails,emails,other}', '{0,0,0}', '{0,0,0}', '{60,60,60}',"
+                     " '{a,b,c}', '{0,0,0}', 7, 'units_notice_events')")
+        heard = sorted(n.payload for n in conn.notifies(timeout=5, stop_after=2))
+    assert [decode(p.encode()) for p in heard] == [JobsReady(7, b"emails", 2),
+                                                    JobsReady(7, b"other", 1)]
+    assert heard == [JobsReady(7, b"emails", 2).encode(), JobsReady(7, b"other", 1).encode()]
 
 
 def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from twisted_stalk.protocol.commands import encode_command
 from twisted_stalk.protocol.flush import PeekDeleteFlush, flush_budgets
 from twisted_stalk.protocol.reader import ReplyReader
-from twisted_stalk.protocol.replies import InternalError, UnexpectedReply
+from twisted_stalk.protocol.replies import InternalError, ReplyOutOfStep
 
 
 class Tube:
@@ -159,7 +159,7 @@ def test_a_line_that_is_no_reply_raises():
     next(steps)
     reader = ReplyReader(lenient=True)
     reader.expect("peek-ready")
-    with pytest.raises(UnexpectedReply):
+    with pytest.raises(ReplyOutOfStep):
         steps.send(reader.feed(b"DELETED\r\n"))
 
 

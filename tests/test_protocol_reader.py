@@ -30,7 +30,7 @@ from twisted_stalk.protocol.replies import (
     MAX_REPLY_LINE,
     NotFound,
     Reply,
-    UnexpectedReply,
+    ReplyOutOfStep,
     decode_body,
     decode_reply,
 )
@@ -157,10 +157,10 @@ def test_out_of_step(command, data, why):
     reader.expect(command)
     reader.expect("delete")
     replies = reader.feed(b"DELETED\r\n" + data + b"DELETED\r\n")
-    assert [type(r) for r in replies] == [Reply, UnexpectedReply]
+    assert [type(r) for r in replies] == [Reply, ReplyOutOfStep]
     error = replies[1]
     assert error.command == command and error.why == why and reader.error is error
-    with pytest.raises(UnexpectedReply):
+    with pytest.raises(ReplyOutOfStep):
         reader.feed(b"DELETED\r\n")
     assert reader.next_reply() is None
     reader.reset()
@@ -171,7 +171,7 @@ def test_out_of_step(command, data, why):
 def test_nothing_expected():
     reader = ReplyReader()
     (error,) = reader.feed(b"INSERTED 1\r\n")
-    assert isinstance(error, UnexpectedReply) and error.why == NOTHING_EXPECTED
+    assert isinstance(error, ReplyOutOfStep) and error.why == NOTHING_EXPECTED
     assert error.command is None
 
 
@@ -223,13 +223,13 @@ def test_lenient_reader_decodes_by_shape():
     replies = reader.feed(b"DELETED\r\nFOUND 3 2\r\nhi\r\nNOT_FOUND\r\nWHATEVER 1\r\n")
     unexpected, raw, surplus, other = replies
     assert not unexpected.expected and not unexpected.ok and unexpected.command == "flush-tube"
-    assert isinstance(unexpected.error(), UnexpectedReply)
+    assert isinstance(unexpected.error(), ReplyOutOfStep)
     assert raw.expected and raw.ok and raw.job_id == 3 and raw.body == b"hi"
     assert surplus.command == "" and not surplus.ok and isinstance(surplus.error(), NotFound)
     assert other.ok and other.word == "WHATEVER"
     # framing errors still put it out of step
     reader.expect("stats")
-    assert isinstance(reader.feed(b"OK 2\r\nabcd")[-1], UnexpectedReply)
+    assert isinstance(reader.feed(b"OK 2\r\nabcd")[-1], ReplyOutOfStep)
 
 
 def test_error_words_are_the_error_classes():

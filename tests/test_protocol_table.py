@@ -69,3 +69,16 @@ def test_extension_verbs_parse_through_the_table():
         with pytest.raises(CommandError):
             parse_args(spec, text)
     assert identify_extension(b"list-jobsx a b c") == (None, b"")
+
+
+def test_what_the_table_says_of_each_command_agrees_with_its_replies():
+    """``reserves``: a success hands out a job (RESERVED); ``blocks`` only for
+    such commands; ``read_only`` commands take no body, hand out nothing and
+    do not wait; every stock command has a ``help`` group."""
+    from twisted_stalk.protocol.commands import COMMANDS
+    for spec in COMMANDS:
+        assert spec.reserves == ("RESERVED <id> <bytes>" in spec.replies), spec.name
+        assert not spec.blocks or spec.reserves, spec.name
+        if spec.read_only:
+            assert not (spec.has_body or spec.reserves or spec.blocks), spec.name
+        assert spec.help_group, spec.name

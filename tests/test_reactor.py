@@ -91,9 +91,9 @@ def test_busy_poll_window_refuses(given):
 def test_busy_poll_only_on_the_lean_loop():
     lean_reactor, plain = lean.LeanEPollReactor(), EPollReactor()
     try:
-        assert _busypoll.enable(lean_reactor, 50e-6) and lean_reactor.busy_poll == 50e-6
-        assert not _busypoll.enable(plain, 50e-6) and not hasattr(plain, "busy_poll")
-        assert not _busypoll.enable(lean.LeanEPollReactor(), 0.0)
+        assert lean.enable_busy_poll(lean_reactor, 50e-6) and lean_reactor.busy_poll == 50e-6
+        assert not lean.enable_busy_poll(plain, 50e-6) and not hasattr(plain, "busy_poll")
+        assert not lean.enable_busy_poll(lean.LeanEPollReactor(), 0.0)
     finally:
         lean_reactor._poller.close()
         plain._poller.close()

@@ -13,6 +13,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
 from servers import IO_VARIANTS, free_port, ours_command, start_server
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.server.protocol import MAX_BUFFERED_WHILE_WAITING
 from wire import Wire
@@ -191,7 +192,7 @@ def test_sigterm_exits_zero(ours):
 
 def _connected(max_job_size=65535):
     clock = Clock()
-    factory = BeanstalkServerFactory(clock, max_job_size=max_job_size)
+    factory = BeanstalkServerFactory(clock, open_engine("memory:", clock, max_job_size=max_job_size))
     proto = factory.buildProtocol(None)
     transport = StringTransport()
     proto.makeConnection(transport)

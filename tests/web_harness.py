@@ -12,6 +12,7 @@ from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
+from twisted_stalk.engines import open_engine
 from twisted_stalk.server import BeanstalkServerFactory
 from twisted_stalk.web.auth import Credentials, hash_token, parse
 from twisted_stalk.web.site import make_site
@@ -75,7 +76,7 @@ class Harness:
                  max_job_size: int = 65535) -> None:
         self.clock = StepClock()
         self.clock.advance(1000)
-        self.factory = BeanstalkServerFactory(self.clock, max_job_size=max_job_size)
+        self.factory = BeanstalkServerFactory(self.clock, open_engine("memory:", self.clock, max_job_size=max_job_size))
         self.engine = self.factory.engine
         self.site = make_site(self.factory, self.clock, creds, slice_budget=budget,
                               run_check=_sync_check)

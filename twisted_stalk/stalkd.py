@@ -373,7 +373,8 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
     if opts.get("u") and bound is not None:
         become_user(str(opts["u"]))
     try:
-        factory = ops.make_factory(config, reactor)
+        from twisted_stalk.engines import open_configured
+        factory = ops.make_factory(open_configured(config, reactor), config, reactor)
     except Exception as e:  # a binlog directory (or --engine database) that cannot be used
         raise fail(str(e) or e.__class__.__name__, 10)
     if bound is None:

@@ -178,27 +178,14 @@ class BeanstalkService(MultiService):
 
 
 def _factory_or_exit(config, reactor) -> BeanstalkServerFactory:
-    """:func:`make_factory` for twistd: a binlog directory that cannot be used
-    (nor written by the -u/-g user twistd will switch to) ends twistd with
-    one line and exit status 10, as stalkd does, not a traceback; so does
-    an ``--engine`` database that cannot be used."""
-    if config.get("engine"):
-        from .pg import EngineError
-        try:
-            return make_factory(config, reactor)
-        except EngineError as e:
-            sys.stderr.write(f"twistd: {e}\n")
-            raise SystemExit(10)
-    if not config.get("binlog-dir"):
-        return make_factory(config, reactor)
+    """:func:`make_factory` for twistd: an engine that cannot be used (a binlog
+    directory that cannot be used, nor written by the -u/-g user twistd will
+    switch to; an ``--engine`` database) ends twistd with one line and exit
+    status 10, as stalkd does, not a traceback."""
+    from .engines import EngineError, open_configured
     try:
-        from .binlog import BinlogError, check_run_as
-    except ImportError:  # make_factory says that -b is not available
-        return make_factory(config, reactor)
-    try:
-        check_run_as(config)
-        return make_factory(config, reactor)
-    except BinlogError as e:
+        return make_factory(open_configured(config, reactor), config, reactor)
+    except EngineError as e:
         sys.stderr.write(f"twistd: {e}\n")
         raise SystemExit(10)
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Set, Tuple
 
-from ..core.job import BURIED, DELAYED, READY, Job
+from ..core.job import BURIED, DELAYED, READY, JobRecord
 from . import beanstalkd
 from .files import sync_directory
 from .format import BEANSTALKD_VERSIONS, HEADER_SIZE, read_file_header
@@ -149,10 +149,10 @@ def _replay(out: BeanstalkdFiles) -> None:
                                    f"(a later change or delete may have been lost)"))
 
 
-def _job(b: beanstalkd.Record, names: Dict[bytes, bytes]) -> Job:
+def _job(b: beanstalkd.Record, names: Dict[bytes, bytes]) -> JobRecord:
     """Our job for a job of beanstalkd's (``tube`` is the name until restored)."""
     tube = names.setdefault(b.tube, b.tube)
-    job = Job(b.id, b.pri, b.delay // _NS, b.ttr // _NS, b.body, tube,  # type: ignore[arg-type]
+    job = JobRecord(b.id, b.pri, b.delay // _NS, b.ttr // _NS, b.body, tube,  # type: ignore[arg-type]
               b.created_at / _NS)
     job.state = _STATES[b.state]
     if job.state == DELAYED:

@@ -26,7 +26,8 @@ from contextlib import contextmanager
 from typing import Any, Collection, Dict, Iterator, List, Optional, Set, Tuple
 from zlib import crc32
 
-from ..core.job import BURIED, DELAYED, READY, Job
+from ..core.job import BURIED, DELAYED, READY, JobRecord
+from ..core.journal import JournaledEngine
 from .format import (
     BEANSTALKD_VERSIONS,
     CRC,
@@ -79,7 +80,7 @@ class Recovery:
     their last records (burial order); others in no particular order."""
 
     def __init__(self) -> None:
-        #: id -> Job; ``job.tube`` holds the tube *name* (bytes) until restored.
+        #: id -> JobRecord; ``job.tube`` holds the tube *name* (bytes) until restored.
         self.jobs: Dict[int, Any] = {}
         self.next_id = 1
         self.files: List[FileInfo] = []
@@ -160,7 +161,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def restore_into(engine, rec: Recovery) -> int:
+def restore_into(engine: JournaledEngine, rec: Recovery) -> int:
     """Put the recovered jobs into ``engine`` (delayed jobs whose delay ended
     come back ready); returns their live bytes (the size of a full copy of
     each).  ``engine.next_id`` is raised past every id seen."""
@@ -288,7 +289,7 @@ def _replay_file(data: bytes, info: FileInfo, rec: Recovery, names: Dict[bytes, 
                     created = last_created  # share one float, as the engine does
                 else:
                     last_created = created
-                job = Job(jid, pri, delay, ttr, data[a + tlen:q], tube, created)  # type: ignore[arg-type]
+                job = JobRecord(jid, pri, delay, ttr, data[a + tlen:q], tube, created)  # type: ignore[arg-type]
                 if state in kept_states:
                     job.state = state
                     job.deadline_at = deadline

@@ -4,7 +4,9 @@
 :class:`BinlogJournal` owns the file being written: it packs records, writes
 each reactor turn's records at the end of the turn, fsyncs by policy, starts
 a new file when one is full, and refuses changes while it cannot write.  The
-other concerns are its helpers: :mod:`.format` (the record layout),
+other concerns are its parts and helpers: :mod:`.rotation` (a new file when
+one is full, and no room for it), :mod:`.health` (failed writes, retries,
+what it reports), :mod:`.format` (the record layout),
 :mod:`.files` (creating, finishing and removing files), :mod:`.syncer` (the
 ``-f MS`` fsync thread), :mod:`.compaction` (getting space back),
 :mod:`.replay` (reading a directory back) and :mod:`.lock`.
@@ -35,15 +37,15 @@ Space
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Callable, List, Optional
 from zlib import crc32
 
 from twisted.logger import Logger
 
 from ..core.job import BURIED, DELAYED, READY, RESERVED
 from ..core.journal import (
+    JournaledEngine,
     JournalError,
-    JournalHealth,
     UPDATE_BURY,
     UPDATE_KICK,
     UPDATE_RELEASE,
@@ -53,15 +55,9 @@ from ..core.journal import (
 from ..protocol.constants import DEFAULT_BINLOG_SIZE
 from ..wording import counted
 from .compaction import Compactor
-from .files import (
-    OldFiles,
-    check_directory,
-    create_file,
-    finish_file,
-    round_size,
-    sync_directory,
-)
+from .files import OldFiles, check_directory, finish_file, round_size
 from .importer import BeanstalkdFiles, move_aside, read_beanstalkd_files
+from .health import RETRY_SECONDS, WriteHealth
 from .format import (
     CRC,
     DELETE,
@@ -82,6 +78,7 @@ from .format import (
     file_name,
 )
 from .lock import DirectoryLock
+from .rotation import ROOM_RETRY_SECONDS, FileRotation
 from .replay import BinlogError, Recovery, gc_paused, read_directory, restore_into
 from .syncer import Syncer
 
@@ -95,14 +92,10 @@ _join = b"".join
 _PUT_PAYLOAD = PUT_PAYLOAD_FIXED
 _UPDATE_RECORD_TAIL = UPDATE_PAYLOAD
 
-#: Seconds between retries after a failed write, or after no room for a new file.
-RETRY_SECONDS = 1.0
-ROOM_RETRY_SECONDS = 0.25
-
 __all__ = ["BinlogJournal", "RETRY_SECONDS", "ROOM_RETRY_SECONDS", "round_size"]
 
 
-class BinlogJournal:
+class BinlogJournal(FileRotation, WriteHealth):
     """Write-ahead log of every change that must survive a restart.
 
     ``clock`` is the reactor (``seconds``, ``callLater``, and, when present,
@@ -143,7 +136,7 @@ class BinlogJournal:
         self._room_live_bytes = 0
         #: Why writing is impossible (a failed write is being retried), else None.
         self.broken: Optional[str] = None
-        self.engine: Any = None
+        self.engine: Optional[JournaledEngine] = None
         self.fd = -1
         self.seq = 0
         self.pos = 0
@@ -188,7 +181,7 @@ class BinlogJournal:
             raise BinlogError(f"cannot read binlog directory {d}: {e.strerror}")
         return self
 
-    def attach(self, engine) -> None:
+    def attach(self, engine: JournaledEngine) -> None:
         """Restore the recovered jobs into ``engine`` and open a fresh file.
 
         The old files no live job needs are removed first (so a full disk
@@ -364,37 +357,6 @@ class BinlogJournal:
         if not self.pending:
             self._set_pending()
 
-    def stats(self):
-        oldest = self.old_files.oldest
-        return {
-            "oldest": self.seq if oldest is None else oldest,
-            "current": self.seq,
-            "migrated": self.migrated,
-            "written": self.written,
-            "max_size": self.max_size,
-        }
-
-    def health(self) -> JournalHealth:
-        """On, whether it can write (or why not), its files and their size on disk."""
-        if self.closed:
-            problem: Optional[str] = "closed"
-        elif self.broken:
-            problem = str(self.broken)
-        elif self.room_error:
-            problem = f"no room for a new file: {self.room_error}"
-        else:
-            problem = None
-        size = files = 0
-        try:
-            with os.scandir(self.directory) as entries:
-                for entry in entries:
-                    if entry.name.startswith("binlog.") and entry.is_file():
-                        files += 1
-                        size += entry.stat().st_size
-        except OSError:
-            pass
-        return JournalHealth(True, self.directory, problem, files, size)
-
     def when_settled(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything recorded so far is written (and
         synced, with -f 0).  The server holds a connection's replies until then."""
@@ -454,11 +416,6 @@ class BinlogJournal:
         self._room_retry_at = 0.0
 
     # ------------------------------------------------------------ internals
-
-    def _refuse(self) -> None:
-        if self.fd < 0:
-            raise JournalError("binlog is closed")
-        raise JournalError(f"binlog cannot write: {self.broken}")
 
     def _set_pending(self) -> None:
         self.pending = True
@@ -533,103 +490,6 @@ class BinlogJournal:
         except OSError as e:
             self._fail(e)
 
-    def _fail(self, e: OSError) -> None:
-        """A write or sync failed: refuse changes, keep serving, retry."""
-        first = self.broken is None
-        self.broken = f"{e.strerror or e}"
-        self._ok = False
-        # Replies already held stay held until the retry succeeds; others flow.
-        self.pending = False
-        if first:
-            self.log.error("binlog: writing {file} failed ({why}): refusing changes "
-                           "and retrying every {secs:g} s",
-                           file=file_name(self.seq), why=self.broken, secs=RETRY_SECONDS)
-        if self._retry_call is None:
-            self._retry_call = self.clock.callLater(RETRY_SECONDS, self._retry)
-
-    def _retry(self) -> None:
-        self._retry_call = None
-        if self.fd < 0:
-            return
-        try:
-            self.write_out()
-            if not self.no_fsync:
-                self.sync()
-        except OSError as e:
-            self._fail(e)
-            return
-        self.broken = None
-        self._ok = True
-        self.log.warn("binlog: writing {file} works again", file=file_name(self.seq))
-        self._settle()
-        self.compactor.schedule()
-
-    def _make_room(self, size: int) -> None:
-        """Start a new file for a record of ``size`` bytes, or raise JournalError."""
-        now = self.clock.seconds()
-        if now < self._room_retry_at and self.live_bytes >= self._room_live_bytes:
-            raise JournalError(f"binlog: no room for a new file: {self.room_error}")
-        try:
-            self.write_out()
-        except OSError as e:
-            self._fail(e)
-            raise JournalError(f"binlog write failed: {self.broken}")
-        try:
-            fd, limit = self._create_file(self.seq + 1, size)
-        except OSError as e:
-            fd, limit = self._reclaim_for(size, e, now)
-        if self.room_error is not None:
-            self.room_error = None
-            self.log.warn("binlog: there is room again in {dir}", dir=self.directory)
-        old_fd, old_seq, old_pos = self.fd, self.seq, self.pos
-        if self._syncer is not None:
-            with self._syncer.lock:
-                self.fd = fd
-        self.fd, self.seq, self.pos, self.limit = fd, old_seq + 1, HEADER_SIZE, limit
-        self._free = limit - HEADER_SIZE
-        error = finish_file(old_fd, old_pos, not self.no_fsync)
-        if error is not None:
-            self.log.error("binlog: finishing {file} failed: {why}",
-                           file=file_name(old_seq), why=error.strerror or error)
-        self.old_files.add(old_seq, old_pos)
-        self._sync_dir()
-        self.compactor.schedule()
-
-    def _reclaim_for(self, size: int, error: OSError, now: float) -> Tuple[int, int]:
-        """No room for a new file: remove the old files no live job needs and
-        try once more; else refuse the change (JournalError) until there is
-        room, and let compaction try to make some."""
-        try:
-            dropped = self.compactor.drop_dead_files()
-        except OSError as e:
-            self._fail(e)
-            raise JournalError(f"binlog write failed: {self.broken}")
-        if dropped:
-            try:
-                return self._create_file(self.seq + 1, size)
-            except OSError as e:
-                error = e
-        self._room_retry_at = now + ROOM_RETRY_SECONDS
-        self._room_live_bytes = self.live_bytes
-        if self.room_error is None:
-            self.log.error("binlog: cannot create {file} in {dir} ({why}): refusing "
-                           "changes that need it until there is room",
-                           file=file_name(self.seq + 1), dir=self.directory,
-                           why=error.strerror or error)
-        self.room_error = error.strerror or str(error)
-        self.compactor.schedule()
-        raise JournalError(f"binlog: no room for a new file: {self.room_error}")
-
-    def _create_file(self, seq: int, need: int) -> Tuple[int, int]:
-        """Create ``binlog.<seq>`` with room for a ``need``-byte record; (fd, capacity)."""
-        capacity = max(self.max_size, HEADER_SIZE + need + self.slack)
-        next_id = self.engine.next_id if self.engine is not None else 1
-        return create_file(self.directory, seq, next_id, capacity), capacity
-
-    def _sync_dir(self) -> None:
-        if not self.no_fsync:
-            sync_directory(self.directory)
-
     # -------------------------------------------------------------- closing
 
     def flush(self) -> None:
@@ -639,14 +499,8 @@ class BinlogJournal:
         if self._flush_call is not None:
             self._flush_call.cancel()
             self._flush_call = None
-        try:
-            self.write_out()
-            if not self.no_fsync:
-                self.sync()
-        except OSError as e:
-            self._fail(e)
-            return
-        self._settle()
+        if self._write_and_sync():
+            self._settle()
 
     def close(self) -> None:
         """Flush, sync and close (SIGTERM / reactor shutdown)."""

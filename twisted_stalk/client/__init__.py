@@ -17,14 +17,7 @@ Quick start::
 
 See ``docs/client.md`` for the full guide.
 """
-from .client import (
-    DEFAULT_RETRY_POLICY,
-    BeanstalkClient,
-    Tube,
-    TubeSet,
-    backoff_with_jitter,
-    connect,
-)
+from .client import BeanstalkClient, Tube, TubeSet, connect
 from .defaults import TubeDefaults
 from .errors import (
     BadFormat,
@@ -52,6 +45,7 @@ from .errors import (
     UnknownCommand,
 )
 from .job import DEFAULT_PRIORITY, DEFAULT_TTR, Codec, Job, JSONCodec, UTF8Codec
+from .link import DEFAULT_RETRY_POLICY, backoff_with_jitter
 from .protocol import (
     DEFAULT_RESERVE_GRACE,
     DEFAULT_TIMEOUT,

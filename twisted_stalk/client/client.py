@@ -20,7 +20,6 @@ order once connected.  Per-call tube targeting (``client.tube("x").put``,
 from __future__ import annotations
 
 import math
-import random
 from typing import (
     Any,
     Callable,
@@ -34,28 +33,20 @@ from typing import (
     Union,
 )
 
-from twisted.application.internet import ClientService
-from twisted.internet.defer import (
-    CancelledError,
-    Deferred,
-    DeferredList,
-    TimeoutError,
-    fail,
-    succeed,
-)
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.endpoints import clientFromString
-from twisted.internet.task import deferLater
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
+from ..protocol.commands import command_spec
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, DEFAULT_TUBE
 from ..protocol.replies import Reply
 from ..protocol.yaml import StatValue
 from . import _validate as v
 from .defaults import TubeDefaults
-from .errors import ClientClosed, ConnectionLost, ConnectTimeout, InvalidArgument
+from .errors import ClientClosed, ConnectionLost, InvalidArgument
 from .job import DEFAULT_PRIORITY, DEFAULT_TTR, Codec, Job
+from .link import DEFAULT_RETRY_POLICY, MainLink
 from .protocol import (
     DEFAULT_RESERVE_GRACE,
     DEFAULT_TIMEOUT,
@@ -69,104 +60,6 @@ from .tubes import Tube, TubeSet
 T = TypeVar("T")
 TubeName = Union[str, bytes]
 Stats = Dict[str, StatValue]
-
-
-def backoff_with_jitter(initial: float = 0.1, factor: float = 1.5, maximum: float = 10.0,
-                        spread: float = 0.5,
-                        rng: Callable[[], float] = random.random) -> Callable[[int], float]:
-    """A reconnect policy: before attempt *n* wait ``initial * factor ** n``
-    seconds, at most ``maximum``, times a random factor between ``1 - spread``
-    and 1, so that clients cut off by one server restart do not all
-    reconnect at the same instant."""
-    def delay(attempt: int) -> float:
-        return min(maximum, initial * factor ** min(attempt, 100)) * (1.0 - spread * rng())
-    return delay
-
-
-#: Default reconnect policy: 0.1 s growing 1.5x per failure up to 10 s, each
-#: delay shortened by a random 0-50 % (jitter).
-DEFAULT_RETRY_POLICY = backoff_with_jitter()
-
-
-class _Link:
-    """The main connection, managed by a ClientService (reconnects with backoff)."""
-
-    def __init__(self, client: "BeanstalkClient") -> None:
-        self.client = client
-        self.proto: Optional[BeanstalkProtocol] = None
-        self.factory = BeanstalkClientFactory(
-            client.clock, timeout=client.timeout, reserve_grace=client.reserve_grace,
-            max_job_size=client.max_job_size, codec=client.codec, client=client)
-        self.service = ClientService(client.endpoint, self.factory,
-                                     retryPolicy=client.retry_policy, clock=client.clock,
-                                     prepareConnection=self._prepare)
-        self.connections = 0
-
-    def start(self) -> None:
-        if not self.service.running:
-            self.service.startService()
-
-    def stop(self) -> Deferred:
-        proto, self.proto = self.proto, None
-        if proto is not None:
-            proto.close()
-        if not self.service.running:
-            return succeed(None)
-        return self.service.stopService()
-
-    def _prepare(self, connected: Any) -> Deferred:
-        proto: BeanstalkProtocol = getattr(connected, "_protocol", connected)
-        d = self.client.defaults.apply(proto)
-
-        def ready(_: Any) -> None:
-            if proto.connected:
-                self.proto = proto
-                self.connections += 1
-                proto.when_lost().addCallback(self._lost, proto)
-                self.client._connection_made(self.connections > 1)
-        return d.addCallback(ready)
-
-    def _lost(self, _: Any, proto: BeanstalkProtocol) -> None:
-        if self.proto is proto:
-            self.proto = None
-        self.client._connection_lost(proto.closed_reason or "connection closed")
-
-    def call(self, fn: Callable[[BeanstalkProtocol], "Deferred[T]"]) -> "Deferred[T]":
-        """Run ``fn`` with the connected protocol, now or once connected."""
-        proto = self.proto
-        if proto is not None and proto.connected:
-            return fn(proto)
-        return self.later(fn)
-
-    def _when_connected(self) -> "Deferred[BeanstalkProtocol]":
-        def check(proto: Any) -> Any:
-            if proto.connected:
-                return proto
-            # The connection just closed and the service has not noticed yet
-            # (we are inside the protocol's connectionLost): ask again later.
-            later = deferLater(self.client.clock, 0, lambda: None)
-            return later.addCallback(lambda _: self._when_connected())
-        return self.service.whenConnected().addCallback(check)
-
-    def later(self, fn: Callable[[BeanstalkProtocol], "Deferred[T]"]) -> "Deferred[T]":
-        client = self.client
-        if client._closed:
-            return fail(ClientClosed("the client is closed"))
-        self.start()
-        d = self._when_connected()
-        if client.connect_timeout is not None:
-            d.addTimeout(client.connect_timeout, client.clock)
-
-        def failed(f: Failure) -> Failure:
-            if f.check(TimeoutError):
-                return Failure(ConnectTimeout(
-                    f"no connection to {client.name} within "
-                    f"{client.connect_timeout:g} s"))
-            if f.check(CancelledError) and client._closed:
-                return Failure(ClientClosed("the client was closed"))
-            return f
-        d.addErrback(failed)
-        return d.addCallback(fn)
 
 
 class BeanstalkClient:
@@ -246,7 +139,7 @@ class BeanstalkClient:
         #: across reconnects; shared by the servers of a pool).
         self.defaults: TubeDefaults = defaults or TubeDefaults(use, watch)
         self._closed = False
-        self._main = _Link(self)
+        self._main = MainLink(self)
         self._reserves = ReserveConnections(self, max_reserve_connections)
 
     def __repr__(self) -> str:
@@ -589,7 +482,8 @@ class BeanstalkClient:
         ``watch`` or ``ignore`` sent this way changes the main connection
         only, not the client's defaults.
         """
-        if name in ("reserve", "reserve-with-timeout", "reserve-job", "quit"):
+        spec = command_spec(name)
+        if spec is not None and (spec.reserves or name == "quit"):
             return fail(InvalidArgument(f"{name} is not sent with command(): use "
                                         f"{'close()' if name == 'quit' else 'reserve()'}"))
         return self._main.call(lambda p: p.command(name, *args, body=body))

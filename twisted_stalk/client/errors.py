@@ -43,7 +43,7 @@ from ..protocol.replies import (
     TimedOut,
     UnknownCommand,
 )
-from ..protocol.replies import UnexpectedReply as _UnexpectedReply
+from ..protocol.replies import ReplyOutOfStep
 
 
 class InvalidArgument(BeanstalkError, ValueError):
@@ -94,7 +94,7 @@ class ResponseTimeout(BeanstalkConnectionError):
     late reply would otherwise be matched to the wrong command."""
 
 
-class UnexpectedReply(_UnexpectedReply, BeanstalkConnectionError):
+class UnexpectedReply(ReplyOutOfStep, BeanstalkConnectionError):
     """A reply that does not answer the command at the head of the queue.  Shows the
     bytes.  The connection was dropped rather than mismatching later replies."""
 

@@ -41,7 +41,7 @@ from ..protocol.commands import encode_command
 from ..protocol.constants import DEFAULT_TUBE
 from ..protocol.reader import ReplyReader
 from ..protocol.replies import Reply
-from ..protocol.replies import UnexpectedReply as _OutOfStep
+from ..protocol.replies import ReplyOutOfStep
 from . import _validate as v
 from .errors import (
     ClientClosed,
@@ -378,7 +378,7 @@ class Pipeline(Protocol):
                 return
             reply = next_reply()
 
-    def _out_of_step(self, e: _OutOfStep) -> None:
+    def _out_of_step(self, e: ReplyOutOfStep) -> None:
         error = UnexpectedReply(e.command, e.line, e.why)
         self.drop(f"connection dropped after an unexpected reply: {error}", error)
         self._reader.reset()  # (already closed: drop did nothing) bytes still arriving

@@ -31,39 +31,33 @@ with backoff and replaying ``use``/``watch``) and offers the client's calls:
   server's state; every change is logged and passed to ``on_server_change``.
 * ``stats()``/``stats_tube()`` add up the servers' figures
   (:mod:`~twisted_stalk.client.aggregate`), each server's own kept.
+
+The pool is written by idea: its servers' life cycle and the jobs each
+server holds here, where a put goes in :mod:`.pool_put`, the reserve races
+in :mod:`.pool_reserve`, and the commands on every server at once (stats
+among them) in :mod:`.pool_servers`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from twisted.internet.defer import (CancelledError, Deferred, DeferredList, TimeoutError, fail,
-                                    succeed)
+from twisted.internet.defer import Deferred, DeferredList, TimeoutError, fail, succeed
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from ..protocol.constants import DEFAULT_TUBE, MAX_RESERVE_TIMEOUT
+from ..protocol.constants import DEFAULT_TUBE
 from . import _validate as v
-from .aggregate import PoolStats
 from .client import BeanstalkClient
 from .defaults import TubeDefaults
-from .errors import (
-    BeanstalkConnectionError,
-    NoServerAvailable,
-    BeanstalkError,
-    ClientClosed,
-    ConnectTimeout,
-    Draining,
-    InvalidArgument,
-    NotFound,
-    OutOfMemory,
-    ResponseTimeout,
-    TimedOut,
-)
-from .job import DEFAULT_PRIORITY, DEFAULT_TTR, Job
+from .errors import NoServerAvailable, ClientClosed, ConnectTimeout, InvalidArgument
+from .job import DEFAULT_PRIORITY, Job
 from .members import JobId, PoolServer, ServerInfo, follow
 from .policy import KeyHash, Policy, RoundRobin
+from .pool_put import PutRouting
+from .pool_reserve import ReserveRaces
+from .pool_servers import ServersAndStats
 from .race import Race
 from .tubes import PoolTube, TubeSet
 
@@ -71,7 +65,7 @@ TubeName = Union[str, bytes]
 Endpoint = Union[str, IStreamClientEndpoint]
 
 
-class BeanstalkPool:
+class BeanstalkPool(PutRouting, ReserveRaces, ServersAndStats):
     """A client of several beanstalkd-compatible servers (see the module doc).
 
     :param endpoints: endpoint strings (``"tcp:host:port"`` ...) or
@@ -264,198 +258,6 @@ class BeanstalkPool:
         """Indices of the servers up and answering (:attr:`PoolServer.usable`)."""
         return [m.index for m in self._members if m.usable]
 
-    # ------------------------------------------------------------ producing
-
-    def put(self, body: Any, priority: int = DEFAULT_PRIORITY, delay: int = 0,
-            ttr: int = DEFAULT_TTR, tube: Optional[TubeName] = None, *,
-            key: Optional[Any] = None,
-            retry_written: Optional[bool] = None) -> "Deferred[JobId]":
-        """Put a job on one server; fires with its :class:`JobId` (an int
-        with ``.server``).
-
-        The pool's policy picks the server (with ``key``: the key's server,
-        see :class:`~twisted_stalk.client.policy.KeyHash`).  ``DRAINING``,
-        ``OUT_OF_MEMORY`` and an unreachable server move the put to the next
-        server.  A connection that broke after the put was written moves it
-        too when ``retry_written`` (default: the pool's), at the risk of a
-        duplicate; otherwise that error is raised.  Errors:
-        :class:`NoServerAvailable` (every server refused), the put's own
-        errors (:class:`InvalidArgument`, :class:`JobTooBig`, :class:`Buried`).
-        """
-        if self._closed:
-            return fail(ClientClosed("the pool is closed"))
-        written = self.retry_written if retry_written is None else retry_written
-        if self._started:
-            # The usual case, without a coroutine: the first usable server.
-            usable = self._usable()
-            if usable:
-                policy = self._by_key if key is not None else self.policy
-                first = getattr(policy, "first", None)
-                index = (first(self._names, usable, key) if first is not None
-                         else policy.order(self._names, usable, key)[0])
-                member = self._members[index]
-                d = member.client.put_now(body, priority, delay, ttr, tube)
-                return d.addCallbacks(member.stored, self._put_failed, errbackArgs=(
-                    member, body, priority, delay, ttr, tube, key, written))
-        return Deferred.fromCoroutine(
-            self._put(body, priority, delay, ttr, tube, key, written))
-
-    def _put_failed(self, failure: Failure, member: PoolServer, *put: Any) -> Any:
-        """The first server did not take the put: go on with the others (see
-        :meth:`_put`) when that is allowed, else the error."""
-        error = failure.value
-        retry_written = put[-1]
-        if isinstance(error, (Draining, OutOfMemory)) or (
-                retry_written and isinstance(error, BeanstalkConnectionError)
-                and not isinstance(error, ClientClosed)):
-            self._log_retry(member, error)
-            return Deferred.fromCoroutine(self._put(
-                *put, tried={member.index}, errors={member.name: error}))
-        return failure
-
-    def _log_retry(self, member: PoolServer, error: BaseException) -> None:
-        if isinstance(error, BeanstalkConnectionError):
-            self.log.info("put to {server} failed after it was sent ({error}); "
-                          "trying another server (the job may now exist twice)",
-                          server=member.name, error=error)
-
-    def _put_order(self, key: Optional[Any], tried: Collection[int]) -> List[int]:
-        usable = [i for i in self._usable() if i not in tried]
-        if not usable:
-            return []
-        if key is not None:
-            return self._by_key.order(self._names, usable, key)
-        return self.policy.order(self._names, usable, None)
-
-    async def _put(self, body: Any, priority: int, delay: int, ttr: int,
-                   tube: Optional[TubeName], key: Optional[Any], retry_written: bool,
-                   tried: Optional[Set[int]] = None,
-                   errors: Optional[Dict[str, BaseException]] = None) -> JobId:
-        self.start()
-        tried = set() if tried is None else tried
-        errors = {} if errors is None else errors
-        while True:
-            order = self._put_order(key, tried)
-            if not order:
-                if errors:
-                    raise NoServerAvailable(
-                        "no server took the put: " + "; ".join(
-                            f"{name}: {e}" for name, e in errors.items()), errors)
-                if not all(m.settled.called for m in self._members):
-                    await self._settled()
-                else:
-                    await self._when_any_up()
-                continue
-            member = self._members[order[0]]
-            tried.add(member.index)
-            try:
-                job_id = await member.client.put_now(body, priority, delay, ttr, tube)
-            except (Draining, OutOfMemory) as e:  # not stored: the next server
-                errors[member.name] = e
-                continue
-            except ClientClosed:
-                raise
-            except BeanstalkConnectionError as e:
-                if not retry_written:
-                    raise
-                self._log_retry(member, e)
-                errors[member.name] = e
-                continue
-            return member.stored(job_id)
-
-    # ------------------------------------------------------------ consuming
-
-    def reserve(self, timeout: Optional[int] = None,
-                tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
-        """Reserve one job from any server (``tubes``: default the watch list).
-
-        ``timeout`` None waits forever; N seconds end with :class:`TimedOut`.
-        The job is bound to its server (:attr:`Job.server`).  Cancelling the
-        Deferred cancels the waits on every server.
-        """
-        if self._closed:
-            return fail(ClientClosed("the pool is closed"))
-        try:
-            if timeout is not None:
-                timeout = v.uint(timeout, "reserve timeout", MAX_RESERVE_TIMEOUT)
-            if tubes is None:
-                watching = self._defaults.watch
-            else:
-                if isinstance(tubes, (str, bytes)):
-                    tubes = (tubes,)
-                watching = tuple(dict.fromkeys(v.tube_name(t) for t in tubes))
-                if not watching:
-                    raise InvalidArgument("a reserve must watch at least one tube")
-        except InvalidArgument as e:
-            return fail(e)
-        self.start()
-        deadline = None if timeout is None else self.clock.seconds() + timeout
-        return self._reserve(self._rotated(), deadline, watching)
-
-    def reserve_with_timeout(self, timeout: int,
-                             tubes: Optional[Sequence[TubeName]] = None) -> "Deferred[Job]":
-        """:meth:`reserve` with a timeout (0: ask each server once)."""
-        return self.reserve(timeout if timeout is not None else 0, tubes)
-
-    def _rotated(self) -> List[PoolServer]:
-        members = self._members
-        start = self._rotation % len(members)
-        self._rotation = start + 1
-        return members[start:] + members[:start]
-
-    def _reserve(self, order: List[PoolServer], deadline: Optional[float],
-                 tubes: Tuple[bytes, ...]) -> "Deferred[Job]":
-        """Ask the usable servers of ``order`` in turn (``reserve-with-timeout
-        0``); when none has a job, wait on every server at once.  Chained
-        Deferreds rather than a coroutine: this runs once per job."""
-        while order:
-            member = order.pop(0)
-            if member.usable:
-                return member.client.reserve(0, tubes).addCallbacks(
-                    self._polled, self._poll_failed, callbackArgs=(member,),
-                    errbackArgs=(member, order, deadline, tubes))
-        if deadline is not None and self.clock.seconds() >= deadline:
-            return fail(TimedOut("reserve", b"TIMED_OUT (no server had a job)"))
-        # Nothing ready anywhere: wait on every server at once.
-        race = Race(self._host, self._members, deadline, tubes)
-        self._races.add(race)
-        return race.start()
-
-    @staticmethod
-    def _polled(job: Job, member: PoolServer) -> Job:
-        member.reserved += 1
-        return job
-
-    def _poll_failed(self, failure: Failure, member: PoolServer, order: List[PoolServer],
-                     deadline: Optional[float], tubes: Tuple[bytes, ...]) -> Any:
-        if failure.check(CancelledError, ClientClosed) or not failure.check(BeanstalkError):
-            return failure
-        if failure.check(ResponseTimeout):
-            self._suspect(member, f"no answer to reserve-with-timeout 0: {failure.value}")
-        elif not failure.check(TimedOut):
-            self.log.debug("reserve on {server} failed: {error}", server=member.name,
-                           error=failure.getErrorMessage())
-        return self._reserve(order, deadline, tubes)
-
-    def _suspect(self, member: PoolServer, reason: str) -> None:
-        """``member`` stopped answering: drop its main connection, so that it
-        is down until it answers on a new one."""
-        proto = member.client.protocol
-        if proto is not None and proto.connected:
-            proto.drop(f"connection dropped: {reason}")
-
-    def _give_back(self, member: PoolServer, job: Job) -> None:
-        """A job for a race already over (a safety net: cancelling the other
-        waits closes their connections as soon as one answers, so the server
-        puts back what it was sending on them): close its connection too, so
-        the server puts it back (priority unchanged, no delay, no release
-        counted)."""
-        self.log.info("giving back job {id} of {server}: the reserve had a job already",
-                      id=job.id, server=member.name)
-        proto = job.connection
-        if proto is not None:
-            proto.drop("connection closed to give back a job the pool did not need")
-
     def watching(self, *names: TubeName) -> TubeSet:
         """Reserves from these tubes (``pool.watching("a", "b").reserve()``)."""
         return TubeSet(self, names)
@@ -522,107 +324,6 @@ class BeanstalkPool:
                 return m.client
         raise InvalidArgument(f"job ids are per server: give a JobId from put() "
                               f"(with .server), not {job_id!r}")
-
-    # ------------------------------------------------- every server at once
-
-    def _each(self, call: Callable[[BeanstalkClient], Deferred]
-              ) -> "Deferred[Tuple[Dict[str, Any], Dict[str, BaseException]]]":
-        """``call`` on every usable server; (results, errors) by name."""
-        self.start()
-        members = self._members
-        ds = []
-        for m in members:
-            if m.usable:
-                ds.append(call(m.client))
-            else:
-                ds.append(fail(NoServerAvailable(f"{m.name} is {m.state}")))
-
-        def split(results: List[Tuple[bool, Any]]):
-            values: Dict[str, Any] = {}
-            errors: Dict[str, BaseException] = {}
-            for m, (ok, value) in zip(members, results):
-                if ok:
-                    values[m.name] = value
-                else:
-                    errors[m.name] = value.value
-            return values, errors
-        return DeferredList(ds, consumeErrors=True).addCallback(split)
-
-    def stats(self) -> "Deferred[PoolStats]":
-        """Server statistics summed over the servers that answered
-        (``.servers``: each one's; ``.errors``: those that did not)."""
-        def combine(r: Tuple[Dict[str, Any], Dict[str, BaseException]]) -> PoolStats:
-            if not r[0]:
-                raise NoServerAvailable("no server answered stats", r[1])
-            return PoolStats(*r)
-        return self._each(lambda c: c.stats()).addCallback(combine)
-
-    def stats_tube(self, tube: TubeName) -> "Deferred[PoolStats]":
-        """A tube's statistics summed over the servers that have it.
-        Errors: :class:`NotFound` when none has it."""
-        return self._each(lambda c: c.stats_tube(tube)).addCallback(
-            lambda r: self._found(r, lambda values: PoolStats(values, r[1])))
-
-    def list_tubes(self) -> "Deferred[List[str]]":
-        """The tubes that exist on any server, sorted."""
-        return self._each(lambda c: c.list_tubes()).addCallback(
-            lambda r: sorted(set().union(*r[0].values())))
-
-    def kick(self, bound: int, tube: Optional[TubeName] = None) -> "Deferred[int]":
-        """Kick up to ``bound`` jobs on *each* server; fires with the total kicked."""
-        return self._each(lambda c: c.kick(bound, tube)).addCallback(
-            lambda r: sum(r[0].values()))
-
-    def list_jobs(self, tube: TubeName, state: str, limit: int) -> "Deferred[List[JobId]]":
-        """Ids (:class:`JobId`) of up to ``limit`` jobs of ``tube`` in ``state``
-        on *each* server, server after server (see
-        :meth:`BeanstalkClient.list_jobs`).  Errors: :class:`NotFound` when no
-        server has the tube."""
-        return self._each(lambda c: c.list_jobs(tube, state, limit)).addCallback(
-            self._found, lambda r: [JobId(i, name) for name, ids in r.items() for i in ids])
-
-    def flush_tube(self, tube: TubeName, state: Optional[str] = None) -> "Deferred[int]":
-        """Delete the jobs of ``tube`` in ``state`` on every server (see
-        :meth:`BeanstalkClient.flush_tube`); fires with the total deleted."""
-        return self._each(lambda c: c.flush_tube(tube, state)).addCallback(
-            self._found, lambda r: sum(r.values()))
-
-    @staticmethod
-    def _found(r: Tuple[Dict[str, Any], Dict[str, BaseException]],
-               combine: Callable[[Dict[str, Any]], Any]) -> Any:
-        """``combine`` the servers' answers; NotFound when none had the tube."""
-        values, errors = r
-        if not values:
-            found = [e for e in errors.values() if isinstance(e, NotFound)]
-            if found:
-                raise found[0]
-            raise NoServerAvailable("no server answered", errors)
-        return combine(values)
-
-    def pause_tube(self, tube: TubeName, delay: int) -> "Deferred[None]":
-        """Pause ``tube`` on every server that has it."""
-        return self._each(lambda c: c.pause_tube(tube, delay)).addCallback(lambda r: None)
-
-    def peek_ready(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
-        """A ready job of ``tube`` from the first server (in the pool's
-        order) that has one: not the best across servers."""
-        return self._first(lambda c: c.peek_ready(tube))
-
-    def peek_delayed(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
-        """A delayed job of ``tube`` from the first server that has one."""
-        return self._first(lambda c: c.peek_delayed(tube))
-
-    def peek_buried(self, tube: Optional[TubeName] = None) -> "Deferred[Job]":
-        """A buried job of ``tube`` from the first server that has one."""
-        return self._first(lambda c: c.peek_buried(tube))
-
-    def _first(self, call: Callable[[BeanstalkClient], Deferred]) -> "Deferred[Job]":
-        def pick(r: Tuple[Dict[str, Any], Dict[str, BaseException]]) -> Job:
-            for m in self._members:
-                if m.name in r[0]:
-                    return r[0][m.name]
-            raise NotFound("peek", b"NOT_FOUND (on every server)")
-        return self._each(call).addCallback(pick)
 
     # --------------------------------------------------------- default state
 

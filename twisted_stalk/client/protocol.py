@@ -26,7 +26,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.protocol import Factory
 from twisted.python.failure import Failure
 
-from ..protocol.commands import command_format, encode_command, validate_command_args
+from ..protocol.commands import (command_format, command_spec, encode_command,
+                                 validate_command_args)
 from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, MAX_RESERVE_TIMEOUT, U32_MAX
 from ..protocol.replies import Reply
 from ..protocol.yaml import StatValue
@@ -358,7 +359,7 @@ class BeanstalkProtocol(ExtensionCommands):
         elif name == "reserve-with-timeout":
             timeout = int(texts[0]) + self.reserve_grace
         return self._send(name, data, _reply, timeout,
-                          blocking=name in ("reserve", "reserve-with-timeout"), replies=True)
+                          blocking=command_spec(name).blocks, replies=True)
 
 
 class BeanstalkClientFactory(Factory):

@@ -6,15 +6,15 @@
 """
 from .engine import Engine
 from .facts import Facts
-from .job import BURIED, DELAYED, READY, RESERVED, Job
+from .job import BURIED, DELAYED, READY, RESERVED, JobRecord
 from .journal import Journal, JournalError, NullJournal
 from .memory import MemoryEngine
 from .outcomes import DEADLINE_SOON, NOT_FOUND, TIMED_OUT, WAITING, Outcome
 from .session import Session, FrontEnd
-from .tube import Tube
+from .tube import MemoryTube
 
 __all__ = [
-    "BURIED", "DELAYED", "READY", "RESERVED", "Job", "Journal", "JournalError",
+    "BURIED", "DELAYED", "READY", "RESERVED", "JobRecord", "Journal", "JournalError",
     "NullJournal", "DEADLINE_SOON", "NOT_FOUND", "TIMED_OUT", "WAITING", "Outcome",
-    "Engine", "Facts", "MemoryEngine", "Session", "FrontEnd", "Tube",
+    "Engine", "Facts", "MemoryEngine", "Session", "FrontEnd", "MemoryTube",
 ]

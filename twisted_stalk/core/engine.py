@@ -16,7 +16,7 @@ reserved jobs go back to ready, its wait ends).  Every command method takes
 the session first.
 
 **Outcomes.**  Each command returns its result as a value: data on success
-(a job id, a :class:`~twisted_stalk.core.job.Job`, a count, a tube name,
+(a job id, a :class:`~twisted_stalk.core.job.JobRecord`, a count, a tube name,
 stats pairs, a list of names or ids) or one of the constants of
 :mod:`twisted_stalk.core.outcomes` (``NOT_FOUND``, ``DRAINING`` ...), as
 listed on each method below.  A reserve that has to wait returns ``WAITING``.
@@ -68,16 +68,16 @@ and may answer with a Deferred elsewhere.
 reserves and their deadlines, wake-ups, drain, the connection and command
 counters) are the same in every engine and are written once, in
 :class:`~twisted_stalk.core.sessions.SessionRules`, which engines derive
-from; ``tests/test_engine_contract.py`` is the suite every engine passes.
+from; ``twisted_stalk.testing.engine_contract`` is the suite every engine passes.
 
 Nothing here is specific to an in-memory engine: no method hands out
 internal structures that a database engine could not produce (jobs are
-:class:`~twisted_stalk.core.job.Job` records; a database engine builds them
+:class:`~twisted_stalk.core.job.JobRecord` records; a database engine builds them
 from rows).
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Tuple, Union
 
 try:
     from typing import Protocol
@@ -85,18 +85,31 @@ except ImportError:  # pragma: no cover - Python < 3.8
     Protocol = object  # type: ignore
 
 from ..protocol.yaml import StatPairs
-from .job import Job
+from .job import JobRecord
 from .journal import Journal
 from .outcomes import Outcome
 from .readmodel import MemoryUse, TubeFigures
 from .session import FrontEnd, Session
 
+if TYPE_CHECKING:  # pragma: no cover - the core imports no Twisted
+    from twisted.internet.defer import Deferred
+
 #: The orders :meth:`Engine.jobs_page` can sort by.
 JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
 
-#: A command's result: data, an outcome constant, or (an asynchronous
-#: engine) a Deferred firing with either.
-Result = Union[int, bytes, Job, Outcome, StatPairs, List[bytes], List[int], object]
+#: What a command answers with: data (an id or count, a name, a job, stats
+#: pairs, names or ids, a page of jobs ``(total, jobs)``, a search step
+#: ``(jobs, next_after)``) or an outcome constant.
+Answer = Union[int, bytes, JobRecord, Outcome, StatPairs, List[bytes], List[int],
+               Tuple[int, List[JobRecord]], Tuple[List[JobRecord], Optional[int]]]
+#: A command's result: its answer, or (an asynchronous engine) a Deferred
+#: firing with it.
+Result = Union[Answer, "Deferred[Answer]"]
+
+
+class EngineError(Exception):
+    """An engine cannot start: a bad URL or setting, no driver, a directory
+    or database it cannot use.  Its message is one line, for the operator."""
 
 
 class Engine(Protocol):
@@ -104,7 +117,7 @@ class Engine(Protocol):
 
     #: Largest job body in bytes; a wire front end discards larger bodies.
     max_job_size: int
-    #: ``(session, Job | TIMED_OUT | DEADLINE_SOON)`` results for waiting
+    #: ``(session, JobRecord | TIMED_OUT | DEADLINE_SOON)`` results for waiting
     #: sessions, to deliver after the current command's reply.
     wakeups: List[Tuple[Session, object]]
     #: Set when a command gave the engine an earlier deadline than the one
@@ -116,6 +129,10 @@ class Engine(Protocol):
     #: Replies wait while ``journal.pending`` (see the module docstring);
     #: ``journal.health()`` is what metrics and the console show of it.
     journal: Journal
+    #: True: a connection's puts may run while its earlier ones are out
+    #: (they share a batch statement: server/flow.py's chain); False: every
+    #: command waits for the answer before it.
+    pipelined_puts: bool
 
     # Sessions and time.
 
@@ -143,6 +160,11 @@ class Engine(Protocol):
     def hold(self) -> None:
         """Hand out no more jobs (graceful shutdown): reserves wait."""
 
+    def limit_memory(self, max_bytes: int) -> None:
+        """``--max-memory``: put answers OUT_OF_MEMORY once stored job bodies
+        would pass ``max_bytes`` (0: no limit); :meth:`memory` reports it.
+        An engine whose bodies a database stores keeps it and applies none."""
+
     # The protocol's commands.
 
     def put(self, s: Session, pri: int, delay: int, ttr: int, body: bytes) -> Result:
@@ -161,13 +183,13 @@ class Engine(Protocol):
         """Use a tube for puts: its name."""
 
     def reserve(self, s: Session) -> Result:
-        """A :class:`Job`, DEADLINE_SOON, or WAITING (the result comes as a wake-up)."""
+        """A :class:`JobRecord`, DEADLINE_SOON, or WAITING (the result comes as a wake-up)."""
 
     def reserve_with_timeout(self, s: Session, timeout: int) -> Result:
         """As :meth:`reserve`; also TIMED_OUT.  Negative: no timeout."""
 
     def reserve_job(self, s: Session, job_id: int) -> Result:
-        """A :class:`Job` (ready, delayed or buried before), NOT_FOUND, INTERNAL_ERROR."""
+        """A :class:`JobRecord` (ready, delayed or buried before), NOT_FOUND, INTERNAL_ERROR."""
 
     def delete(self, s: Session, job_id: int) -> Result:
         """DELETED, NOT_FOUND, INTERNAL_ERROR."""
@@ -188,16 +210,16 @@ class Engine(Protocol):
         """The number of tubes watched, or NOT_IGNORED."""
 
     def peek(self, s: Session, job_id: int) -> Result:
-        """A :class:`Job` or NOT_FOUND."""
+        """A :class:`JobRecord` or NOT_FOUND."""
 
     def peek_ready(self, s: Session) -> Result:
-        """A :class:`Job` or NOT_FOUND."""
+        """A :class:`JobRecord` or NOT_FOUND."""
 
     def peek_delayed(self, s: Session) -> Result:
-        """A :class:`Job` or NOT_FOUND."""
+        """A :class:`JobRecord` or NOT_FOUND."""
 
     def peek_buried(self, s: Session) -> Result:
-        """A :class:`Job` or NOT_FOUND."""
+        """A :class:`JobRecord` or NOT_FOUND."""
 
     def kick(self, s: Session, bound: int) -> Result:
         """How many jobs were kicked, or INTERNAL_ERROR."""
@@ -241,7 +263,7 @@ class Engine(Protocol):
         """A job's stats pairs, or NOT_FOUND."""
 
     def job(self, job_id: int) -> Result:
-        """A :class:`Job`, or NOT_FOUND."""
+        """A :class:`JobRecord`, or NOT_FOUND."""
 
     def tube_figures(self) -> List[TubeFigures]:
         """Every tube's figures (what ``stats-tube`` says of each), in
@@ -265,7 +287,7 @@ class Engine(Protocol):
                   limit: int = 50, descending: bool = False) -> Result:
         """One page of a tube's jobs in a state (a name from ``JOB_STATES``):
         ``(total, jobs)``, where ``total`` is how many jobs the tube has in that
-        state and ``jobs`` holds at most ``limit`` :class:`Job` records from
+        state and ``jobs`` holds at most ``limit`` :class:`JobRecord` records from
         position ``offset`` of that list sorted by ``sort`` (one of
         :data:`JOB_SORTS`: ``queue`` is the order the engine takes them in,
         as ``list-jobs`` lists them; ``id``; ``pri`` then id; ``age``, newest
@@ -285,4 +307,4 @@ class Engine(Protocol):
         the time of one step.  NOT_FOUND if there is no such tube."""
 
 
-__all__ = ["Engine", "JOB_SORTS", "Result"]
+__all__ = ["Answer", "Engine", "EngineError", "JOB_SORTS", "Result"]

@@ -6,9 +6,8 @@ Nothing here counts as a command or changes anything.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, List, Optional
 
-from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.yaml import StatPairs
 from . import listing
 from .engine import JOB_SORTS
@@ -85,7 +84,7 @@ class Inspection:
         """The server's ``stats`` pairs."""
         counts = (self.urgent_count, self.ready_count, self.reserved_count,
                   self.delayed_count, self.buried_count)
-        return server_stat_pairs(self, counts, self._journal.stats(), _one_node)
+        return self._server_stat_pairs(counts, self._journal.stats())
 
     # Listings for consoles.
 
@@ -133,61 +132,4 @@ def _figures(t: Any, now: float) -> TubeFigures:
                        max(0, int(t.unpause_at - now)) if t.pause else 0)
 
 
-def _one_node(key: str, value: int, is_total: bool) -> int:
-    return value
-
-
-def server_stat_pairs(engine: Any, counts: Tuple[int, int, int, int, int],
-                      binlog: Dict[str, int],
-                      over_nodes: Callable[[str, int, bool], int]) -> StatPairs:
-    """The ``stats`` pairs in beanstalkd's order, for any engine.
-
-    ``counts`` are the job counts (urgent, ready, reserved, delayed,
-    buried); ``binlog`` the journal's figures; ``over_nodes(key, value,
-    is_total)`` turns this process's figure of a counter into the queue's
-    (an engine that several nodes serve sums the others'; ``is_total`` says
-    that the figures of nodes gone count too).
-    """
-    facts = engine.facts
-    utime, stime = facts.rusage()
-    urgent, ready, reserved, delayed, buried = counts
-    items: List[Tuple[str, object]] = [
-        ("current-jobs-urgent", urgent),
-        ("current-jobs-ready", ready),
-        ("current-jobs-reserved", reserved),
-        ("current-jobs-delayed", delayed),
-        ("current-jobs-buried", buried),
-    ]
-    items += [("cmd-" + name, over_nodes("cmd-" + name, engine.cmd_counts[name], True))
-              for name in COUNTED_COMMANDS]
-    items += [
-        ("job-timeouts", over_nodes("job-timeouts", engine.job_timeouts, True)),
-        ("total-jobs", over_nodes("total-jobs", engine.total_jobs, True)),
-        ("max-job-size", engine.max_job_size),
-        ("current-tubes", len(engine.tube_list)),
-        ("current-connections", over_nodes("current-connections",
-                                           engine.current_connections, False)),
-        ("current-producers", over_nodes("current-producers", engine.producers, False)),
-        ("current-workers", over_nodes("current-workers", engine.workers, False)),
-        ("current-waiting", over_nodes("current-waiting", engine.waiting_count, False)),
-        ("total-connections", over_nodes("total-connections", engine.total_connections, True)),
-        ("pid", facts.pid()),
-        ("version", facts.version),
-        ("rusage-utime", float(utime)),
-        ("rusage-stime", float(stime)),
-        ("uptime", int(engine._now() - facts.started_at)),
-        ("binlog-oldest-index", binlog["oldest"]),
-        ("binlog-current-index", binlog["current"]),
-        ("binlog-records-migrated", binlog["migrated"]),
-        ("binlog-records-written", binlog["written"]),
-        ("binlog-max-size", binlog["max_size"]),
-        ("draining", engine.draining),
-        ("id", facts.instance_id),
-        ("hostname", facts.hostname),
-        ("os", facts.os),
-        ("platform", facts.platform),
-    ]
-    return items  # type: ignore[return-value]
-
-
-__all__ = ["Inspection", "server_stat_pairs"]
+__all__ = ["Inspection"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 from ..protocol.constants import JOB_STATES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .tube import Tube
+    from .tube import MemoryTube
 
 # State codes: stored in the binlog, so they never change.
 READY = 0
@@ -22,11 +22,11 @@ STATE_NAMES = (b"ready", b"reserved", b"delayed", b"buried", b"invalid")
 #: The code of each state name of :data:`~twisted_stalk.protocol.constants.JOB_STATES`.
 STATE_BY_NAME: Dict[str, int] = {name: STATE_NAMES.index(name.encode()) for name in JOB_STATES}
 
-# Indexes into Job.counts.
+# Indexes into JobRecord.counts.
 RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS = range(5)
 
 
-class Job:
+class JobRecord:
     """One job: its body, scheduling fields and counters.
 
     ``body`` holds the data *with* its trailing CRLF, exactly as it goes back
@@ -42,7 +42,7 @@ class Job:
     )
 
     def __init__(self, id: int, pri: int, delay: int, ttr: int, body: bytes,
-                 tube: "Tube", created_at: float) -> None:
+                 tube: "MemoryTube", created_at: float) -> None:
         self.id = id
         self.pri = pri
         self.delay = delay
@@ -81,4 +81,4 @@ class Job:
         return STATE_NAMES[self.state].decode()
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"<Job {self.id} {self.state_name} pri={self.pri} tube={self.tube.name!r}>"
+        return f"<JobRecord {self.id} {self.state_name} pri={self.pri} tube={self.tube.name!r}>"

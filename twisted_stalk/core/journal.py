@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 try:
     from typing import Protocol
@@ -11,7 +11,8 @@ except ImportError:  # pragma: no cover
     Protocol = object  # type: ignore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .job import Job
+    from .job import JobRecord
+    from .tube import MemoryTube
 
 
 class JournalError(Exception):
@@ -58,14 +59,14 @@ class Journal(Protocol):
     state unchanged and the server answers with an error reply.
     """
 
-    def job_put(self, job: "Job") -> None:
+    def job_put(self, job: "JobRecord") -> None:
         """A new job exists (any state)."""
 
-    def job_updated(self, job: "Job", op: int) -> None:
+    def job_updated(self, job: "JobRecord", op: int) -> None:
         """A job is about to change state, priority or delay; ``op`` is one of
         the ``UPDATE_*`` constants (release, bury, kick, timeout, reserve-job)."""
 
-    def job_deleted(self, job: "Job") -> None:
+    def job_deleted(self, job: "JobRecord") -> None:
         """A job is gone for good."""
 
     def stats(self) -> Dict[str, int]:
@@ -82,6 +83,27 @@ class Journal(Protocol):
         """Whether it is on, can write, and what it keeps on disk."""
 
 
+class JournaledEngine(Protocol):
+    """What a journal reads of the engine it records (the binlog): its jobs
+    and tubes to compact and restore, and the clock.  The in-memory engine
+    is one; an engine whose storage is durable by itself has no journal."""
+
+    #: Live jobs by id.
+    jobs: Dict[int, "JobRecord"]
+    #: The next job id to give out (raised past every id a restore saw).
+    next_id: int
+    #: Tubes in ``list-tubes`` order.
+    tube_list: List["MemoryTube"]
+    #: Anything with ``seconds()``.
+    clock: Any
+
+    def tube(self, name: bytes) -> "MemoryTube":
+        """The tube called ``name``, created if it does not exist."""
+
+    def restore(self, job: "JobRecord", state: int, deadline_at: float = 0.0) -> None:
+        """Put a recovered job back in place (no journaling)."""
+
+
 class NullJournal:
     """No persistence: every change is in memory only."""
 
@@ -92,13 +114,13 @@ class NullJournal:
         # and CPython 3.11 specialises that read only for instance values.
         self.pending = False
 
-    def job_put(self, job: "Job") -> None:
+    def job_put(self, job: "JobRecord") -> None:
         pass
 
-    def job_updated(self, job: "Job", op: int = 0) -> None:
+    def job_updated(self, job: "JobRecord", op: int = 0) -> None:
         pass
 
-    def job_deleted(self, job: "Job") -> None:
+    def job_deleted(self, job: "JobRecord") -> None:
         pass
 
     def stats(self) -> Dict[str, int]:

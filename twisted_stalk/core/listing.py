@@ -20,11 +20,11 @@ from itertools import islice
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .engine import JOB_SORTS
-from .job import BURIED, DELAYED, READY, RESERVED, Job
+from .job import BURIED, DELAYED, READY, RESERVED, JobRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from .memory import MemoryEngine
-    from .tube import Tube
+    from .tube import MemoryTube
 
 
 def heap_in_order(heap: list) -> Iterator:
@@ -52,8 +52,8 @@ def _sorted_heap(heap: list, want: Optional[int]) -> Iterable:
     return sorted(heap)
 
 
-def in_taking_order(engine: "MemoryEngine", t: "Tube", state: int,
-                    want: Optional[int] = None) -> Iterator[Job]:
+def in_taking_order(engine: "MemoryEngine", t: "MemoryTube", state: int,
+                    want: Optional[int] = None) -> Iterator[JobRecord]:
     """The live jobs of ``t`` in ``state``, in the order the engine takes them:
     ready by priority then id, delayed and reserved by deadline, buried in
     kick order.  ``want``: about how many the caller will take (None: all)."""
@@ -77,7 +77,7 @@ def in_taking_order(engine: "MemoryEngine", t: "Tube", state: int,
                 yield job
 
 
-def all_in_state(engine: "MemoryEngine", t: "Tube", state: int) -> List[Job]:
+def all_in_state(engine: "MemoryEngine", t: "MemoryTube", state: int) -> List[JobRecord]:
     """Every live job of ``t`` in ``state``, in no particular order: one scan."""
     jobs = engine.jobs
     if state == BURIED:
@@ -92,7 +92,7 @@ def all_in_state(engine: "MemoryEngine", t: "Tube", state: int) -> List[Job]:
                     append(job)
         return out
     heap = t.delayed if state == DELAYED else engine.ttr_heap
-    live: Dict[int, Job] = {}
+    live: Dict[int, JobRecord] = {}
     for entry in heap:
         job = jobs.get(entry[1])
         if (job is not None and job.state == state and job.tube is t
@@ -101,7 +101,7 @@ def all_in_state(engine: "MemoryEngine", t: "Tube", state: int) -> List[Job]:
     return list(live.values())
 
 
-def count_in_state(t: "Tube", state: int) -> int:
+def count_in_state(t: "MemoryTube", state: int) -> int:
     if state == READY:
         return t.ready_count
     if state == DELAYED:
@@ -111,7 +111,7 @@ def count_in_state(t: "Tube", state: int) -> int:
     return t.reserved_count
 
 
-def _sort_key(sort: str, state: int) -> Callable[[Job], object]:
+def _sort_key(sort: str, state: int) -> Callable[[JobRecord], object]:
     if sort == "pri":
         return lambda job: (job.pri, job.id)
     if sort == "queue" and state in (RESERVED, DELAYED):
@@ -130,14 +130,14 @@ def _normal_sort(sort: str, state: int) -> str:
     return sort
 
 
-def _walk_ids(engine: "MemoryEngine", t: "Tube", state: int, want: int, descending: bool,
-              by_age: bool) -> Optional[List[Job]]:
+def _walk_ids(engine: "MemoryEngine", t: "MemoryTube", state: int, want: int, descending: bool,
+              by_age: bool) -> Optional[List[JobRecord]]:
     """The first ``want`` jobs of ``t`` in ``state`` by id, walking the
     engine's job table (kept in insertion order, which is id order for jobs
     put in this run), or None if that order turns out not to hold (jobs
     restored from a binlog) so that the caller scans instead."""
     jobs = engine.jobs
-    out: List[Job] = []
+    out: List[JobRecord] = []
     last_id = None
     last_created = None
     for job in (reversed(jobs.values()) if descending else iter(jobs.values())):
@@ -158,13 +158,13 @@ def _walk_ids(engine: "MemoryEngine", t: "Tube", state: int, want: int, descendi
     return out
 
 
-def _heap_largest(engine: "MemoryEngine", t: "Tube", state: int, want: int) -> List[Job]:
+def _heap_largest(engine: "MemoryEngine", t: "MemoryTube", state: int, want: int) -> List[JobRecord]:
     """The last ``want`` jobs in taking order (ready or delayed), last first,
     picked from the raw heap entries (C comparisons), stale ones dropped."""
     jobs = engine.jobs
     k = want
     while True:
-        out: List[Job] = []
+        out: List[JobRecord] = []
         if state == READY:
             for pri in sorted(t.ready, reverse=True):
                 bucket = t.ready[pri]
@@ -190,8 +190,8 @@ def _heap_largest(engine: "MemoryEngine", t: "Tube", state: int, want: int) -> L
         k *= 2
 
 
-def jobs_page(engine: "MemoryEngine", t: "Tube", state: int, sort: str, offset: int,
-              limit: int, descending: bool) -> Tuple[int, List[Job]]:
+def jobs_page(engine: "MemoryEngine", t: "MemoryTube", state: int, sort: str, offset: int,
+              limit: int, descending: bool) -> Tuple[int, List[JobRecord]]:
     """``(how many jobs t has in state, the page)``; see ``Engine.jobs_page``.
 
     Cost: taking order (either way) and id order cost about the page's end
@@ -203,7 +203,7 @@ def jobs_page(engine: "MemoryEngine", t: "Tube", state: int, sort: str, offset: 
         return total, []
     end = offset + limit
     sort = _normal_sort(sort, state)
-    chosen: Optional[List[Job]] = None
+    chosen: Optional[List[JobRecord]] = None
     if sort == "queue":
         if state == BURIED:
             order = reversed(t.buried.values()) if descending else iter(t.buried.values())
@@ -232,15 +232,15 @@ def jobs_page(engine: "MemoryEngine", t: "Tube", state: int, sort: str, offset: 
     return total, chosen[offset:end]
 
 
-def job_ids(engine: "MemoryEngine", t: "Tube", state: int, limit: int) -> List[int]:
+def job_ids(engine: "MemoryEngine", t: "MemoryTube", state: int, limit: int) -> List[int]:
     """Ids of up to ``limit`` jobs of ``t`` in ``state``, in taking order."""
     if limit <= 0:
         return []
     return [job.id for job in islice(in_taking_order(engine, t, state, limit), limit)]
 
 
-def search_bodies(engine: "MemoryEngine", t: "Tube", needle: bytes, after_id: int,
-                  span: int) -> Tuple[List[Job], Optional[int]]:
+def search_bodies(engine: "MemoryEngine", t: "MemoryTube", needle: bytes, after_id: int,
+                  span: int) -> Tuple[List[JobRecord], Optional[int]]:
     """Jobs of ``t`` whose id is in ``(after_id, after_id + span]`` and whose
     body (without its CRLF) contains ``needle``, in id order, and where to
     go on (None: no job has a higher id)."""
@@ -248,7 +248,7 @@ def search_bodies(engine: "MemoryEngine", t: "Tube", needle: bytes, after_id: in
     last_given = engine.next_id - 1
     start = max(after_id, 0) + 1
     stop = min(after_id + max(span, 1), last_given)
-    found: List[Job] = []
+    found: List[JobRecord] = []
     for job in map(jobs.get, range(start, stop + 1)):
         if job is not None and job.tube is t:
             body = job.body

@@ -1,10 +1,11 @@
 # -*- test-case-name: tests.test_core,tests.test_engine,tests.test_engine_contract -*-
 """The in-memory engine: every command's rules, counters and tubes.
 
-The rules about sessions that every engine shares (use, watch, ignore,
-waiting reserves, wake-ups, the connection and command counters) are
-:class:`~.sessions.SessionRules`, its base; this module gives that base its
-hooks (``tube``, ``drop_tube_if_unused``, ``arm``, ``return_reservations``).
+The rules every engine shares (sessions, use, watch, ignore, waiting
+reserves, wake-ups, the tube registry, the put checks, the connection and
+command counters, the stats pairs) are :class:`~.sessions.SessionRules`, its
+base; this module gives that base its hooks (``new_tube``, ``arm``,
+``return_reservations``).
 The job state machine and deadlines are in :mod:`.states`, what can be read
 without being a client (stats, listings, the read model) in
 :mod:`.inspection`; both are parts of :class:`MemoryEngine`.
@@ -38,12 +39,15 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from ..protocol.commands import valid_tube_name
 from ..protocol.constants import (
     DEFAULT_MAX_JOB_SIZE,
-    DEFAULT_TUBE,
     UNRESERVED_STATES,
     URGENT_THRESHOLD,
 )
 from ..protocol.yaml import StatPairs
 from . import listing
+from .counters import (
+    BURY, DELETE, KICK, LIST_TUBES, PAUSE_TUBE, PEEK, PEEK_BURIED, PEEK_DELAYED, PEEK_READY,
+    RELEASE, RESERVE, RESERVE_WITH_TIMEOUT, STATS, STATS_JOB, STATS_TUBE, TOUCH,
+)
 from .facts import Facts
 from .inspection import Inspection
 from .job import (
@@ -54,7 +58,7 @@ from .job import (
     RELEASES,
     RESERVED,
     STATE_BY_NAME,
-    Job,
+    JobRecord,
 )
 from .journal import (
     UPDATE_BURY,
@@ -67,8 +71,6 @@ from .journal import (
 from .outcomes import (
     BAD_FORMAT,
     DELETED,
-    DRAINING,
-    EXPECTED_CRLF,
     INTERNAL_ERROR,
     NOT_FOUND,
     OUT_OF_MEMORY,
@@ -83,7 +85,7 @@ from .outcomes import KICKED as KICKED_OUTCOME
 from .session import Session, FrontEnd
 from .sessions import SessionRules, WakeUp
 from .states import JobStates
-from .tube import Tube, drop_tube
+from .tube import MemoryTube
 
 heappush = heapq.heappush
 heappop = heapq.heappop
@@ -121,12 +123,9 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
         self.job_bytes = 0
         self.journal = journal if journal is not None else NullJournal()
         self.facts = facts or Facts(clock.seconds())
-        self.jobs: Dict[int, Job] = {}
+        self.jobs: Dict[int, JobRecord] = {}
         self.next_id = 1
-        self.tubes: Dict[bytes, Tube] = {}
-        #: Tubes in beanstalkd's list order (append; swap-remove on delete).
-        self.tube_list: List[Tube] = []
-        self.default_tube = self.tube(DEFAULT_TUBE)
+        self._init_tubes()  # the registry (SessionRules), holding ``default``
         # Sessions, waits, wake-ups, drain and the connection and command
         # counters (SessionRules).
         self._init_sessions()
@@ -187,19 +186,9 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     # ---------------------------------------------------------------- tubes
 
-    def tube(self, name: bytes) -> Tube:
-        """The tube called ``name``, created if it does not exist."""
-        t = self.tubes.get(name)
-        if t is None:
-            t = self.tubes[name] = Tube(name, self.jobs)
-            t.index = len(self.tube_list)
-            self.tube_list.append(t)
-        return t
-
-    def drop_tube_if_unused(self, t: Tube) -> None:
-        """Forget tube ``t`` if nothing keeps it (never ``default``)."""
-        if t.unused and t is not self.default_tube and t.index >= 0:
-            drop_tube(self.tubes, self.tube_list, t)
+    def new_tube(self, name: bytes) -> MemoryTube:
+        """A new tube, with its ready buckets over this engine's jobs."""
+        return MemoryTube(name, self.jobs)
 
     # ============================================================ commands
     #
@@ -213,15 +202,11 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
         As in beanstalkd, every put takes a job id, refused or not.
         """
-        self.cmd_counts["put"] += 1
-        if not s.is_producer:
-            self._set_producer(s)
+        refused = self._put_refused(s, body)
         job_id = self.next_id
         self.next_id = job_id + 1
-        if body[-2:] != b"\r\n":
-            return EXPECTED_CRLF
-        if self.draining:
-            return DRAINING
+        if refused is not None:
+            return refused
         size = len(body)
         if self.max_memory and self.job_bytes + size > self.max_memory:
             return OUT_OF_MEMORY
@@ -230,10 +215,10 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
         if not 0.0 <= now - created < 0.001:
             created = self._created = now
         t = s.use
-        # Job(job_id, pri, delay, ttr or 1, body, t, created), without the
+        # JobRecord(job_id, pri, delay, ttr or 1, body, t, created), without the
         # cost of calling a Python __init__ (a third of a put's engine work);
         # tests/test_core.py checks that both build the same job.
-        job = _new_job(Job)
+        job = _new_job(JobRecord)
         job.id = job_id
         job.pri = pri
         job.delay = delay
@@ -263,8 +248,8 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     def reserve(self, s: Session):
         """Reserve the best ready job of the watched tubes, waiting for one
-        for ever: the :class:`Job`, DEADLINE_SOON or WAITING."""
-        self.cmd_counts["reserve"] += 1
+        for ever: the :class:`JobRecord`, DEADLINE_SOON or WAITING."""
+        self.cmd_counts[RESERVE] += 1
         watch = s.watch
         if s.reserved or len(watch) != 1 or not s.is_worker or self.held:
             return self._reserve(s, None)
@@ -285,11 +270,11 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
     def reserve_with_timeout(self, s: Session, timeout: int):
         """As :meth:`reserve`, waiting at most ``timeout`` seconds (negative:
         for ever; 0: answer now, TIMED_OUT if nothing is ready)."""
-        self.cmd_counts["reserve-with-timeout"] += 1
+        self.cmd_counts[RESERVE_WITH_TIMEOUT] += 1
         return self._reserve(s, None if timeout < 0 else timeout)
 
     def reserve_job(self, s: Session, job_id: int):
-        """Reserve one ready, delayed or buried job by id: the :class:`Job`,
+        """Reserve one ready, delayed or buried job by id: the :class:`JobRecord`,
         NOT_FOUND (no such job, or already reserved) or INTERNAL_ERROR."""
         job = self.jobs.get(job_id)
         if job is None or job.state == RESERVED:
@@ -310,7 +295,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
     def delete(self, s: Session, job_id: int) -> Outcome:
         """Delete a job that is ready, delayed, buried or reserved by ``s``:
         DELETED, NOT_FOUND or INTERNAL_ERROR."""
-        self.cmd_counts["delete"] += 1
+        self.cmd_counts[DELETE] += 1
         jobs = self.jobs
         job = jobs.get(job_id)
         if job is None:
@@ -334,7 +319,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
     def release(self, s: Session, job_id: int, pri: int, delay: int) -> Outcome:
         """Give back a job ``s`` reserved, with a new priority, ready or
         after ``delay`` seconds: RELEASED, NOT_FOUND or INTERNAL_ERROR."""
-        self.cmd_counts["release"] += 1
+        self.cmd_counts[RELEASE] += 1
         job = s.reserved.get(job_id)
         if job is None:
             return NOT_FOUND
@@ -355,7 +340,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     def bury(self, s: Session, job_id: int, pri: int) -> Outcome:
         """Bury a job ``s`` reserved: BURIED, NOT_FOUND or INTERNAL_ERROR."""
-        self.cmd_counts["bury"] += 1
+        self.cmd_counts[BURY] += 1
         job = s.reserved.get(job_id)
         if job is None:
             return NOT_FOUND
@@ -373,7 +358,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     def touch(self, s: Session, job_id: int) -> Outcome:
         """Restart the TTR of a job ``s`` reserved: TOUCHED or NOT_FOUND."""
-        self.cmd_counts["touch"] += 1
+        self.cmd_counts[TOUCH] += 1
         job = s.reserved.get(job_id)
         if job is None:
             return NOT_FOUND
@@ -385,7 +370,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
         """Kick up to ``bound`` buried jobs of the used tube, or delayed ones
         if none are buried: how many, or INTERNAL_ERROR if the journal failed
         before the first."""
-        self.cmd_counts["kick"] += 1
+        self.cmd_counts[KICK] += 1
         t = s.use
         kicked = 0
         journal = self._journal
@@ -425,50 +410,50 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     def peek(self, s: Session, job_id: int):
         """The job with this id, in any state, or NOT_FOUND."""
-        self.cmd_counts["peek"] += 1
+        self.cmd_counts[PEEK] += 1
         return self.jobs.get(job_id) or NOT_FOUND
 
     def peek_ready(self, s: Session):
         """The used tube's next ready job, or NOT_FOUND."""
-        self.cmd_counts["peek-ready"] += 1
+        self.cmd_counts[PEEK_READY] += 1
         return s.use.ready_top() or NOT_FOUND
 
     def peek_delayed(self, s: Session):
         """The used tube's delayed job that is ready soonest, or NOT_FOUND."""
-        self.cmd_counts["peek-delayed"] += 1
+        self.cmd_counts[PEEK_DELAYED] += 1
         return self._delayed_top(s.use.delayed) or NOT_FOUND
 
     def peek_buried(self, s: Session):
         """The used tube's first buried job (the next to be kicked), or NOT_FOUND."""
-        self.cmd_counts["peek-buried"] += 1
+        self.cmd_counts[PEEK_BURIED] += 1
         buried = s.use.buried
         return next(iter(buried.values())) if buried else NOT_FOUND
 
     def stats_job(self, s: Session, job_id: int):
         """A job's stats (pairs in beanstalkd's order), or NOT_FOUND."""
-        self.cmd_counts["stats-job"] += 1
+        self.cmd_counts[STATS_JOB] += 1
         return self.job_stats(job_id)
 
     def stats_tube(self, s: Session, name: bytes):
         """A tube's stats (pairs in beanstalkd's order), or NOT_FOUND."""
-        self.cmd_counts["stats-tube"] += 1
+        self.cmd_counts[STATS_TUBE] += 1
         return self.tube_stats(name)
 
     def stats(self, s: Session) -> StatPairs:
         """The server's stats (pairs in beanstalkd's order)."""
-        self.cmd_counts["stats"] += 1
+        self.cmd_counts[STATS] += 1
         return self.server_stats()
 
     def list_tubes(self, s: Session) -> List[bytes]:
         """The names of all tubes, in beanstalkd's order."""
-        self.cmd_counts["list-tubes"] += 1
+        self.cmd_counts[LIST_TUBES] += 1
         return [t.name for t in self.tube_list]
 
     def pause_tube(self, s: Session, name: bytes, delay: int) -> Outcome:
         """Hold back reserves from tube ``name`` for ``delay`` seconds (0 ends
         a pause): PAUSED, NOT_FOUND, or BAD_FORMAT for an invalid name
         (beanstalkd counts the command before it checks the name)."""
-        self.cmd_counts["pause-tube"] += 1
+        self.cmd_counts[PAUSE_TUBE] += 1
         if not valid_tube_name(name):
             return BAD_FORMAT
         t = self.tubes.get(name)
@@ -535,7 +520,7 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
 
     # ============================================================ server
 
-    def restore(self, job: Job, state: int, deadline_at: float = 0.0) -> None:
+    def restore(self, job: JobRecord, state: int, deadline_at: float = 0.0) -> None:
         """Put a job recovered from the binlog back in place (no journaling)."""
         self.jobs[job.id] = job
         self.job_bytes += len(job.body)

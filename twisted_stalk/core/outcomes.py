@@ -2,7 +2,7 @@
 """What an engine command returns: outcomes as values.
 
 A command that succeeds with data returns the data itself (a new job's id,
-a :class:`~twisted_stalk.core.job.Job`, a count, a tube name, stats pairs);
+a :class:`~twisted_stalk.core.job.JobRecord`, a count, a tube name, stats pairs);
 every other result is one of the :class:`Outcome` constants below, compared
 with ``is``.  Each constant is named after the beanstalk reply word a wire
 front end sends for it (``WAITING`` has none: the reply comes later, as a

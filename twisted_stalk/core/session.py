@@ -13,8 +13,8 @@ except ImportError:  # pragma: no cover - Python < 3.8
     Protocol = object  # type: ignore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .job import Job
-    from .tube import Tube
+    from .job import JobRecord
+    from .tube import MemoryTube
 
 
 class FrontEnd(Protocol):
@@ -22,7 +22,7 @@ class FrontEnd(Protocol):
 
     def wake(self, outcome: object) -> None:
         """The result of the session's waiting reserve arrived: a
-        :class:`~twisted_stalk.core.job.Job`, ``TIMED_OUT`` or ``DEADLINE_SOON``
+        :class:`~twisted_stalk.core.job.JobRecord`, ``TIMED_OUT`` or ``DEADLINE_SOON``
         (:mod:`twisted_stalk.core.outcomes`).  Called by the front end that
         delivers the engine's wake-ups, never while another command runs."""
 
@@ -36,13 +36,13 @@ class Session:
         "__weakref__",
     )
 
-    def __init__(self, frontend: FrontEnd, default: "Tube") -> None:
+    def __init__(self, frontend: FrontEnd, default: "MemoryTube") -> None:
         self.frontend = frontend
         self.use = default
         #: Watched tubes, in beanstalkd's order (append; swap-remove on ignore).
-        self.watch: List["Tube"] = [default]
+        self.watch: List["MemoryTube"] = [default]
         #: Jobs this session has reserved, by id.
-        self.reserved: Dict[int, "Job"] = {}
+        self.reserved: Dict[int, "JobRecord"] = {}
         #: Lazy heap of (deadline_at, id) of reserved jobs, for DEADLINE_SOON;
         #: kept only while the session holds two or more.
         self.ttr_heap: List[Tuple[float, int]] = []

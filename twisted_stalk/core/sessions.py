@@ -5,37 +5,54 @@ What happens to a *session* is the same whichever engine stores the jobs:
 opening and closing it, the tubes it uses and watches (``use``, ``watch``,
 ``ignore``, ``list-tube-used``, ``list-tubes-watched``), its waiting reserve
 and that wait's deadline (TIMED_OUT, DEADLINE_SOON), the queue of wake-ups,
-drain and hold, and the connection and command counters of ``stats``.
+drain and hold, the connection and command counters of ``stats``, and the
+``stats`` pairs themselves (:meth:`SessionRules._server_stat_pairs`).
 :class:`SessionRules` holds those rules; :class:`~.memory.MemoryEngine` and
 :class:`~twisted_stalk.pg.engine.PgEngine` derive from it and supply its
 hooks:
 
-- :meth:`SessionRules.tube`: the tube record called ``name``, created if
-  needed (it has ``name``, ``using_count``, ``watching_count`` and
-  ``waiting``, an ordered dict of the sessions waiting on it);
-- :meth:`SessionRules.drop_tube_if_unused`: forget a tube nothing keeps;
+- :meth:`SessionRules.new_tube`: a new tube record called ``name`` (it has
+  ``name``, ``index``, ``using_count``, ``watching_count``, ``waiting``, an
+  ordered dict of the sessions waiting on it, and ``unused``: nothing keeps
+  it); the base keeps the registry (:meth:`SessionRules.tube`,
+  :meth:`SessionRules.drop_tube_if_unused`, ``tubes``, ``tube_list``);
 - :meth:`SessionRules.arm`: a wait deadline at ``when`` (the clock's
   seconds) must be looked at by then: the engine's timer fires no later;
 - :meth:`SessionRules.return_reservations`: a closing session's
   reservations go back to ready.
 
-The engine also provides ``_now`` (its clock's ``seconds``) and
-``default_tube``, and calls :meth:`_init_sessions` from its constructor.
+The engine also provides ``_now`` (its clock's ``seconds``), ``facts``,
+``job_timeouts`` and ``total_jobs``, and calls :meth:`_init_tubes` and
+:meth:`_init_sessions` from its constructor.  The put checks every engine
+makes (:meth:`SessionRules._put_refused`) and the ``stats`` pairs are here
+too.
 
 Command counters are ``cmd_counts``, keyed by the command table's counted
-names (``protocol.commands.COUNTED_COMMANDS``): a dict increment per command,
+names (``protocol.commands.COUNTED_COMMANDS``) through the constants of
+:mod:`.counters` (``cmd_counts[PUT] += 1``): a dict increment per command,
 as cheap as an attribute increment, and ``stats`` lists them in the table's
-order.  ``tests/test_engine_contract.py`` checks that each command moves its
-own counter, in every engine.
+order.  The contract suite (``twisted_stalk.testing.engine_contract``)
+checks that each command moves its own counter, in every engine.
 """
 from __future__ import annotations
 
 import heapq
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ..protocol.commands import COUNTED_COMMANDS
-from ..protocol.constants import SAFETY_MARGIN
-from .outcomes import DEADLINE_SOON, JOB_TOO_BIG, NOT_IGNORED, TIMED_OUT, Outcome
+from ..protocol.constants import DEFAULT_TUBE, SAFETY_MARGIN
+from ..protocol.yaml import StatPairs
+from .counters import IGNORE, LIST_TUBE_USED, LIST_TUBES_WATCHED, PUT, USE, WATCH
+from .facts import Facts
+from .outcomes import (
+    DEADLINE_SOON,
+    DRAINING,
+    EXPECTED_CRLF,
+    JOB_TOO_BIG,
+    NOT_IGNORED,
+    TIMED_OUT,
+    Outcome,
+)
 from .session import Session
 
 heappush = heapq.heappush
@@ -46,6 +63,11 @@ heappop = heapq.heappop
 WakeUp = Tuple[Session, Any]
 
 
+def _one_node(key: str, value: int, is_total: bool) -> int:
+    """A counter of a queue one process serves: its own figure."""
+    return value
+
+
 class SessionRules:
     """The rules about sessions, shared by every engine (see the module docstring).
 
@@ -54,6 +76,9 @@ class SessionRules:
     """
 
     __slots__ = ()
+
+    #: An engine whose puts share batch statements says True (see ``Engine``).
+    pipelined_puts = False
 
     # Declared for readers and type checkers; each engine stores them.
     sessions: Set[Session]
@@ -71,14 +96,21 @@ class SessionRules:
     wake_changed: bool
     notify: Any
     default_tube: Any
+    tubes: Dict[bytes, Any]
+    tube_list: List[Any]
     max_job_size: int
+    max_memory: int
+    facts: Facts
+    job_timeouts: int
+    total_jobs: int
+    _now: Callable[[], float]
 
     def _init_sessions(self) -> None:
         """Set the state these rules keep (from the engine's constructor)."""
         #: Open sessions (for listings such as the console's connections page).
         self.sessions = set()
         #: Results for waiting sessions, to deliver after the current command's
-        #: own reply: ``(session, Job | TIMED_OUT | DEADLINE_SOON)``.
+        #: own reply: ``(session, JobRecord | TIMED_OUT | DEADLINE_SOON)``.
         self.wakeups = []
         #: (when, wait token, session): when a waiting session must be looked at.
         self.wait_heap = []
@@ -99,13 +131,12 @@ class SessionRules:
 
     # ------------------------------------------------------------ hooks
 
-    def tube(self, name: bytes) -> Any:
-        """Hook: the tube called ``name``, created if it does not exist."""
+    def new_tube(self, name: bytes) -> Any:
+        """Hook: a new tube record called ``name`` (see the module docstring)."""
         raise NotImplementedError
 
-    def drop_tube_if_unused(self, t: Any) -> None:
-        """Hook: forget tube ``t`` if nothing keeps it (never the default tube)."""
-        raise NotImplementedError
+    def _tube_dropped(self, t: Any) -> None:
+        """Hook: tube ``t`` left the registry (an engine forgets what it kept of it)."""
 
     def arm(self, when: float) -> None:
         """Hook: something is due at ``when``: the engine's timer must fire by then."""
@@ -114,6 +145,40 @@ class SessionRules:
     def return_reservations(self, s: Session) -> None:
         """Hook: closing session ``s`` holds jobs no more; they go back to ready."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------ tubes
+
+    def _init_tubes(self) -> None:
+        """The tube registry, holding ``default`` (from the engine's constructor)."""
+        #: Tubes by name.
+        self.tubes = {}
+        #: Tubes in beanstalkd's list order (append; swap-remove on delete).
+        self.tube_list = []
+        self.default_tube = self.tube(DEFAULT_TUBE)
+
+    def tube(self, name: bytes) -> Any:
+        """The tube called ``name``, created (at the end of the list) if needed."""
+        t = self.tubes.get(name)
+        if t is None:
+            t = self.tubes[name] = self.new_tube(name)
+            t.index = len(self.tube_list)
+            self.tube_list.append(t)
+        return t
+
+    def drop_tube_if_unused(self, t: Any) -> None:
+        """Forget tube ``t`` if nothing keeps it (never ``default``): out of
+        the name map, and out of the list by moving the last tube into its
+        place, as beanstalkd removes from its tube set; so ``list-tubes``
+        keeps the reference's order."""
+        if t.unused and t is not self.default_tube and t.index >= 0:
+            del self.tubes[t.name]
+            tube_list = self.tube_list
+            last = tube_list.pop()
+            if last is not t:
+                tube_list[t.index] = last
+                last.index = t.index
+            t.index = -1
+            self._tube_dropped(t)
 
     # ------------------------------------------------------------ sessions
 
@@ -187,13 +252,18 @@ class SessionRules:
         of taking jobs, while workers may still finish the ones they hold."""
         self.held = True
 
+    def limit_memory(self, max_bytes: int) -> None:
+        """``--max-memory`` (0: none): the ceiling :meth:`memory` reports and
+        an engine holding the bodies applies to each put."""
+        self.max_memory = max(0, max_bytes)
+
     # ------------------------------------------------------------ a session's commands
 
     def reject_put(self, s: Session, reason: Outcome) -> Outcome:
         """A put line that brings no job: its body was over ``max_job_size``
         (JOB_TOO_BIG; the front end discarded it) or bytes trail its
         arguments (BAD_FORMAT).  beanstalkd counts these puts too."""
-        self.cmd_counts["put"] += 1
+        self.cmd_counts[PUT] += 1
         return reason
 
     def refuse_oversized(self, s: Session, size: int) -> Optional[Outcome]:
@@ -206,9 +276,25 @@ class SessionRules:
             return self.reject_put(s, JOB_TOO_BIG)
         return None
 
+    def _put_refused(self, s: Session, body: bytes) -> Optional[Outcome]:
+        """The checks every engine makes of a put before it stores anything,
+        in beanstalkd's order: the put is counted and its session becomes a
+        producer; then EXPECTED_CRLF if ``body`` does not end in CRLF,
+        DRAINING in drain mode, else None (the engine goes on with its own
+        checks, as the memory ceiling).  Either way a put takes a job id:
+        the engine's to do."""
+        self.cmd_counts[PUT] += 1
+        if not s.is_producer:
+            self._set_producer(s)
+        if body[-2:] != b"\r\n":
+            return EXPECTED_CRLF
+        if self.draining:
+            return DRAINING
+        return None
+
     def use(self, s: Session, name: bytes) -> bytes:
         """Use tube ``name`` for puts (created if needed); returns its name."""
-        self.cmd_counts["use"] += 1
+        self.cmd_counts[USE] += 1
         t = self.tube(name)
         old = s.use
         if old is not t:
@@ -220,7 +306,7 @@ class SessionRules:
 
     def watch(self, s: Session, name: bytes) -> int:
         """Add tube ``name`` to the watch list; returns the list's length."""
-        self.cmd_counts["watch"] += 1
+        self.cmd_counts[WATCH] += 1
         t = self.tube(name)
         if t not in s.watch:
             s.watch.append(t)
@@ -230,8 +316,8 @@ class SessionRules:
     def ignore(self, s: Session, name: bytes) -> Any:
         """Stop watching ``name``: the watch list's length, or NOT_IGNORED
         when it is the last tube watched."""
-        self.cmd_counts["ignore"] += 1
-        t = self.tubes.get(name)  # type: ignore[attr-defined]
+        self.cmd_counts[IGNORE] += 1
+        t = self.tubes.get(name)
         watch = s.watch
         if t is not None and t in watch:
             if len(watch) < 2:
@@ -246,13 +332,69 @@ class SessionRules:
 
     def list_tube_used(self, s: Session) -> bytes:
         """The name of the tube ``s`` uses."""
-        self.cmd_counts["list-tube-used"] += 1
+        self.cmd_counts[LIST_TUBE_USED] += 1
         return s.use.name
 
     def list_tubes_watched(self, s: Session) -> List[bytes]:
         """The names of the tubes ``s`` watches, in its order."""
-        self.cmd_counts["list-tubes-watched"] += 1
+        self.cmd_counts[LIST_TUBES_WATCHED] += 1
         return [t.name for t in s.watch]
+
+    # ------------------------------------------------------------ stats
+
+    def _server_stat_pairs(self, counts: Tuple[int, int, int, int, int],
+                           binlog: Dict[str, int],
+                           over_nodes: Callable[[str, int, bool], int] = _one_node) -> StatPairs:
+        """The ``stats`` pairs in beanstalkd's order, for any engine.
+
+        ``counts`` are the job counts (urgent, ready, reserved, delayed,
+        buried); ``binlog`` the journal's figures; ``over_nodes(key, value,
+        is_total)`` turns this process's figure of a counter into the queue's
+        (an engine that several nodes serve sums the others'; ``is_total`` says
+        that the figures of nodes gone count too).
+        """
+        facts = self.facts
+        utime, stime = facts.rusage()
+        urgent, ready, reserved, delayed, buried = counts
+        cmd_counts = self.cmd_counts
+        items: List[Tuple[str, object]] = [
+            ("current-jobs-urgent", urgent),
+            ("current-jobs-ready", ready),
+            ("current-jobs-reserved", reserved),
+            ("current-jobs-delayed", delayed),
+            ("current-jobs-buried", buried),
+        ]
+        items += [("cmd-" + name, over_nodes("cmd-" + name, cmd_counts[name], True))
+                  for name in COUNTED_COMMANDS]
+        items += [
+            ("job-timeouts", over_nodes("job-timeouts", self.job_timeouts, True)),
+            ("total-jobs", over_nodes("total-jobs", self.total_jobs, True)),
+            ("max-job-size", self.max_job_size),
+            ("current-tubes", len(self.tube_list)),
+            ("current-connections", over_nodes("current-connections",
+                                               self.current_connections, False)),
+            ("current-producers", over_nodes("current-producers", self.producers, False)),
+            ("current-workers", over_nodes("current-workers", self.workers, False)),
+            ("current-waiting", over_nodes("current-waiting", self.waiting_count, False)),
+            ("total-connections", over_nodes("total-connections", self.total_connections,
+                                             True)),
+            ("pid", facts.pid()),
+            ("version", facts.version),
+            ("rusage-utime", float(utime)),
+            ("rusage-stime", float(stime)),
+            ("uptime", int(self._now() - facts.started_at)),
+            ("binlog-oldest-index", binlog["oldest"]),
+            ("binlog-current-index", binlog["current"]),
+            ("binlog-records-migrated", binlog["migrated"]),
+            ("binlog-records-written", binlog["written"]),
+            ("binlog-max-size", binlog["max_size"]),
+            ("draining", self.draining),
+            ("id", facts.instance_id),
+            ("hostname", facts.hostname),
+            ("os", facts.os),
+            ("platform", facts.platform),
+        ]
+        return items  # type: ignore[return-value]
 
     # ------------------------------------------------------------ waiting reserves
 

@@ -19,11 +19,11 @@ import heapq
 from typing import List, Optional, Tuple
 
 from ..protocol.constants import SAFETY_MARGIN, URGENT_THRESHOLD
-from .job import BURIED, DELAYED, INVALID, KICKS, READY, RESERVED, RESERVES, TIMEOUTS, Job
+from .job import BURIED, DELAYED, INVALID, KICKS, READY, RESERVED, RESERVES, TIMEOUTS, JobRecord
 from .journal import UPDATE_TIMEOUT, JournalError
 from .outcomes import DEADLINE_SOON, TIMED_OUT, WAITING
 from .session import Session
-from .tube import Tube
+from .tube import MemoryTube
 
 heappush = heapq.heappush
 heappop = heapq.heappop
@@ -35,7 +35,7 @@ class JobStates:
 
     __slots__ = ()
 
-    def _make_ready(self, job: Job) -> None:
+    def _make_ready(self, job: JobRecord) -> None:
         t = job.tube
         waiting = t.waiting
         if waiting and not t.ready_count and not t.pause and not self.held:
@@ -57,7 +57,7 @@ class JobStates:
         if waiting:
             self._serve_waiters(t)
 
-    def _make_delayed(self, job: Job, deadline_at: float) -> None:
+    def _make_delayed(self, job: JobRecord, deadline_at: float) -> None:
         job.state = DELAYED
         job.deadline_at = deadline_at
         t = job.tube
@@ -74,12 +74,12 @@ class JobStates:
         if len(self.delay_heap) > 2 * self.delayed_count + 32:
             self.delay_heap = self._live_deadlines(self.delay_heap, DELAYED)
 
-    def _make_buried(self, job: Job) -> None:
+    def _make_buried(self, job: JobRecord) -> None:
         job.state = BURIED
         job.tube.buried[job.id] = job
         self.buried_count += 1
 
-    def _make_reserved(self, s: Session, job: Job, now: float) -> None:
+    def _make_reserved(self, s: Session, job: JobRecord, now: float) -> None:
         job.state = RESERVED
         job_id = job.id
         deadline = job.deadline_at = now + job.ttr
@@ -102,13 +102,13 @@ class JobStates:
         if len(ttrs) > 2 * self.reserved_count + 32:
             self.ttr_heap = self._live_deadlines(ttrs, RESERVED)
 
-    def _touch_deadline(self, s: Session, job: Job, deadline: float) -> None:
+    def _touch_deadline(self, s: Session, job: JobRecord, deadline: float) -> None:
         job.deadline_at = deadline
         heappush(self.ttr_heap, (deadline, job.id, s))
         if len(s.reserved) > 1:
             heappush(s.ttr_heap, (deadline, job.id))
 
-    def _detach(self, job: Job, s: Optional[Session] = None) -> None:
+    def _detach(self, job: JobRecord, s: Optional[Session] = None) -> None:
         """Take ``job`` out of its state; ``s`` holds it if it is reserved."""
         state = job.state
         t = job.tube
@@ -131,16 +131,16 @@ class JobStates:
             self.buried_count -= 1
         job.state = INVALID
 
-    def _unreserve_counts(self, job: Job) -> None:
+    def _unreserve_counts(self, job: JobRecord) -> None:
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
 
-    def _kick(self, job: Job) -> None:
+    def _kick(self, job: JobRecord) -> None:
         self._detach(job)
         job.count(KICKS)
         self._make_ready(job)
 
-    def _take_ready(self, t: Tube) -> Optional[Job]:
+    def _take_ready(self, t: MemoryTube) -> Optional[JobRecord]:
         """Take the best ready job of ``t`` out of the ready state."""
         job = t.ready_top(True)
         if job is not None:
@@ -159,7 +159,7 @@ class JobStates:
         heapq.heapify(live)
         return live
 
-    def _delayed_top(self, heap: List[Tuple[float, int]]) -> Optional[Job]:
+    def _delayed_top(self, heap: List[Tuple[float, int]]) -> Optional[JobRecord]:
         jobs = self.jobs
         while heap:
             deadline, job_id = heap[0]
@@ -171,7 +171,7 @@ class JobStates:
 
     # ------------------------------------------------------------- reserve
 
-    def _best_tube(self, s: Session, now: float) -> Optional[Tube]:
+    def _best_tube(self, s: Session, now: float) -> Optional[MemoryTube]:
         """The watched tube whose next ready job is the best (lowest priority,
         then id) among those not paused, or None."""
         if self.held:
@@ -214,7 +214,7 @@ class JobStates:
         self._start_waiting(s, now, timeout)
         return WAITING
 
-    def _serve_waiters(self, t: Tube) -> None:
+    def _serve_waiters(self, t: MemoryTube) -> None:
         now = self._now()
         if self.held or (t.pause and t.unpause_at > now):
             return
@@ -308,7 +308,7 @@ class JobStates:
             if t.waiting:
                 self._serve_waiters(t)
 
-    def _time_out(self, job: Job, s: Session) -> None:
+    def _time_out(self, job: JobRecord, s: Session) -> None:
         try:
             self._journal.job_updated(job, UPDATE_TIMEOUT)
         except JournalError:

@@ -19,14 +19,14 @@ from ..protocol.constants import URGENT_THRESHOLD
 from .job import READY
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .job import Job
+    from .job import JobRecord
     from .session import Session
 
 heappush = heapq.heappush
 heappop = heapq.heappop
 
 
-class Tube:
+class MemoryTube:
     """A named queue; its counters are kept exact by the engine after each step."""
 
     __slots__ = (
@@ -37,7 +37,7 @@ class Tube:
         "unpause_at",
     )
 
-    def __init__(self, name: bytes, jobs: Dict[int, "Job"]) -> None:
+    def __init__(self, name: bytes, jobs: Dict[int, "JobRecord"]) -> None:
         self.name = name
         #: Every job of the engine by id (to tell live bucket entries from stale ones).
         self.jobs = jobs
@@ -55,7 +55,7 @@ class Tube:
         self.delayed: List[Tuple[float, int]] = []
         self.delayed_count = 0
         #: Buried jobs in burial order.
-        self.buried: "OrderedDict[int, Job]" = OrderedDict()
+        self.buried: "OrderedDict[int, JobRecord]" = OrderedDict()
         self.reserved_count = 0
         self.total_jobs = 0
         self.using_count = 0
@@ -70,7 +70,7 @@ class Tube:
 
     # ------------------------------------------------------------ ready jobs
 
-    def push_ready(self, job: "Job") -> None:
+    def push_ready(self, job: "JobRecord") -> None:
         """Count ``job`` (already marked READY) as ready here and give it a
         bucket entry unless its bucket still holds one."""
         pri = job.pri
@@ -88,7 +88,7 @@ class Tube:
         if pri < URGENT_THRESHOLD:
             self.urgent_count += 1
 
-    def ready_top(self, take: bool = False) -> Optional["Job"]:
+    def ready_top(self, take: bool = False) -> Optional["JobRecord"]:
         """The best ready job (lowest priority, then id), dropping stale
         entries on the way; with ``take``, also remove it from the ready
         counts here (the caller changes its state).
@@ -161,17 +161,4 @@ class Tube:
                 and self.job_count == 0)
 
     def __repr__(self) -> str:  # pragma: no cover
-        return f"<Tube {self.name!r}>"
-
-
-def drop_tube(tubes: Dict[bytes, Any], tube_list: List[Any], t: Any) -> None:
-    """Forget tube ``t`` (a :class:`Tube`, or any object with ``name`` and
-    ``index``): out of the name map, and out of the list by moving the last
-    tube into its place, as beanstalkd removes from its tube set; so
-    ``list-tubes`` keeps the reference's order."""
-    del tubes[t.name]
-    last = tube_list.pop()
-    if last is not t:
-        tube_list[t.index] = last
-        last.index = t.index
-    t.index = -1
+        return f"<MemoryTube {self.name!r}>"

@@ -2,8 +2,9 @@
 """An engine backed by PostgreSQL: several twisted-stalk nodes serve one replicated queue.
 
 Imported only when the server is given ``--engine`` (the in-memory server
-never loads it or its driver).  :func:`open_engine` builds a node's engine
-from an ``--engine`` value: it creates or migrates the schema, registers the
+never loads it or its driver).  :func:`open_url` is its opener for
+``twisted_stalk.engines`` (``postgresql://`` URLs); :func:`open_node` builds
+a node's engine from an ``--engine`` value: it creates or migrates the schema, registers the
 node (both blocking, at startup), then connects without blocking the reactor.
 docs/ha.md describes the architecture and its guarantees.
 """
@@ -11,15 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..core.engine import EngineError
 from ..core.facts import Facts
 
 
 #: -b with --engine: the one message stalkd and twistd give for it.
 ENGINE_WITH_BINLOG = "--engine and -b/--binlog-dir do not go together: the database is the persistence"
-
-
-class EngineError(Exception):
-    """The engine cannot start: a bad ``--engine`` value, no driver, an unusable database."""
 
 
 def driver_problem() -> Optional[str]:
@@ -63,8 +61,16 @@ def cannot_use(error: BaseException, config: Any) -> str:
     return f"--engine: cannot use the database: {one_line(error)}"
 
 
-def open_engine(text: str, reactor: Any, max_job_size: int, facts: Optional[Facts] = None,
-                start: bool = True) -> Any:
+def open_url(url: str, settings: Any) -> Any:
+    """The opener of ``postgresql://`` engines (``twisted_stalk.engines``):
+    :func:`open_node` with the server's settings; there is no binlog."""
+    if settings.options.get("binlog-dir"):
+        raise EngineError(ENGINE_WITH_BINLOG)
+    return open_node(url, settings.reactor, settings.max_job_size, settings.process_facts())
+
+
+def open_node(text: str, reactor: Any, max_job_size: int, facts: Optional[Facts] = None,
+              start: bool = True) -> Any:
     """A registered :class:`~.engine.PgEngine` for the ``--engine`` value ``text``."""
     problem = driver_problem()
     if problem:
@@ -115,4 +121,5 @@ def init_schema(text: str) -> str:
     return f"schema {config.schema}: version {found} -> {now}"
 
 
-__all__ = ["ENGINE_WITH_BINLOG", "EngineError", "driver_problem", "init_schema", "one_line", "open_engine"]
+__all__ = ["ENGINE_WITH_BINLOG", "EngineError", "driver_problem", "init_schema", "one_line", "open_node",
+           "open_url"]

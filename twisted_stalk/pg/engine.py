@@ -31,6 +31,10 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from ..core.counters import (
+    BURY, DELETE, KICK, PAUSE_TUBE, PEEK, PEEK_BURIED, PEEK_DELAYED, PEEK_READY, RELEASE,
+    RESERVE, RESERVE_WITH_TIMEOUT, TOUCH,
+)
 from ..core.facts import Facts
 from ..core.job import STATE_BY_NAME
 from ..core.journal import NullJournal
@@ -39,8 +43,6 @@ from ..core.outcomes import (
     BAD_FORMAT,
     BURIED,
     DELETED,
-    DRAINING,
-    EXPECTED_CRLF,
     KICKED,
     NOT_FOUND,
     PAUSED,
@@ -64,7 +66,6 @@ from .waiting import PgSession, Reserving
 
 log = Logger(namespace="twisted_stalk.pg")
 
-_CRLF = b"\r\n"
 #: Job ids are bigints: a larger id (the protocol allows up to 2**64 - 1) names no job.
 _MAX_ID = 2**63 - 1
 
@@ -82,7 +83,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         self._now = reactor.seconds
         self.config = config
         self.max_job_size = max_job_size
-        #: Set by ``--max-memory`` (server/limits.py) but not applied: job
+        #: Set by ``--max-memory`` (``limit_memory``) but not applied: job
         #: bodies are stored by the database (docs/compat.md); see :meth:`memory`.
         self.max_memory = 0
         self.facts = facts or Facts(reactor.seconds())
@@ -105,6 +106,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         self._next_conn = 0
         self.job_timeouts = 0
         self.total_jobs = 0
+        self._epoch = 0
         self._init_tubes()
         self._init_upkeep()
         self._puts = Batcher(reactor, self._put_many, after=self._deliver_handoffs)
@@ -185,13 +187,9 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     # ------------------------------------------------------------ put
 
     def put(self, s: PgSession, pri: int, delay: int, ttr: int, body: bytes) -> Any:
-        self.cmd_counts["put"] += 1
-        if not s.is_producer:
-            self._set_producer(s)
-        if body[-2:] != _CRLF:
-            return self._refused(EXPECTED_CRLF)
-        if self.draining:
-            return self._refused(DRAINING)
+        refused = self._put_refused(s, body)
+        if refused is not None:
+            return self._refused(refused)
         t = s.use
         d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2]))
 
@@ -272,11 +270,11 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     # ------------------------------------------------------------ reserves
 
     def reserve(self, s: PgSession) -> Any:
-        self.cmd_counts["reserve"] += 1
+        self.cmd_counts[RESERVE] += 1
         return self._reserve(s, None)
 
     def reserve_with_timeout(self, s: PgSession, timeout: int) -> Any:
-        self.cmd_counts["reserve-with-timeout"] += 1
+        self.cmd_counts[RESERVE_WITH_TIMEOUT] += 1
         return self._reserve(s, None if timeout < 0 else timeout)
 
     def reserve_job(self, s: PgSession, job_id: int) -> Any:
@@ -295,7 +293,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     # ------------------------------------------------------------ the holder's commands
 
     def delete(self, s: PgSession, job_id: int) -> Any:
-        self.cmd_counts["delete"] += 1
+        self.cmd_counts[DELETE] += 1
         if job_id > _MAX_ID:
             return NOT_FOUND
         since = self._epoch
@@ -366,7 +364,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return d.addCallbacks(done, self._internal_error)
 
     def release(self, s: PgSession, job_id: int, pri: int, delay: int) -> Any:
-        self.cmd_counts["release"] += 1
+        self.cmd_counts[RELEASE] += 1
 
         def released(row: Any) -> Outcome:
             s.reserved.pop(job_id, None)
@@ -378,7 +376,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return self._holder_statement(s, job_id, "release", [pri, delay], released)
 
     def bury(self, s: PgSession, job_id: int, pri: int) -> Any:
-        self.cmd_counts["bury"] += 1
+        self.cmd_counts[BURY] += 1
 
         def buried(row: Any) -> Outcome:
             s.reserved.pop(job_id, None)
@@ -386,7 +384,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return self._holder_statement(s, job_id, "bury", [pri], buried)
 
     def touch(self, s: PgSession, job_id: int) -> Any:
-        self.cmd_counts["touch"] += 1
+        self.cmd_counts[TOUCH] += 1
 
         def touched(row: Any) -> Outcome:
             job = s.reserved.get(job_id)
@@ -401,7 +399,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     # ------------------------------------------------------------ kicks
 
     def kick(self, s: PgSession, bound: int) -> Any:
-        self.cmd_counts["kick"] += 1
+        self.cmd_counts[KICK] += 1
         name = s.use.name
 
         def kicked(rows: Any) -> int:
@@ -433,21 +431,21 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return self.db.execute(name, params).addCallbacks(found, self._internal_error)
 
     def peek(self, s: PgSession, job_id: int) -> Any:
-        self.cmd_counts["peek"] += 1
+        self.cmd_counts[PEEK] += 1
         if job_id > _MAX_ID:
             return NOT_FOUND
         return self._peek("peek", [job_id])
 
     def peek_ready(self, s: PgSession) -> Any:
-        self.cmd_counts["peek-ready"] += 1
+        self.cmd_counts[PEEK_READY] += 1
         return self._peek("peek_ready", [s.use.name])
 
     def peek_delayed(self, s: PgSession) -> Any:
-        self.cmd_counts["peek-delayed"] += 1
+        self.cmd_counts[PEEK_DELAYED] += 1
         return self._peek("peek_delayed", [s.use.name])
 
     def peek_buried(self, s: PgSession) -> Any:
-        self.cmd_counts["peek-buried"] += 1
+        self.cmd_counts[PEEK_BURIED] += 1
         return self._peek("peek_buried", [s.use.name])
 
     def job(self, job_id: int) -> Any:
@@ -461,7 +459,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     # ------------------------------------------------------------ pause
 
     def pause_tube(self, s: PgSession, name: bytes, delay: int) -> Any:
-        self.cmd_counts["pause-tube"] += 1
+        self.cmd_counts[PAUSE_TUBE] += 1
         if not valid_tube_name(name):
             return BAD_FORMAT
         d = self._tube_exists(name)
@@ -560,7 +558,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return d.addCallbacks(found, self._internal_error)
 
     def _listed(self, row: Any) -> Any:
-        """A Job for a console listing: (JOB columns..., state, delay, age)."""
+        """A JobRecord for a console listing: (JOB columns..., state, delay, age)."""
         job = self._job(row)
         now = self._now()
         job.state, job.delay = row[6], row[7]

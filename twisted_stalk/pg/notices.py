@@ -14,12 +14,14 @@ understand, which a node ignores):
 - :class:`NodeHere` ``h <node>``: a node has come (or its LISTEN came back).
 
 Tube names cannot hold spaces (``protocol.commands.valid_tube_name``), so a
-space separates the fields.
+space separates the fields.  The ``put_many`` statement sends its
+:class:`JobsReady` notices itself (pg/sql.py), through SQL's ``format()``
+with :attr:`JobsReady.FORMAT`, the same text this module encodes with.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,12 @@ class JobsReady:
     tube: bytes
     count: int
 
+    #: The wire form's format, as both Python's ``%`` and SQL's ``format()``
+    #: read it (``%s`` only): node, tube, count.
+    FORMAT: ClassVar[str] = "r %s %s %s"
+
     def encode(self) -> str:
-        return "r %d %s %d" % (self.node, self.tube.decode("ascii"), self.count)
+        return self.FORMAT % (self.node, self.tube.decode("ascii"), self.count)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Dict
 
+from .notices import JobsReady
 from .schema import quoted
 
 #: Session settings of the statement connections (made before preparing).
@@ -52,7 +53,7 @@ _GIVE_UP = """
             RETURNING j.tube)
         SELECT tube FROM back"""
 
-#: Columns that make a Job, in order (see engine._job).
+#: Columns that make a JobRecord, in order (see engine._job).
 JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
 
 STATEMENTS: Dict[str, str] = {
@@ -98,7 +99,7 @@ STATEMENTS: Dict[str, str] = {
                    CASE WHEN h.id IS NOT NULL THEN 1 ELSE 0 END, x.body
             FROM x CROSS JOIN c LEFT JOIN h ON h.id = x.id),
         told AS (
-            SELECT pg_notify($8::text, format('r %s %s %s', $7::bigint, x.tube, count(*)))
+            SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, x.tube, count(*)))
             FROM x LEFT JOIN h ON h.id = x.id
             WHERE $8::text IS NOT NULL AND x.delay = 0 AND h.id IS NULL
             GROUP BY x.tube)

@@ -20,7 +20,7 @@ from typing import Any, List
 
 from twisted.internet import defer
 
-from ..core.inspection import server_stat_pairs
+from ..core.counters import LIST_TUBES, STATS, STATS_JOB, STATS_TUBE
 from ..core.job import STATE_NAMES
 from ..core.outcomes import INTERNAL_ERROR, NOT_FOUND
 from ..core.readmodel import MemoryUse, TubeFigures
@@ -67,7 +67,7 @@ class Stats:
     # ------------------------------------------------------------ the commands
 
     def stats(self, s: Any) -> Any:
-        self.cmd_counts["stats"] += 1
+        self.cmd_counts[STATS] += 1
         db = self.db
         since = self._epoch
         d = gather([
@@ -84,7 +84,7 @@ class Stats:
         return d.addCallbacks(build, self._internal_error)
 
     def stats_tube(self, s: Any, name: bytes) -> Any:
-        self.cmd_counts["stats-tube"] += 1
+        self.cmd_counts[STATS_TUBE] += 1
         db = self.db
         d = gather([db.execute("counts_tube", [name]), self._read_fresh()])
 
@@ -107,11 +107,11 @@ class Stats:
         return d.addCallbacks(build, self._internal_error)
 
     def stats_job(self, s: Any, job_id: int) -> Any:
-        self.cmd_counts["stats-job"] += 1
+        self.cmd_counts[STATS_JOB] += 1
         return self.job_stats(job_id)
 
     def list_tubes(self, s: Any) -> Any:
-        self.cmd_counts["list-tubes"] += 1
+        self.cmd_counts[LIST_TUBES] += 1
         since = self._epoch
         d = gather([self.db.execute("tubes_with_jobs"), self._read_fresh()])
 
@@ -163,7 +163,7 @@ class Stats:
         return self._stat_pairs()
 
     def _stat_pairs(self) -> StatPairs:
-        return server_stat_pairs(self, self.counts, self.journal.stats(), self._sum)
+        return self._server_stat_pairs(self.counts, self.journal.stats(), self._sum)
 
     def job_stats(self, job_id: int) -> Any:
         """A job's stats pairs, read from the database (a Deferred)."""

@@ -9,8 +9,9 @@ tube holds jobs as far as the node knows (``has_jobs``), and the job counts
 last read for inspection.
 
 :class:`TubeRegistry` (a part of the engine) keeps the node's tube list in
-beanstalkd's order (appended when created, the last one moved into a removed
-tube's place) and drops a tube when nothing keeps it: no job in the database
+beanstalkd's order (the base's registry, ``core.sessions``: appended when
+created, the last one moved into a removed tube's place) and drops a tube when
+nothing keeps it: no job in the database
 and no session of any node using or watching it.  With one node this is
 exactly beanstalkd's rule, because every job went through that node; with
 several, a tube emptied through another node is dropped here at the next
@@ -22,8 +23,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Optional, Set
 
-from ..core.tube import drop_tube
-from ..protocol.constants import DEFAULT_TUBE
 
 
 class NodeTube:
@@ -84,20 +83,9 @@ class TubeRegistry:
     tube_list: List[NodeTube]
     _epoch: int
 
-    def _init_tubes(self) -> None:
-        self.tubes = {}
-        self.tube_list = []
-        self._epoch = 0
-        self.default_tube = self.tube(DEFAULT_TUBE)
-
-    def tube(self, name: bytes) -> NodeTube:
-        """The tube called ``name``, created (at the end of the list) if needed."""
-        t = self.tubes.get(name)
-        if t is None:
-            t = self.tubes[name] = NodeTube(name)
-            t.index = len(self.tube_list)
-            self.tube_list.append(t)
-        return t
+    def new_tube(self, name: bytes) -> NodeTube:
+        """A tube new to this node (the base keeps the registry: core/sessions.py)."""
+        return NodeTube(name)
 
     def _has_jobs(self, t: NodeTube) -> None:
         """The database holds jobs of ``t`` (a put through this node, a job seen)."""
@@ -105,15 +93,6 @@ class TubeRegistry:
         t.has_jobs = True
         t.unsure = False
         t.seen = self._epoch
-
-    def drop_tube_if_unused(self, t: NodeTube) -> None:
-        """Forget tube ``t`` if nothing keeps it (never ``default``)."""
-        if t.unused and t is not self.default_tube and t.index >= 0:
-            drop_tube(self.tubes, self.tube_list, t)
-            self._tube_dropped(t)
-
-    def _tube_dropped(self, t: NodeTube) -> None:
-        """Hook: a tube left this node's list (the engine forgets its pause)."""
 
     def _settle(self, name: bytes, jobs: bool) -> None:
         """A look at the database found tube ``name`` holds ``jobs``: an

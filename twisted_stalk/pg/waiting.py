@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from ..core.job import READY, RESERVED, Job
+from ..core.job import READY, RESERVED, JobRecord
 from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
 from ..core.session import Session
 from ..protocol.constants import SAFETY_MARGIN
@@ -71,7 +71,7 @@ class Reserving:
         d = self._take(s, marks)
 
         def taken(job: Any) -> Any:
-            if job is INTERNAL_ERROR or isinstance(job, Job):
+            if job is INTERNAL_ERROR or isinstance(job, JobRecord):
                 return job
             return self._no_job(s, timeout, deadline_soon, marks)
         return d.addCallback(taken)
@@ -104,7 +104,7 @@ class Reserving:
         return True
 
     def _take(self, s: PgSession, marks: List[int]) -> defer.Deferred:
-        """Run the reserve statement for ``s``: a Job (now held by ``s``),
+        """Run the reserve statement for ``s``: a JobRecord (now held by ``s``),
         None, or INTERNAL_ERROR.  ``marks``: each watched tube's ``events``
         as the statement goes out."""
         s.attempting = True
@@ -156,7 +156,7 @@ class Reserving:
         self._hold(s, job, row[5])
         return job
 
-    def _hold(self, s: PgSession, job: Job, left: float) -> None:
+    def _hold(self, s: PgSession, job: JobRecord, left: float) -> None:
         """Record locally that ``s`` holds ``job`` for ``left`` more seconds."""
         deadline = self._now() + left
         job.state = RESERVED
@@ -189,7 +189,7 @@ class Reserving:
         watched = list(s.watch)
 
         def done(job: Any) -> None:
-            if isinstance(job, Job):
+            if isinstance(job, JobRecord):
                 if not self._woken(s, job):
                     return
                 self.wakeups.append((s, job))
@@ -201,7 +201,7 @@ class Reserving:
                 self._attempt(s)
         self._take(s, marks).addCallback(done)
 
-    def _woken(self, s: PgSession, job: Job) -> bool:
+    def _woken(self, s: PgSession, job: JobRecord) -> bool:
         """``s`` got ``job`` for its waiting reserve: True if it still waits
         (its wait ends), else the job goes back (the wait ended meanwhile)."""
         if not s.waiting:
@@ -264,7 +264,7 @@ class Reserving:
             self._handoffs = []
             self._deliver()
 
-    def _unreserve(self, s: PgSession, job: Job) -> None:
+    def _unreserve(self, s: PgSession, job: JobRecord) -> None:
         """Give back a job a reserve got for a session that no longer waits."""
         s.reserved.pop(job.id, None)
         self.db.execute("unreserve", [job.id, self.node_id, s.conn_id]).addCallbacks(
@@ -284,9 +284,9 @@ class Reserving:
         for name, n in counts.items():
             self._ready_by_name(name, n)
 
-    def _job(self, row: Tuple[Any, ...]) -> Job:
-        """A Job from (id, body, ttr, pri, tube, ...) (the body gets its CRLF)."""
-        job = Job.__new__(Job)
+    def _job(self, row: Tuple[Any, ...]) -> JobRecord:
+        """A JobRecord from (id, body, ttr, pri, tube, ...) (the body gets its CRLF)."""
+        job = JobRecord.__new__(JobRecord)
         job.id = row[0]
         job.body = row[1] + b"\r\n"
         job.ttr = row[2]

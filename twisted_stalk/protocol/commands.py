@@ -58,7 +58,9 @@ class CommandSpec:
     a line (``match``), whether a body follows it (``has_body``), whether it
     can wait (``blocks``), whether ``stats`` counts it (``counted``), its
     replies and what the data block of its success reply holds
-    (``reply_body``).
+    (``reply_body``), whether it hands out a job (``reserves``), whether it
+    only reads the queue (``read_only``) and where ``help`` lists it
+    (``help_group``).
     """
 
     name: str
@@ -84,6 +86,14 @@ class CommandSpec:
     #: True for our server's extension verbs (``--extensions``), which are
     #: not part of beanstalkd's protocol.
     extension: bool = False
+    #: True when a success hands a job to the connection (a reservation): a
+    #: client sends these on a connection that may hold it.
+    reserves: bool = False
+    #: True when it only reads the queue (not the connection's own state) and
+    #: changes nothing: the shell may send it to every server of a list.
+    read_only: bool = False
+    #: The group ``help`` lists a stock command in (the shell's help.GROUP_TITLES).
+    help_group: str = ""
 
     @property
     def method(self) -> str:
@@ -110,65 +120,74 @@ _TTR = Arg("ttr", "seconds", "seconds a worker may hold the job (time to run); 0
 _TUBE = Arg("tube", "tube", "tube name: up to 200 of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with -")
 _JOB = ("RESERVED <id> <bytes>",)
 
+#: The groups of ``help``.
+_PRODUCER, _WORKER, _INSPECT = "Producer", "Worker", "Inspect and manage"
+
 #: The stock commands, in beanstalkd's order of the ``cmd-*`` stats counters
 #: (the three commands without a counter follow their siblings).
 COMMANDS: Tuple[CommandSpec, ...] = (
     CommandSpec("put", (_PRI, _DELAY, _TTR, Arg("bytes", "bytes", "body length in bytes")),
                 "Insert a job into the tube in use; the body follows on the next line.",
                 ("INSERTED <id>", "BURIED <id>", "EXPECTED_CRLF", "JOB_TOO_BIG", "DRAINING"),
-                has_body=True, match=b"put "),
+                has_body=True, match=b"put ", help_group=_PRODUCER),
     CommandSpec("peek", (_ID,), "Show a job by id.", ("FOUND <id> <bytes>", "NOT_FOUND"),
-                match=b"peek ", reply_body="job"),
+                match=b"peek ", reply_body="job", help_group=_INSPECT, read_only=True),
     CommandSpec("peek-ready", (), "Show the next ready job in the tube in use.",
-                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-ready", reply_body="job"),
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-ready", reply_body="job",
+                help_group=_INSPECT, read_only=True),
     CommandSpec("peek-delayed", (), "Show the delayed job with the shortest delay left in the tube in use.",
-                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-delayed", reply_body="job"),
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-delayed", reply_body="job",
+                help_group=_INSPECT, read_only=True),
     CommandSpec("peek-buried", (), "Show the next buried job in the tube in use.",
-                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-buried", reply_body="job"),
+                ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-buried", reply_body="job",
+                help_group=_INSPECT, read_only=True),
     CommandSpec("reserve", (), "Wait for and reserve a ready job from the watched tubes.",
                 _JOB + ("DEADLINE_SOON", "TIMED_OUT"), blocks=True, match=b"reserve",
-                reply_body="job"),
+                reply_body="job", help_group=_WORKER, reserves=True),
     CommandSpec("reserve-with-timeout", (Arg("seconds", "timeout", "seconds to wait; 0 answers at once"),),
                 "Reserve a job, waiting at most the given number of seconds.",
                 _JOB + ("DEADLINE_SOON", "TIMED_OUT"), blocks=True,
-                match=b"reserve-with-timeout ", reply_body="job"),
+                match=b"reserve-with-timeout ", reply_body="job",
+                help_group=_WORKER, reserves=True),
     CommandSpec("reserve-job", (_ID,), "Reserve a specific ready, delayed or buried job by id.",
-                _JOB + ("NOT_FOUND",), match=b"reserve-job ", counted=False, reply_body="job"),
+                _JOB + ("NOT_FOUND",), match=b"reserve-job ", counted=False, reply_body="job",
+                help_group=_WORKER, reserves=True),
     CommandSpec("delete", (_ID,), "Delete a job (ready, delayed, buried, or reserved by you).",
-                ("DELETED", "NOT_FOUND"), match=b"delete "),
+                ("DELETED", "NOT_FOUND"), match=b"delete ", help_group=_WORKER),
     CommandSpec("release", (_ID, _PRI, _DELAY), "Put a job you reserved back into the ready (or delayed) queue.",
-                ("RELEASED", "BURIED", "NOT_FOUND"), match=b"release "),
+                ("RELEASED", "BURIED", "NOT_FOUND"), match=b"release ", help_group=_WORKER),
     CommandSpec("use", (_TUBE,), "Use a tube for subsequent puts (creating it if needed).",
-                ("USING <tube>",), match=b"use "),
+                ("USING <tube>",), match=b"use ", help_group=_PRODUCER),
     CommandSpec("watch", (_TUBE,), "Add a tube to the watch list for reserve.",
-                ("WATCHING <count>",), match=b"watch "),
+                ("WATCHING <count>",), match=b"watch ", help_group=_WORKER),
     CommandSpec("ignore", (_TUBE,), "Remove a tube from the watch list.",
-                ("WATCHING <count>", "NOT_IGNORED"), match=b"ignore "),
+                ("WATCHING <count>", "NOT_IGNORED"), match=b"ignore ", help_group=_WORKER),
     CommandSpec("bury", (_ID, _PRI), "Bury a job you reserved.", ("BURIED", "NOT_FOUND"),
-                match=b"bury "),
+                match=b"bury ", help_group=_WORKER),
     CommandSpec("kick", (Arg("bound", "bound", "most jobs to kick"),),
                 "Move buried (or, if none, delayed) jobs of the tube in use to ready.",
-                ("KICKED <count>",), match=b"kick "),
+                ("KICKED <count>",), match=b"kick ", help_group=_INSPECT),
     CommandSpec("kick-job", (_ID,), "Move one buried or delayed job to ready.",
-                ("KICKED", "NOT_FOUND"), match=b"kick-job ", counted=False),
+                ("KICKED", "NOT_FOUND"), match=b"kick-job ", counted=False, help_group=_INSPECT),
     CommandSpec("touch", (_ID,), "Ask for more time to work on a job you reserved.",
-                ("TOUCHED", "NOT_FOUND"), match=b"touch "),
+                ("TOUCHED", "NOT_FOUND"), match=b"touch ", help_group=_WORKER),
     CommandSpec("stats", (), "Statistics of the server (YAML).", ("OK <bytes>",), match=b"stats",
-                reply_body="mapping"),
+                reply_body="mapping", help_group=_INSPECT, read_only=True),
     CommandSpec("stats-job", (_ID,), "Statistics of a job (YAML).", ("OK <bytes>", "NOT_FOUND"),
-                match=b"stats-job ", reply_body="mapping"),
+                match=b"stats-job ", reply_body="mapping", help_group=_INSPECT, read_only=True),
     CommandSpec("stats-tube", (_TUBE,), "Statistics of a tube (YAML).", ("OK <bytes>", "NOT_FOUND"),
-                match=b"stats-tube ", reply_body="mapping"),
+                match=b"stats-tube ", reply_body="mapping", help_group=_INSPECT, read_only=True),
     CommandSpec("list-tubes", (), "List all existing tubes (YAML).", ("OK <bytes>",),
-                match=b"list-tubes", reply_body="sequence"),
+                match=b"list-tubes", reply_body="sequence", help_group=_INSPECT, read_only=True),
     CommandSpec("list-tube-used", (), "Show the tube in use.", ("USING <tube>",),
-                match=b"list-tube-used"),
+                match=b"list-tube-used", help_group=_INSPECT),
     CommandSpec("list-tubes-watched", (), "List the watched tubes (YAML).", ("OK <bytes>",),
-                match=b"list-tubes-watched", reply_body="sequence"),
+                match=b"list-tubes-watched", reply_body="sequence", help_group=_INSPECT),
     CommandSpec("pause-tube", (_TUBE, Arg("delay", "seconds", "seconds to pause reserves for")),
                 "Hold back reserves from a tube for some seconds.", ("PAUSED", "NOT_FOUND"),
-                match=b"pause-tube"),
-    CommandSpec("quit", (), "Close the connection.", (), match=b"quit", counted=False),
+                match=b"pause-tube", help_group=_INSPECT),
+    CommandSpec("quit", (), "Close the connection.", (), match=b"quit", counted=False,
+                help_group=_INSPECT),
 )
 
 #: Stock command specs by name.

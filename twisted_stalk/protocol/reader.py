@@ -28,7 +28,7 @@ reply when nothing is expected, a reply line longer than any beanstalk reply
 than :data:`~twisted_stalk.protocol.replies.MAX_REPLY_BODY` or not followed by
 CRLF.  Every later reply would be matched to the wrong command, so the list
 :meth:`~ReplyReader.feed` returns then ends with an
-:class:`~twisted_stalk.protocol.replies.UnexpectedReply` (a value, after the
+:class:`~twisted_stalk.protocol.replies.ReplyOutOfStep` (a value, after the
 replies decoded before it) and the reader takes no more input until
 :meth:`~ReplyReader.reset`: the caller drops the connection.
 
@@ -52,13 +52,13 @@ from .replies import (
     MAX_REPLY_BODY,
     MAX_REPLY_LINE,
     Reply,
-    UnexpectedReply,
+    ReplyOutOfStep,
     decode_body,
     decode_reply,
     decode_shape,
 )
 
-#: Why a reader went out of step (:attr:`UnexpectedReply.why`), for the
+#: Why a reader went out of step (:attr:`ReplyOutOfStep.why`), for the
 #: framing errors.
 LINE_TOO_LONG = "reply line too long"
 BODY_NOT_CRLF = "data block not followed by CRLF"
@@ -67,7 +67,7 @@ NOTHING_EXPECTED = "no command is waiting for a reply"
 
 #: What :meth:`ReplyReader.feed` returns: the replies decoded, possibly ended
 #: by the error that put the stream out of step.
-Decoded = List[Union[Reply, UnexpectedReply]]
+Decoded = List[Union[Reply, ReplyOutOfStep]]
 
 _new_reply = tuple.__new__
 
@@ -106,7 +106,7 @@ class ReplyReader:
         self._head: Optional[Reply] = None
         self._need = 0
         #: The error that put the stream out of step (None while in step).
-        self.error: Optional[UnexpectedReply] = None
+        self.error: Optional[ReplyOutOfStep] = None
 
     @property
     def pending(self) -> int:
@@ -132,7 +132,7 @@ class ReplyReader:
         """Take the bytes that arrived; return the replies they complete, in
         order, each with its data block and value.
 
-        The list ends with an :class:`UnexpectedReply` if the stream went out
+        The list ends with an :class:`ReplyOutOfStep` if the stream went out
         of step; feeding an out-of-step reader raises that error again.
         """
         self.receive(data)
@@ -163,11 +163,11 @@ class ReplyReader:
             buf += data
         self._pos = 0
 
-    def next_reply(self) -> Union[Reply, UnexpectedReply, None]:
+    def next_reply(self) -> Union[Reply, ReplyOutOfStep, None]:
         """The next reply the bytes received complete, decoded against the
         command expected first; None when more bytes are needed.
 
-        Returns an :class:`UnexpectedReply` (once) when the stream went out
+        Returns an :class:`ReplyOutOfStep` (once) when the stream went out
         of step, and None ever after."""
         buf = self._buf
         pos = self._pos
@@ -198,7 +198,7 @@ class ReplyReader:
         else:
             try:
                 reply = decode_reply(command, line)
-            except UnexpectedReply as e:
+            except ReplyOutOfStep as e:
                 if not self.lenient:
                     return self._fail(command, line, e.why)
                 reply = decode_shape(command, line)
@@ -214,7 +214,7 @@ class ReplyReader:
         self._need = need
         return None
 
-    def _block(self, head: Reply, need: int) -> Union[Reply, UnexpectedReply]:
+    def _block(self, head: Reply, need: int) -> Union[Reply, ReplyOutOfStep]:
         """``head`` with its data block, which the buffer holds."""
         buf = self._buf
         pos = self._pos
@@ -232,9 +232,9 @@ class ReplyReader:
         value = decode_body(head.command, head, body) if head.ok else None
         return _new_reply(Reply, head[:8] + (body, value, head.expected))
 
-    def _fail(self, command: Optional[str], line: bytes, why: str) -> UnexpectedReply:
+    def _fail(self, command: Optional[str], line: bytes, why: str) -> ReplyOutOfStep:
         self.reset()
-        self.error = UnexpectedReply(command, line, why)
+        self.error = ReplyOutOfStep(command, line, why)
         self._expected.clear()
         return self.error
 

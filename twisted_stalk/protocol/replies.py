@@ -19,7 +19,7 @@ This module is shared by the client library and the shell.  Like the rest of
     value = decode_body("reserve", reply, b"hello")  # (3, b"hello")
     decode_reply("bury", b"NOT_FOUND").error()       # NotFound(...)
 
-A line that is not one of the command's replies raises :class:`UnexpectedReply`:
+A line that is not one of the command's replies raises :class:`ReplyOutOfStep`:
 a client must then drop the connection, because every later reply would be
 matched to the wrong command.
 
@@ -185,7 +185,7 @@ class NotIgnored(ReplyError):
     meaning = "you cannot ignore the only tube you watch"
 
 
-class UnexpectedReply(BeanstalkError):
+class ReplyOutOfStep(BeanstalkError):
     """A reply that is not one of the replies of the command it answers.
 
     :ivar command: the command at the head of the queue (None if there was none).
@@ -255,13 +255,13 @@ class Reply(NamedTuple):
 
     def error(self) -> BeanstalkError:
         """The exception for an error reply (``ok`` is False): the
-        :class:`ReplyError` of its word, or :class:`UnexpectedReply` for a
+        :class:`ReplyError` of its word, or :class:`ReplyOutOfStep` for a
         line that is no reply of its command."""
         if self.ok:
             raise ValueError(f"{self.word} is the success reply of {self.command}")
         cls = ERRORS.get(self.word) if self.expected else None
         if cls is None:
-            return UnexpectedReply(self.command or None, self.line)
+            return ReplyOutOfStep(self.command or None, self.line)
         return cls(self.command, self.line)
 
 
@@ -271,7 +271,7 @@ _new_reply = tuple.__new__
 def _digits(name: str, line: bytes, text: bytes, kind: str) -> int:
     if text.isdigit() and len(text) <= 20:  # bytes.isdigit is ASCII-only
         return int(text)
-    raise UnexpectedReply(name, line, f"<{kind}> is not a number")
+    raise ReplyOutOfStep(name, line, f"<{kind}> is not a number")
 
 
 # The parsers of the reply patterns.  A success reply's value is set here
@@ -296,7 +296,7 @@ def _count_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]
 def _body_length(name: str, line: bytes, text: bytes) -> int:
     value = _digits(name, line, text, "bytes")
     if value > MAX_REPLY_BODY:
-        raise UnexpectedReply(name, line, "data block too large")
+        raise ReplyOutOfStep(name, line, "data block too large")
     return value
 
 
@@ -314,7 +314,7 @@ def _id_bytes_fields(name: str, word: str, ok: bool, line: bytes,
 
 def _tube_field(name: str, word: str, ok: bool, line: bytes, parts: List[bytes]) -> Reply:
     if not valid_tube_name(parts[1]):
-        raise UnexpectedReply(name, line, "bad tube name")
+        raise ReplyOutOfStep(name, line, "bad tube name")
     tube = parts[1].decode("ascii")
     return _new_reply(Reply, (name, word, ok, line, None, None, tube, None, None,
                               tube if ok else None, True))
@@ -409,23 +409,23 @@ def success_reply(command: Union[str, CommandSpec]) -> Optional[str]:
 def decode_reply(command: Union[str, CommandSpec], line: bytes) -> Reply:
     """Classify ``line`` (without CRLF) as a reply to ``command``.
 
-    Returns a :class:`Reply`; raises :class:`UnexpectedReply` when the line is
+    Returns a :class:`Reply`; raises :class:`ReplyOutOfStep` when the line is
     not one of the command's replies (unknown word, wrong argument count,
     non-numeric id/count/length, bad tube name, absurd body length).
     """
     name = command if type(command) is str else command.name  # type: ignore[union-attr]
     table = _TABLES.get(name)  # type: ignore[arg-type]
     if table is None:
-        raise UnexpectedReply(name, line, "unknown command")  # type: ignore[arg-type]
+        raise ReplyOutOfStep(name, line, "unknown command")  # type: ignore[arg-type]
     if type(line) is not bytes:
         line = bytes(line)
     parts = line.split(b" ")
     entry = table.get(parts[0])
     if entry is None:
-        raise UnexpectedReply(name, line)  # type: ignore[arg-type]
+        raise ReplyOutOfStep(name, line)  # type: ignore[arg-type]
     word, ok, nfields, parse = entry
     if len(parts) - 1 != nfields:
-        raise UnexpectedReply(name, line, "wrong number of fields")  # type: ignore[arg-type]
+        raise ReplyOutOfStep(name, line, "wrong number of fields")  # type: ignore[arg-type]
     return parse(name, word, ok, line, parts)
 
 
@@ -471,7 +471,7 @@ def decode_body(command: Union[str, CommandSpec], reply: Reply,
 __all__ = [
     "BeanstalkError", "ReplyError", "NotFound", "Buried", "DeadlineSoon", "TimedOut",
     "Draining", "JobTooBig", "ExpectedCRLF", "BadFormat", "UnknownCommand", "OutOfMemory",
-    "InternalError", "NotIgnored", "UnexpectedReply", "ERRORS", "ERROR_WORDS", "GENERIC_ERRORS",
+    "InternalError", "NotIgnored", "ReplyOutOfStep", "ERRORS", "ERROR_WORDS", "GENERIC_ERRORS",
     "Reply", "decode_reply", "decode_body", "decode_shape", "success_reply", "MAX_REPLY_LINE", "MAX_REPLY_BODY",
     "EXTENSION_COMMANDS", "EXTENSION_BY_NAME", "command_spec",
 ]

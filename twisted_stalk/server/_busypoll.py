@@ -66,15 +66,4 @@ def spin(poll: Callable[[float, int], Events], window: float, maxevents: int) ->
         sched_yield()
 
 
-def enable(reactor: Any, window: float) -> bool:
-    """Give ``reactor`` a busy-poll window of ``window`` seconds; True if its
-    main loop will use it (only the lean loop does; Twisted's own reactor,
-    or a test's ``Clock``, is left as it is)."""
-    from .reactor import LeanEPollReactor
-    if not isinstance(reactor, LeanEPollReactor):
-        return False
-    reactor.busy_poll = window
-    return bool(window)
-
-
-__all__ = ["ENV", "MAX_WINDOW_US", "enable", "spin", "window_from"]
+__all__ = ["ENV", "MAX_WINDOW_US", "spin", "window_from"]

@@ -1,6 +1,7 @@
 # -*- test-case-name: tests.test_wire -*-
 """The server factory: owns the engine, its one timer, the connections, and the
-delivery of wake-ups."""
+delivery of wake-ups.  It takes an engine already built (``twisted_stalk.engines``
+chooses and builds one): which engine serves is no concern of the server."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Set
@@ -9,13 +10,9 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
-from .. import PROTOCOL_VERSION
-from ..core import MemoryEngine
 from ..core.engine import Engine
 from ..core.session import Session
-from ..protocol.constants import DEFAULT_MAX_JOB_SIZE
 from . import _fastio
-from .facts import ProcessFacts
 from .peers import ConnectionFacts, facts_of, peer_text
 from .protocol import RENDER, BeanstalkServerProtocol
 from .render import render_table
@@ -40,13 +37,9 @@ class BeanstalkServerFactory(Factory):
     #: :class:`~twisted_stalk.server.limits.ConnectionLimit`, None when unlimited.
     connection_limit = None
 
-    def __init__(self, reactor: IReactorTime, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
-                 journal=None, engine: Optional[Engine] = None,
-                 version: str = PROTOCOL_VERSION, max_memory: int = 0) -> None:
+    def __init__(self, reactor: IReactorTime, engine: Engine) -> None:
         self.reactor = reactor
-        self.engine: Engine = engine or MemoryEngine(
-            reactor, max_job_size=max_job_size, journal=journal,
-            facts=ProcessFacts(version, reactor.seconds()), max_memory=max_memory)
+        self.engine = engine
         #: An engine that queues wake-ups outside a command calls this.
         self.engine.notify = self.after_input
         self.connections: Set[BeanstalkServerProtocol] = set()

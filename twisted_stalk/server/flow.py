@@ -29,7 +29,8 @@ from typing import Any, Callable, Deque, List, Optional
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from ..core.job import Job
+from ..core.engine import Engine
+from ..core.job import JobRecord
 from ..core.outcomes import WAITING
 from ..protocol.constants import INTERNAL_ERROR
 from .render import LINES, job_reply
@@ -46,7 +47,7 @@ class FlowControl:
     """The hold/resume side of a connection (a part of the server protocol)."""
 
     transport: Any
-    engine: Any
+    engine: Engine
     session: Any
     _buf: bytes
 
@@ -69,11 +70,11 @@ class FlowControl:
         self._pipelined_puts = False
 
     def wake(self, outcome: Any) -> None:
-        """The waiting reserve's result (a Job, TIMED_OUT or DEADLINE_SOON):
+        """The waiting reserve's result (a JobRecord, TIMED_OUT or DEADLINE_SOON):
         the factory delivers it after the reply of the command that caused it."""
         if self._closing:
             return
-        self._send(job_reply(b"RESERVED", outcome) if outcome.__class__ is Job
+        self._send(job_reply(b"RESERVED", outcome) if outcome.__class__ is JobRecord
                    else LINES[outcome])
         self._unblock()
 

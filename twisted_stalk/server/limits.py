@@ -11,7 +11,7 @@ Everything here is installed at start and costs nothing per command:
   is a connection that waited in the listen backlog for longer than
   ``--max-connections-wait`` (:class:`BacklogWait`): a short burst waits for a
   place, a client that would wait for hours sees its connection closed;
-* the memory limit is the engine's ``max_memory``: the engine counts the
+* the memory limit is the engine's (``Engine.limit_memory``): the engine counts the
   bytes of stored bodies (``job_bytes``) and answers a put that would take
   that count over the limit with ``OUT_OF_MEMORY``;
 * :func:`raise_open_file_limit` lifts ``RLIMIT_NOFILE`` to the hard limit (or
@@ -410,7 +410,7 @@ def install_connection_limit(factory, maximum: int, clock, explicit: bool = True
 def install_memory_limit(factory, max_bytes: int) -> None:
     """Make put answer OUT_OF_MEMORY once stored job bytes would exceed
     ``max_bytes`` (0: no limit).  The engine counts stored bytes always."""
-    factory.engine.max_memory = max(0, max_bytes)
+    factory.engine.limit_memory(max_bytes)
 
 
 def memory_limit_of(factory) -> int:

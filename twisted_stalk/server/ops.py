@@ -27,44 +27,23 @@ from twisted.logger import Logger
 
 from ..wording import counted
 
+from ..core.engine import Engine
 from . import _busypoll, admin, limits
+from .reactor import enable_busy_poll
 from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
 
 log = Logger(namespace="twisted_stalk.ops")
 
 
-def make_factory(config, reactor):
-    """The server factory for ``config``: binlog replayed, limits and extensions on."""
+def make_factory(engine: Engine, config, reactor):
+    """The server factory serving ``engine`` (built by ``twisted_stalk.engines``)
+    with ``config``'s limits and extensions on, its timer armed for the
+    deadlines the engine already has (a replayed binlog's delayed jobs)."""
     from .factory import BeanstalkServerFactory
-    journal = None
-    if config.get("binlog-dir"):
-        try:
-            from ..binlog import open_journal  # type: ignore[attr-defined]
-        except ImportError:
-            raise RuntimeError("-b/--binlog-dir: binlog persistence is not available in this build")
-        journal = open_journal(config, reactor)
-    factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
-                                     journal=journal, engine=_engine(config, reactor))
+    factory = BeanstalkServerFactory(reactor, engine)
     configure(factory, config, reactor)  # limits, --max-memory, --extensions
-    if journal is not None:
-        # Replay the binlog into the engine, then arm the timer for the
-        # restored delayed jobs.
-        journal.attach(factory.engine)
-        factory.rearm()
+    factory.rearm()
     return factory
-
-
-def _engine(config, reactor):
-    """The PostgreSQL engine for ``--engine`` (imported only then), or None."""
-    if not config.get("engine"):
-        return None
-    from .. import PROTOCOL_VERSION
-    from ..pg import ENGINE_WITH_BINLOG, open_engine
-    if config.get("binlog-dir"):
-        raise RuntimeError(ENGINE_WITH_BINLOG)
-    from .facts import ProcessFacts
-    return open_engine(str(config["engine"]), reactor, config["max-job-size"],
-                       ProcessFacts(PROTOCOL_VERSION, reactor.seconds()))
 
 
 def enter_drain(factory) -> None:
@@ -111,7 +90,7 @@ def configure(factory, config, clock) -> None:
         limits.install_memory_limit(factory, max_memory)
         log.info("put answers OUT_OF_MEMORY above {n} bytes of stored jobs", n=max_memory)
     window = busy_poll_window(config)
-    if window and _busypoll.enable(clock, window):
+    if window and enable_busy_poll(clock, window):
         log.info("busy poll: up to {usec:.0f} us before each sleep", usec=window * 1e6)
     elif window and IReactorFDSet.providedBy(clock):  # a reactor, not a test's Clock
         log.warn("--busy-poll needs the lean epoll main loop (server/reactor.py); ignored")

@@ -29,7 +29,7 @@ from twisted.protocols.basic import LineReceiver
 from zope.interface import implementer
 
 from ..core.engine import Engine
-from ..core.job import Job
+from ..core.job import JobRecord
 from ..core.outcomes import BAD_FORMAT as BAD_FORMAT_OUTCOME
 from ..core.outcomes import WAITING
 from ..protocol.commands import (
@@ -91,7 +91,7 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         self._journal = self.engine.journal
         self._render = factory.render
         #: The engine answers puts later and lets a connection's puts overlap.
-        self._pipelined_puts = getattr(self.engine, "pipelined_puts", False)
+        self._pipelined_puts = self.engine.pipelined_puts
         self.session = self.engine.open_session(self)
         factory.connection_opened(self)
         transport = self.transport
@@ -416,7 +416,7 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         self._reserve_result(self.engine.reserve_with_timeout(self.session, timeout))
 
     def _reserve_result(self, outcome: Any) -> None:
-        if outcome.__class__ is Job:
+        if outcome.__class__ is JobRecord:
             # _append, inline: pipelined reserves are a hot path.
             out = self._out
             body = outcome.body

@@ -140,4 +140,14 @@ def upgrade(reactor: Any) -> bool:
     return False
 
 
-__all__ = ["ENABLED", "LeanEPollReactor", "compatible", "install", "upgrade"]
+def enable_busy_poll(reactor: Any, window: float) -> bool:
+    """Give ``reactor`` a busy-poll window of ``window`` seconds (see
+    :mod:`._busypoll`); True if its main loop will use it (only the lean loop
+    does; Twisted's own reactor, or a test's ``Clock``, is left as it is)."""
+    if not isinstance(reactor, LeanEPollReactor):
+        return False
+    reactor.busy_poll = window
+    return bool(window)
+
+
+__all__ = ["ENABLED", "LeanEPollReactor", "compatible", "enable_busy_poll", "install", "upgrade"]

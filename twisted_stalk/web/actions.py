@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from ..core import outcomes as o
-from ..core.job import Job
+from ..core.job import JobRecord
 from ..protocol.yaml import as_dict
 from .http import ApiError
 from .tasks import Slicer, Task, answer
@@ -133,11 +133,11 @@ async def bury_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
     buried: List[int] = []
     for job_id in ids:
         job = await answer(engine.job(job_id))
-        if not isinstance(job, Job) or job.state_name == "buried":
+        if not isinstance(job, JobRecord) or job.state_name == "buried":
             task.skipped += 1
             continue
         job = await answer(engine.reserve_job(s, job_id))
-        if not isinstance(job, Job):
+        if not isinstance(job, JobRecord):
             if job is not o.NOT_FOUND:
                 raise _fail(job)
             task.skipped += 1  # gone, or held by a worker
@@ -165,7 +165,7 @@ async def move_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
             continue
         delay = facts["time-left"] if facts["state"] == "delayed" else 0
         job = await answer(engine.reserve_job(s, job_id))
-        if not isinstance(job, Job):
+        if not isinstance(job, JobRecord):
             if job is not o.NOT_FOUND:
                 raise _fail(job)
             task.skipped += 1  # held by a worker
@@ -185,7 +185,7 @@ async def move_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
                    "tube": _name(destination)}
 
 
-async def _put_back(engine, s, job: Job, facts, delay: int) -> None:
+async def _put_back(engine, s, job: JobRecord, facts, delay: int) -> None:
     """Undo a move's reserve-job when the copy could not be put."""
     if facts["state"] == "buried":
         await answer(engine.bury(s, job.id, job.pri))

@@ -24,7 +24,7 @@ from twisted.web.server import NOT_DONE_YET
 from .. import __version__
 from ..core import outcomes as o
 from ..core.engine import JOB_SORTS
-from ..core.job import Job
+from ..core.job import JobRecord
 from ..protocol.commands import valid_tube_name
 from ..protocol.constants import (
     DEFAULT_PUT_DELAY,
@@ -288,7 +288,7 @@ class Api:
                       seconds: int) -> Dict[str, Any]:
         engine = self.engine
         console = self.console
-        found: List[Job] = []
+        found: List[JobRecord] = []
         after: Optional[int] = 0
         span = 4096
         started = time.perf_counter()
@@ -325,7 +325,7 @@ class Api:
         engine = self.engine
         stats = await answer(engine.job_stats(job_id))
         job = await answer(engine.job(job_id))
-        if stats is o.NOT_FOUND or not isinstance(job, Job):
+        if stats is o.NOT_FOUND or not isinstance(job, JobRecord):
             raise ApiError(404, f"no job {job_id}")
         facts = stats_dict(stats)
         holder = None
@@ -348,7 +348,7 @@ class Api:
 
     async def job_body(self, request, identity, job_id: int) -> Tuple[int, Any]:
         job = await answer(self.engine.job(job_id))
-        if not isinstance(job, Job):
+        if not isinstance(job, JobRecord):
             raise ApiError(404, f"no job {job_id}")
         return 200, Raw(job.body[:-2], b"application/octet-stream",
                         b'attachment; filename="job-%d.bin"' % job_id)

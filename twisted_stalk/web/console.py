@@ -60,7 +60,7 @@ class Console:
     async def settled(self) -> None:
         """Wait until the journal has written what the console changed."""
         journal = self.engine.journal
-        if getattr(journal, "pending", False):
+        if journal.pending:
             d: Deferred = Deferred()
             journal.when_settled(lambda: d.callback(None))
             await d

@@ -52,7 +52,7 @@ class Asset(Resource):
     render_HEAD = render_GET
 
 
-class NotFound(Resource):
+class NotFoundPage(Resource):
     isLeaf = True
 
     def render(self, request):
@@ -67,7 +67,7 @@ class Static(Resource):
             self.putChild(name.encode(), Asset(kind, data))
 
     def getChild(self, path, request):
-        return NotFound()
+        return NotFoundPage()
 
 
 class Root(Resource):
@@ -82,7 +82,7 @@ class Root(Resource):
     def getChild(self, path, request):
         if path == b"":
             return self.index
-        return NotFound()
+        return NotFoundPage()
 
 
 def request_limit(max_job_size: int) -> int:

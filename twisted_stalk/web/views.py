@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ..core.engine import Engine
-from ..core.job import DELAYED, RESERVED, STATE_NAMES, Job
+from ..core.job import DELAYED, RESERVED, STATE_NAMES, JobRecord
 from ..core.journal import JournalHealth
 from ..protocol.yaml import as_dict
 from ..server.peers import ConnectionFacts, peer_text
@@ -65,7 +65,7 @@ def _as_text(data: bytes, cut: bool) -> Optional[str]:
     return text
 
 
-def job_summary(job: Job, now: float) -> Dict[str, Any]:
+def job_summary(job: JobRecord, now: float) -> Dict[str, Any]:
     """One row of a list of jobs."""
     state = job.state
     if state in (RESERVED, DELAYED):

@@ -46,7 +46,7 @@ from twisted_stalk.protocol.reader import (
     LINE_TOO_LONG,
     ReplyReader,
 )
-from twisted_stalk.protocol.replies import MAX_REPLY_LINE, Reply, UnexpectedReply
+from twisted_stalk.protocol.replies import MAX_REPLY_LINE, Reply, ReplyOutOfStep
 
 from .errors import ConnectionBroken, ConnectionFailed, oserror_text
 from .target import Target, tls_context
@@ -175,7 +175,7 @@ class Connection:
                 raise self._lose(self._out_of_step(reply))  # type: ignore[arg-type]
             self._replies.append(reply)
 
-    def _out_of_step(self, error: UnexpectedReply) -> str:
+    def _out_of_step(self, error: ReplyOutOfStep) -> str:
         if error.why == LINE_TOO_LONG:
             return (f"{self.target} sent a reply line longer than {MAX_REPLY_LINE} bytes: "
                     "is it a beanstalk server?")

@@ -11,16 +11,12 @@ from twisted_stalk.protocol.commands import command_spec
 from .render import Fragments
 from .request import META_BY_NAME, META_COMMANDS, Extensions, arg_label, offered_extensions, usage
 
-#: How ``help`` groups the stock commands (tests/test_shell_units.py checks
-#: that every command of the table is in one group).
-GROUPS = (
-    ("Producer", ("put", "use")),
-    ("Worker", ("reserve", "reserve-with-timeout", "reserve-job", "delete", "release", "bury",
-                "touch", "watch", "ignore")),
-    ("Inspect and manage", ("peek", "peek-ready", "peek-delayed", "peek-buried", "kick", "kick-job",
-                            "stats-job", "stats-tube", "stats", "list-tubes", "list-tube-used",
-                            "list-tubes-watched", "pause-tube", "quit")),
-)
+#: The groups of ``help``, in its order; each command's is ``help_group`` in
+#: the table (tests/test_shell_units.py checks that every command is in one).
+GROUP_TITLES = ("Producer", "Worker", "Inspect and manage")
+#: The stock commands by group, in the table's order.
+GROUPS = tuple((title, tuple(c.name for c in COMMANDS if c.help_group == title))
+               for title in GROUP_TITLES)
 
 
 #: What ``help`` ends with, a paragraph each.

@@ -110,10 +110,6 @@ def load_config(path: Optional[str] = None) -> Dict[str, str]:
     return dict(cp["stalk"]) if cp.has_section("stalk") else {}
 
 
-def _bool(text: str) -> bool:
-    return text.strip().lower() in ("1", "yes", "true", "on")
-
-
 def put_defaults(config: Dict[str, str]) -> Tuple[int, int, int]:
     from .request import DEFAULT_PUT
     out = []
@@ -123,34 +119,6 @@ def put_defaults(config: Dict[str, str]) -> Tuple[int, int, int]:
             raise UsageError(f"config {key} must be a whole number, got {value!r}")
         out.append(int(value))
     return out[0], out[1], out[2]
-
-
-def resolve_target(args, config: Dict[str, str]):
-    from .target import Target, parse_target
-    text = args.url or args.address or os.environ.get("STALK_ADDRESS") or config.get("address") or ""
-    try:
-        target = parse_target(text) if text else Target()
-    except ValueError as e:
-        raise UsageError(str(e))
-    cert = getattr(args, "cert", None)
-    key = getattr(args, "key", None)
-    if (cert or key) and target.scheme != "tls":
-        raise UsageError("--cert/--key are for TLS: give the server as --url tls:HOST:PORT")
-    if target.scheme == "tls":
-        cafile = args.cafile or config.get("cafile", "")
-        insecure = args.insecure or _bool(config.get("insecure", "no"))
-        cert = cert or config.get("cert", "")
-        key = key or config.get("key", "")
-        if key and not cert:
-            raise UsageError("--key needs --cert (the client certificate)")
-        for what, path in (("certificate", cert), ("key", key), ("CA file", cafile)):
-            if path and not os.path.isfile(os.path.expanduser(path)):
-                raise UsageError(f"no such {what} file: {path}")
-        target = Target("tls", target.host, target.port, insecure=insecure,
-                        cafile=os.path.expanduser(cafile) if cafile else "",
-                        cert=os.path.expanduser(cert) if cert else "",
-                        key=os.path.expanduser(key) if key else "")
-    return target
 
 
 # --------------------------------------------------------------------------
@@ -187,6 +155,7 @@ def _main(argv: List[str]) -> int:
     if args.version:
         print(f"stalk {__version__}")
         return EXIT_OK
+    from .target import config_flag, resolve_target
     config = load_config()
     target = resolve_target(args, config)
     timeout = args.timeout
@@ -202,7 +171,7 @@ def _main(argv: List[str]) -> int:
                 command = [c for c in command if c != flag]
                 args.fmt = args.fmt or flag[2:]
     fmt = args.fmt or ("pretty" if sys.stdout.isatty() else "plain")
-    color = not (args.no_color or os.environ.get("NO_COLOR") or _bool(config.get("no_color", "no")))
+    color = not (args.no_color or os.environ.get("NO_COLOR") or config_flag(config.get("no_color", "no")))
     defaults = put_defaults(config)
 
     from .conn import Connection
@@ -277,6 +246,7 @@ def pager_for(args, config: Dict[str, str]):
 def interactive(args, config: Dict[str, str], target, connect_timeout: float,
                 reply_timeout: float, defaults: Tuple[int, int, int]) -> int:
     from .repl import Shell, history_path, open_history
+    from .target import config_flag
     from .tracked import TrackedConnection
     hist_setting = args.history or config.get("history", "")
     if hist_setting == "off":
@@ -291,8 +261,8 @@ def interactive(args, config: Dict[str, str], target, connect_timeout: float,
     except ValueError:
         raise UsageError("config body_limit must be a whole number")
     shell = Shell(session, history=history, vi=vi, put_defaults=defaults,
-                  pretty_json=_bool(config.get("pretty_json", "yes")),
-                  body_limit=body_limit, wire=args.wire or _bool(config.get("wire", "no")),
+                  pretty_json=config_flag(config.get("pretty_json", "yes")),
+                  body_limit=body_limit, wire=args.wire or config_flag(config.get("wire", "no")),
                   pager=pager_for(args, config))
     if args.tube:
         shell.session.use = args.tube

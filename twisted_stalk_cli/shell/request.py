@@ -54,6 +54,8 @@ from twisted_stalk.protocol.constants import (
     MAX_LINE_CONTENT,
 )
 
+from .toolnames import TOOL_NAMES
+
 #: Default priority, delay and TTR for ``put`` without them (the project's one set).
 DEFAULT_PUT = (DEFAULT_PUT_PRIORITY, DEFAULT_PUT_DELAY, DEFAULT_PUT_TTR)
 
@@ -218,8 +220,7 @@ def current_arg(text: str) -> Tuple[Optional[CommandSpec], Optional[int]]:
 def unknown_command(word: str, extensions: Extensions = ()) -> str:
     """Why ``word`` is not a command, and what to type instead (a tool of
     ``stalk`` that the shell did not run would run from the system shell)."""
-    from .tools import TOOLS  # (here: the tools import this module)
-    if word in TOOLS:
+    if word in TOOL_NAMES:
         return (f"{word!r} is not a beanstalk command but a stalk tool: run "
                 f"`stalk {word}` from your terminal (stalk --help lists the tools)")
     return f"unknown command {word!r}{suggest_command(word, extensions)}"

@@ -26,6 +26,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from twisted_stalk.wording import counted
+from twisted_stalk.protocol import COMMANDS
 
 from .conn import Connection
 from .errors import EXIT_CONNECTION, EXIT_OK, EXIT_REPLY, StalkError, UsageError
@@ -34,9 +35,8 @@ from .render import render_columns
 from .tools.args import check_tube, parser
 from .tools.top import TOP_COLUMNS, top_rows, top_snapshot
 
-#: Commands that only read, and so may run on every server.
-READ_ONLY = ("stats", "stats-tube", "stats-job", "list-tubes", "peek", "peek-ready",
-             "peek-delayed", "peek-buried")
+#: Commands that only read, and so may run on every server (``read_only`` in the table).
+READ_ONLY = tuple(spec.name for spec in COMMANDS if spec.read_only)
 
 
 class Server:
@@ -68,7 +68,7 @@ class Server:
 def parse_servers(args: Any, config: Dict[str, str], connect_timeout: float,
                   reply_timeout: float) -> List[Server]:
     """The ``--servers`` list as :class:`Server` objects (TLS options apply to each)."""
-    from .main import resolve_target
+    from .target import resolve_target
     servers = []
     for text in args.servers.split(","):
         text = text.strip()

@@ -3,12 +3,14 @@
 and the TLS context for it."""
 from __future__ import annotations
 
+import os
 import ssl
 from dataclasses import dataclass
+from typing import Dict
 
 from twisted_stalk.protocol.constants import DEFAULT_PORT
 
-from .errors import ConnectionFailed, oserror_text
+from .errors import ConnectionFailed, UsageError, oserror_text
 
 
 @dataclass(frozen=True)
@@ -106,4 +108,38 @@ def tls_context(t: Target) -> ssl.SSLContext:
     return ctx
 
 
-__all__ = ["Target", "parse_target", "tls_context"]
+def config_flag(text: str) -> bool:
+    """A yes/no setting of the config file: ``1``, ``yes``, ``true``, ``on``."""
+    return text.strip().lower() in ("1", "yes", "true", "on")
+
+
+def resolve_target(args, config: Dict[str, str]) -> Target:
+    """The server the command line (``--url``, ``--address``, the TLS options),
+    ``STALK_ADDRESS`` or the config file names; UsageError if it cannot be."""
+    text = args.url or args.address or os.environ.get("STALK_ADDRESS") or config.get("address") or ""
+    try:
+        target = parse_target(text) if text else Target()
+    except ValueError as e:
+        raise UsageError(str(e))
+    cert = getattr(args, "cert", None)
+    key = getattr(args, "key", None)
+    if (cert or key) and target.scheme != "tls":
+        raise UsageError("--cert/--key are for TLS: give the server as --url tls:HOST:PORT")
+    if target.scheme == "tls":
+        cafile = args.cafile or config.get("cafile", "")
+        insecure = args.insecure or config_flag(config.get("insecure", "no"))
+        cert = cert or config.get("cert", "")
+        key = key or config.get("key", "")
+        if key and not cert:
+            raise UsageError("--key needs --cert (the client certificate)")
+        for what, path in (("certificate", cert), ("key", key), ("CA file", cafile)):
+            if path and not os.path.isfile(os.path.expanduser(path)):
+                raise UsageError(f"no such {what} file: {path}")
+        target = Target("tls", target.host, target.port, insecure=insecure,
+                        cafile=os.path.expanduser(cafile) if cafile else "",
+                        cert=os.path.expanduser(cert) if cert else "",
+                        key=os.path.expanduser(key) if key else "")
+    return target
+
+
+__all__ = ["Target", "config_flag", "parse_target", "resolve_target", "tls_context"]

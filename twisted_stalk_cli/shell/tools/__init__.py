@@ -16,17 +16,10 @@ from __future__ import annotations
 
 from typing import Callable, Dict
 
-from . import flush, kick, move, put, stats, tail, top
+from ..toolnames import TOOL_NAMES
+from . import flush, kick, move, put, stats, tail, top  # noqa: F401  (TOOL_NAMES' modules)
 
 #: The tools by name, in the order ``stalk --help`` lists them.
-TOOLS: Dict[str, Callable[..., int]] = {
-    "top": top.run,
-    "tail": tail.run,
-    "put": put.run,
-    "flush": flush.run,
-    "move": move.run,
-    "kick": kick.run,
-    "stats": stats.run,
-}
+TOOLS: Dict[str, Callable[..., int]] = {name: globals()[name].run for name in TOOL_NAMES}
 
 __all__ = ["TOOLS"]

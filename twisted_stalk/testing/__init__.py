@@ -42,11 +42,12 @@ from twisted.test.iosim import FakeAddress, FakeTransport, IOPump
 from twisted.test.iosim import connect as _iosim_connect
 from zope.interface import implementer
 
-from .client import BeanstalkClient, BeanstalkClientFactory, BeanstalkPool, BeanstalkProtocol
-from .core.outcomes import NOT_FOUND
-from .protocol.constants import DEFAULT_MAX_JOB_SIZE
-from .protocol.yaml import StatValue, as_dict
-from .server import BeanstalkServerFactory
+from ..client import BeanstalkClient, BeanstalkClientFactory, BeanstalkPool, BeanstalkProtocol
+from ..core.outcomes import NOT_FOUND
+from ..engines import open_engine
+from ..protocol.constants import DEFAULT_MAX_JOB_SIZE
+from ..protocol.yaml import StatValue, as_dict
+from ..server import BeanstalkServerFactory
 
 __all__ = ["MemoryBeanstalk", "MemoryCluster", "MemoryEndpoint"]
 
@@ -97,7 +98,8 @@ class MemoryBeanstalk:
                  max_job_size: int = DEFAULT_MAX_JOB_SIZE, name: Optional[str] = None) -> None:
         self.name = name or f"memory{next(_names)}"
         self.clock = clock if clock is not None else Clock()
-        self.factory = BeanstalkServerFactory(self.clock, max_job_size=max_job_size)
+        self.factory = BeanstalkServerFactory(
+            self.clock, open_engine("memory:", self.clock, max_job_size=max_job_size))
         self._pumps: List[IOPump] = []
         #: While True, new connections are refused (the server is "down").
         self.refusing = False

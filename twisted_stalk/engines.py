@@ -1,0 +1,171 @@
+# -*- test-case-name: tests.test_engines -*-
+"""Choosing the engine: the one place that builds one, by URL.
+
+``twistd beanstalk`` and ``stalkd`` name their engine by a URL (from their
+flags: :func:`engine_url`) and call :func:`open_engine`; the server factory
+takes the :class:`~twisted_stalk.core.engine.Engine` built here and nothing
+else, and ``server/`` imports no engine of its own.
+
+The URL's scheme picks the engine:
+
+``memory:``
+    the in-memory engine, with its binlog when the options name a directory
+    (``binlog-dir``, ``binlog-size``, ``fsync-ms``, ``no-fsync``);
+``postgresql://...`` (or ``postgres://``, or libpq's ``key=value`` form)
+    the PostgreSQL engine (:mod:`twisted_stalk.pg`, imported only then).
+
+Other engines register under the :data:`GROUP` entry-point group, as
+SQLAlchemy's dialects and Twisted's plugins do: an entry point named after
+the scheme whose object is an :data:`Opener`, ``opener(url, settings)``
+returning a started engine or raising
+:class:`~twisted_stalk.core.engine.EngineError` with a one-line message::
+
+    [options.entry_points]
+    twisted_stalk.engines =
+        toy = toy_engine:open_toy
+
+The built-in engines are declared there too (setup.cfg); :data:`BUILT_IN`
+names the same openers, looked up first (a server's start reads no package
+metadata for them, and a tree run without being installed has them).
+``docs/architecture.md`` ("Adding a third engine") walks through one.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import import_module
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from . import PROTOCOL_VERSION
+from .core.engine import Engine, EngineError
+from .core.facts import Facts
+from .protocol.constants import DEFAULT_MAX_JOB_SIZE
+
+#: The entry-point group engines register under (the name is the URL scheme).
+GROUP = "twisted_stalk.engines"
+
+#: The built-in openers by scheme, as setup.cfg declares them in :data:`GROUP`
+#: (tests/test_engines.py checks that both say the same).
+BUILT_IN: Dict[str, str] = {
+    "memory": "twisted_stalk.engines:open_memory",
+    "postgresql": "twisted_stalk.pg:open_url",
+    "postgres": "twisted_stalk.pg:open_url",
+}
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+@dataclass
+class EngineSettings:
+    """What every engine is built with besides its URL."""
+
+    #: The reactor (any object with ``seconds()`` and ``callLater`` will do
+    #: for the in-memory engine).
+    reactor: Any
+    #: Largest job body in bytes (``-z``).
+    max_job_size: int = DEFAULT_MAX_JOB_SIZE
+    #: What ``stats`` says of the process (:class:`~twisted_stalk.core.facts.Facts`);
+    #: None: the process's own (server/facts.py).
+    facts: Optional[Facts] = None
+    #: The rest of the server's configuration (``twistd`` option names), for
+    #: the settings an engine takes from flags (the binlog's).
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def process_facts(self) -> Facts:
+        """:attr:`facts`, or this process's when none were given."""
+        if self.facts is None:
+            from .server.facts import ProcessFacts
+            self.facts = ProcessFacts(PROTOCOL_VERSION, self.reactor.seconds())
+        return self.facts
+
+
+#: An engine's opener: ``opener(url, settings)`` -> a started :class:`Engine`.
+Opener = Callable[[str, EngineSettings], Engine]
+
+
+def scheme_of(url: str) -> str:
+    """The scheme of an engine URL, lower case; libpq's ``key=value`` form
+    (no scheme) is ``postgresql``.  EngineError for anything else."""
+    m = _SCHEME.match(url)
+    if m:
+        return m.group(1).lower()
+    if "=" in url:
+        return "postgresql"
+    raise EngineError(f"engine {url!r}: no scheme (memory:, postgresql://...)")
+
+
+def opener_for(scheme: str) -> Opener:
+    """The opener registered for ``scheme``: a built-in one, else an entry
+    point of :data:`GROUP`.  EngineError if there is none.
+
+    The built-ins are looked up first, without reading the installed
+    packages' metadata (``importlib.metadata`` and its scan of ``sys.path``
+    cost a server's start some milliseconds: docs/operations.md, "Startup
+    time")."""
+    target = BUILT_IN.get(scheme)
+    if target is None:
+        found = {ep.name: ep for ep in registered()}
+        if scheme not in found:
+            known = sorted(set(BUILT_IN) | set(found))
+            raise EngineError(f"no engine for {scheme}: (known: {', '.join(known)})")
+        return found[scheme].load()
+    module, _, name = target.partition(":")
+    return getattr(import_module(module), name)
+
+
+def registered() -> list:
+    """The entry points of :data:`GROUP` in the installed packages."""
+    from importlib.metadata import entry_points
+    try:
+        return list(entry_points(group=GROUP))
+    except TypeError:  # pragma: no cover - Python < 3.10
+        return list(entry_points().get(GROUP, ()))  # type: ignore[attr-defined]
+
+
+def open_engine(url: str, reactor: Any, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
+                facts: Optional[Facts] = None,
+                options: Optional[Mapping[str, Any]] = None) -> Engine:
+    """The engine ``url`` names, built and started (see the module docstring).
+
+    Raises :class:`~twisted_stalk.core.engine.EngineError` (one line) when it
+    cannot be used: no such engine, a directory or database it cannot use.
+    """
+    settings = EngineSettings(reactor, max_job_size, facts, {} if options is None else options)
+    return opener_for(scheme_of(url))(url, settings)
+
+
+def engine_url(config: Mapping[str, Any]) -> str:
+    """The engine URL the server's flags name: ``--engine``'s value, else ``memory:``."""
+    return str(config.get("engine") or "memory:")
+
+
+def open_configured(config: Mapping[str, Any], reactor: Any) -> Engine:
+    """:func:`open_engine` for the server's configuration (``twistd`` option names)."""
+    return open_engine(engine_url(config), reactor, config["max-job-size"], options=config)
+
+
+def open_memory(url: str, settings: EngineSettings) -> Engine:
+    """The ``memory:`` engine: :class:`~twisted_stalk.core.memory.MemoryEngine`,
+    with the binlog of ``settings.options["binlog-dir"]`` replayed into it."""
+    from .core.memory import MemoryEngine
+    options = settings.options
+    engine = MemoryEngine(settings.reactor, max_job_size=settings.max_job_size,
+                          facts=settings.process_facts())
+    if options.get("binlog-dir"):
+        try:
+            from .binlog import BinlogError, check_run_as, open_journal
+        except ImportError:
+            raise EngineError("-b/--binlog-dir: binlog persistence is not available in this build")
+        try:
+            check_run_as(options)  # the user twistd will become can write there
+            journal = open_journal(options, settings.reactor)
+            engine.journal = journal
+            journal.attach(engine)  # the jobs recovered from the directory
+        except BinlogError as e:
+            raise EngineError(str(e))
+    return engine
+
+
+__all__ = ["BUILT_IN", "EngineError", "EngineSettings", "GROUP", "Opener", "engine_url",
+           "open_configured", "open_engine", "open_memory", "opener_for", "registered",
+           "scheme_of"]
