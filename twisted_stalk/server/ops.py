@@ -31,8 +31,9 @@ from .shutdown import DEFAULT_GRACE, GracefulShutdown, install_signal_handlers
 log = Logger(namespace="twisted_stalk.ops")
 
 
-def make_factory(config, reactor):
-    """The server factory for ``config``: binlog replayed, limits and extensions on."""
+def make_factory(config, reactor, engine=None):
+    """The server factory for ``config``: binlog replayed, limits and extensions
+    on; ``engine``: the memory engine to serve (stalkd's early loop's), else a new one."""
     from .factory import BeanstalkServerFactory
     journal = None
     if config.get("binlog-dir"):
@@ -42,7 +43,7 @@ def make_factory(config, reactor):
             raise RuntimeError("-b/--binlog-dir: binlog persistence is not available in this build")
         journal = open_journal(config, reactor)
     factory = BeanstalkServerFactory(reactor, max_job_size=config["max-job-size"],
-                                     journal=journal, engine=_engine(config, reactor))
+                                     journal=journal, engine=engine or _engine(config, reactor))
     configure(factory, config, reactor)  # limits, --max-memory, --extensions
     if journal is not None:
         # Replay the binlog into the engine, then arm the timer for the
