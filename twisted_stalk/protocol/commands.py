@@ -23,8 +23,7 @@ Argument parsing reproduces beanstalkd byte for byte:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .constants import (
     BAD_FORMAT,
@@ -37,8 +36,11 @@ from .constants import (
 )
 
 
-@dataclass(frozen=True)
-class Arg:
+# Named tuples rather than frozen dataclasses: as immutable, and the module
+# that ``stalkd`` loads before its first reply does not pull in dataclasses
+# and inspect (~10 ms; see server/_early.py).
+
+class Arg(NamedTuple):
     """One argument of a command: its name, kind and meaning."""
 
     name: str
@@ -48,8 +50,7 @@ class Arg:
     help: str
 
 
-@dataclass(frozen=True)
-class CommandSpec:
+class CommandSpec(NamedTuple):
     """A beanstalk command as the protocol defines it.
 
     Everything the server, the client and the shell need to know about a
@@ -71,7 +72,7 @@ class CommandSpec:
     #: Beanstalkd matches command words by prefix; commands with arguments
     #: need the space after the word ("put "), the others match the bare word.
     #: Empty for extension verbs, which match their exact first word.
-    match: bytes = field(default=b"")
+    match: bytes = b""
     #: True when ``stats`` has a ``cmd-<name>`` counter for the command.
     counted: bool = True
     #: What the data block of the success reply holds: "job" (a job body),

@@ -29,12 +29,11 @@ The engine's deadlines (delays, TTRs, reserve timeouts, pauses) set the
 selector's timeout, so they fire on time here too; the hand-over arms the
 reactor's timer at the next one.
 
-Where it is not used (:func:`eligible`): anything but a TCP listener, and
-flags whose work needs Twisted or must happen before the first reply (TLS,
-``-b``, whose replay must come first, ``--engine``, ``-u``, ``--extensions``,
-``--metrics``, ``--web``, ``--shutdown-grace``, ``--busy-poll``,
-``--metrics-tube*``).  There the connections wait in the listen backlog until
-the reactor runs, as before.
+Where it is not used (:func:`eligible`): flags whose work needs Twisted or
+must happen before the first reply (TLS, ``-b``, whose replay must come
+first, ``--engine``, ``-u``, ``--extensions``, ``--metrics``, ``--web``,
+``--shutdown-grace``, ``--busy-poll``, ``--metrics-tube*``).  There the
+connections wait in the listen backlog until the reactor runs, as before.
 """
 from __future__ import annotations
 
@@ -64,6 +63,8 @@ LINE, DISCARD, SKIP_LINE = range(3)
 #: given, leaves the port to the reactor (see the module docstring).
 NOT_EARLY = ("tls-cert", "tls-key", "tls-ca", "b", "engine", "u", "extensions", "metrics",
              "web", "web-auth", "busy-poll", "metrics-tube-pattern", "shutdown-grace")
+#: Listeners the early loop serves: TCP and unix sockets.
+_FAMILIES = (socket.AF_INET, socket.AF_INET6, getattr(socket, "AF_UNIX", socket.AF_INET))
 #: ``--stats-yaml`` values: stats strings quoted (1.13) or bare (1.12).
 STATS_YAML = {None: True, "1.13": True, "1.12": False}
 #: Descriptors kept back from the connection cap derived from the open-file
@@ -80,7 +81,7 @@ SWITCH_INTERVAL = 0.0005
 
 def eligible(opts: Dict[str, object], family: int) -> bool:
     """True when ``stalkd`` with these flags may serve before Twisted is loaded."""
-    if family not in (socket.AF_INET, socket.AF_INET6):
+    if family not in _FAMILIES:
         return False
     if os.environ.get("TWISTED_STALK_EARLY", "1") == "0":  # the switch, for comparisons
         return False

@@ -43,10 +43,7 @@ def adopt(connections: Iterable["_early.EarlyConnection"], factory: Any, reactor
     adopted = 0
     for conn in connections:
         sock = conn.sock
-        proto = factory.protocol()
-        proto.factory = factory
-        proto.session = conn.session
-        conn.session.frontend = proto
+        proto = protocol_for(factory, conn)
         try:
             reactor.adoptStreamConnection(sock.fileno(), sock.family, _Given(proto))
         except OSError:  # the socket is already unusable: as if the client had gone
@@ -56,14 +53,24 @@ def adopt(connections: Iterable["_early.EarlyConnection"], factory: Any, reactor
         finally:
             sock.close()  # the reactor holds its own duplicate
         adopted += 1
-        _resume(proto, conn)
+        resume(proto, conn)
     factory.after_input()
     factory.rearm()
     return adopted
 
 
-def _resume(proto: Any, conn: "_early.EarlyConnection") -> None:
-    """Put ``proto`` where ``conn`` was: replies first, then the input."""
+def protocol_for(factory: Any, conn: "_early.EarlyConnection") -> Any:
+    """A protocol of ``factory`` that takes over ``conn``'s session (its
+    ``connectionMade`` then keeps it rather than opening one)."""
+    proto = factory.protocol()
+    proto.factory = factory
+    proto.session = conn.session
+    conn.session.frontend = proto
+    return proto
+
+
+def resume(proto: Any, conn: "_early.EarlyConnection") -> None:
+    """Put ``proto`` (connected) where ``conn`` was: replies first, then the input."""
     if conn.out:
         proto._send(bytes(conn.out))
     if conn.closing:  # quit, or the client half-closed: close after those replies
@@ -81,4 +88,4 @@ def _resume(proto: Any, conn: "_early.EarlyConnection") -> None:
         proto.dataReceived(bytes(conn.buf))
 
 
-__all__ = ["adopt"]
+__all__ = ["adopt", "protocol_for", "resume"]
