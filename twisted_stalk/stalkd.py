@@ -170,7 +170,9 @@ def bind_listener(address: str, port: int) -> tuple[socket.socket, int]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(path)
     else:
-        infos = socket.getaddrinfo(address or None, port, socket.AF_UNSPEC,
+        # An ASCII host as bytes: a str would load the idna codec (~3 ms).
+        host = (address.encode("ascii") if address.isascii() else address) if address else None
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC,
                                    socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
         family, kind, proto, _, sockaddr = infos[0]
         sock = socket.socket(family, kind, proto)
