@@ -38,9 +38,6 @@ from twisted_stalk.server.flow import MAX_BUFFERED_WHILE_WAITING
 from twisted_stalk.server.protocol import RENDER
 from wire import Wire
 
-ON_PYPY = sys.implementation.name == "pypy"
-
-
 # ------------------------------------------------- the contract, over random streams
 
 def early_replies(chunks: List[bytes], max_job_size: int, handover_at: int) -> bytes:
@@ -335,7 +332,6 @@ while True:
 """
 
 
-@pytest.mark.skipif(ON_PYPY, reason="PyPy's own start-up takes longer (docs/operations.md)")
 def test_first_reply_within_30ms_of_the_interpreter(compiled_env):
     """``stalkd`` and ``python -m twisted_stalk`` answer their first command
     at most 30 ms (median of 10 launches) after a bare interpreter that
