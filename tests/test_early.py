@@ -234,6 +234,53 @@ def test_timers_set_early_fire_after_the_handover(held):
     assert stats["job-timeouts"] in ("0", "1")
 
 
+def test_early_connection_cap_and_stats_shape():
+    """--max-connections holds the next connection in the backlog until one
+    closes, early as later; --stats-yaml 1.12 prints bare strings early too."""
+    server = Held("--max-connections", "2", "--stats-yaml", "1.12")
+    try:
+        first, second, third = (server.connect() for _ in range(3))
+        assert Wire(first).ask(b"list-tube-used\r\n") == b"USING default\r\n"
+        assert stats_of(Wire(second))["current-connections"] == "2"
+        assert b'\nos: "' not in Wire(second).ask(b"stats\r\n")  # 1.12: bare strings
+        third.sendall(b"list-tube-used\r\n")
+        assert _quiet(third)  # waits in the backlog
+        first.close()
+        assert Wire(third).reply() == b"USING default\r\n"
+        server.hand_over()
+        assert stats_of(Wire(second))["current-connections"] == "2"
+    finally:
+        server.stop()
+
+
+def test_unix_socket_early_and_handed_over(tmp_path):
+    """greenstalk's timed tests use a unix socket: served early too."""
+    path = str(tmp_path / "bs.sock")
+    server = Held("-l", "unix:" + path)
+    try:
+        def connect() -> socket.socket:
+            for _ in range(1000):
+                s = socket.socket(socket.AF_UNIX)
+                try:
+                    s.connect(path)
+                    return s
+                except OSError:
+                    s.close()
+                    time.sleep(0.005)
+            raise AssertionError("never listened")
+        worker, producer = connect(), connect()
+        assert Wire(producer).ask(b"list-tube-used\r\n") == b"USING default\r\n"
+        worker.sendall(b"reserve\r\n")
+        server.proc.stdin.write("\n")  # Twisted may load now
+        server.proc.stdin.flush()
+        while " on unix " not in server.proc.stderr.readline():
+            assert server.proc.poll() is None
+        assert Wire(producer).ask(b"put 0 0 60 2\r\nhi\r\n") == b"INSERTED 1\r\n"
+        assert Wire(worker).reply() == b"RESERVED 1 2\r\nhi\r\n"
+    finally:
+        server.stop()
+
+
 def test_signals_while_serving_early():
     server = Held()
     try:
