@@ -14,6 +14,7 @@ greenstalk's suite does) sees its 1 s timeout to within 50 ms.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -285,8 +286,9 @@ def test_signals_while_serving_early():
     server = Held()
     try:
         w = Wire(server.connect())
-        os.kill(server.proc.pid, __import__("signal").SIGUSR1)
-        time.sleep(0.2)
+        assert w.ask(b"put 0 0 60 1\r\nx\r\n") == b"INSERTED 1\r\n"
+        os.kill(server.proc.pid, signal.SIGUSR1)  # as greenstalk's test_drain_mode does
+        time.sleep(0.1)
         assert w.ask(b"put 0 0 60 1\r\nx\r\n") == b"DRAINING\r\n"  # drain mode, early
         server.proc.terminate()
         assert server.proc.wait(10) == 0  # SIGTERM: exit 0, as a stopped server does

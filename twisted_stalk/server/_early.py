@@ -354,7 +354,10 @@ class EarlyServer:
         while not self._stopping:
             at = engine.next_deadline()
             timeout = None if at is None else max(0.0, at - now())
-            for key, events in select(timeout):
+            ready = select(timeout)
+            if self._drain_requested() and not engine.draining:
+                engine.drain()  # before the input that came after the signal
+            for key, events in ready:
                 conn = key.data
                 if conn is None:
                     if key.fileobj is self.listener:
@@ -364,8 +367,6 @@ class EarlyServer:
                     self._read(conn)
                 if events & selectors.EVENT_WRITE and conn in self.connections:
                     self._settle(conn)
-            if self._drain_requested() and not engine.draining:
-                engine.drain()
             if at is not None and now() >= at:
                 engine.tick()
             self._deliver()
