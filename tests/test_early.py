@@ -228,7 +228,8 @@ def test_timers_set_early_fire_after_the_handover(held):
     waiter.sendall(b"watch other\r\nignore default\r\nreserve-with-timeout 1\r\n")
     held.hand_over()
     assert _recv_exactly(waiter, 35) == b"WATCHING 2\r\nWATCHING 1\r\nTIMED_OUT\r\n"
-    assert 0.95 <= time.monotonic() - started < 1.5
+    # Not lost, not early (its precision on a quiet machine: the greenstalk test below).
+    assert 0.95 <= time.monotonic() - started < 3.0
     assert w.ask(b"reserve-with-timeout 5\r\n") in (b"RESERVED 1 1\r\nd\r\n",
                                                    b"DEADLINE_SOON\r\n")
     stats = stats_of(Wire(held.connect()))
