@@ -102,11 +102,15 @@ def test_which_flags_serve_early():
 #: Runs stalkd with its first import of Twisted held until a line comes on
 #: stdin: until then only the early loop serves.
 _HELD = """
-import sys
+import select, sys
 class Hold:
     def find_spec(self, name, path=None, target=None):
         if name == "twisted":
             sys.meta_path.remove(self)
+            # Polled, not a blocking read: the main thread keeps running
+            # Python (as while it imports), so it runs the signal handlers.
+            while not select.select([sys.stdin], [], [], 0.01)[0]:
+                pass
             sys.stdin.readline()
         return None
 sys.meta_path.insert(0, Hold())

@@ -23,7 +23,7 @@ Argument parsing reproduces beanstalkd byte for byte:
 """
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from .constants import (
     BAD_FORMAT,
@@ -36,21 +36,54 @@ from .constants import (
 )
 
 
-# Named tuples rather than frozen dataclasses: as immutable, and the module
-# that ``stalkd`` loads before its first reply does not pull in dataclasses
-# and inspect (~10 ms; see server/_early.py).
+class _Frozen:
+    """A frozen record: what ``@dataclass(frozen=True)`` gives these two
+    classes (equality, hash and repr by field, no assignment), written out so
+    that the modules ``stalkd`` loads before its first reply do not import
+    dataclasses and inspect (~10 ms; server/_early.py).  Slots, not named
+    tuples: the exact parser reads these fields per command, and CPython
+    reads a slot as fast as an instance attribute, a named tuple's field
+    about three times slower."""
 
-class Arg(NamedTuple):
+    __slots__ = ()
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return other.__class__ is self.__class__ and self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+
+class Arg(_Frozen):
     """One argument of a command: its name, kind and meaning."""
 
+    __slots__ = ("name", "kind", "help")
     name: str
     #: "u32", "u64", "seconds", "tube", "timeout", "bound", "bytes" (stock
     #: commands); "state" (extension verbs: one of :data:`JOB_STATES`).
     kind: str
     help: str
 
+    def __init__(self, name: str, kind: str, help: str) -> None:
+        init = object.__setattr__
+        init(self, "name", name)
+        init(self, "kind", kind)
+        init(self, "help", help)
 
-class CommandSpec(NamedTuple):
+
+class CommandSpec(_Frozen):
     """A beanstalk command as the protocol defines it.
 
     Everything the server, the client and the shell need to know about a
@@ -61,29 +94,43 @@ class CommandSpec(NamedTuple):
     (``reply_body``).
     """
 
+    __slots__ = ("name", "args", "summary", "replies", "has_body", "blocks", "match",
+                 "counted", "reply_body", "optional", "extension")
     name: str
     args: Tuple[Arg, ...]
     summary: str
     replies: Tuple[str, ...]
     #: True when a data block (the job body) follows the command line.
-    has_body: bool = False
+    has_body: bool
     #: True when the command may wait indefinitely for its reply.
-    blocks: bool = False
+    blocks: bool
     #: Beanstalkd matches command words by prefix; commands with arguments
     #: need the space after the word ("put "), the others match the bare word.
     #: Empty for extension verbs, which match their exact first word.
-    match: bytes = b""
+    match: bytes
     #: True when ``stats`` has a ``cmd-<name>`` counter for the command.
-    counted: bool = True
+    counted: bool
     #: What the data block of the success reply holds: "job" (a job body),
     #: "mapping" (stats YAML), "sequence" (a YAML list of names), "ids" (a
     #: YAML list of job ids), or "" (no data block).
-    reply_body: str = ""
+    reply_body: str
     #: Extension verbs only: how many trailing arguments may be left out.
-    optional: int = 0
+    optional: int
     #: True for our server's extension verbs (``--extensions``), which are
     #: not part of beanstalkd's protocol.
-    extension: bool = False
+    extension: bool
+
+    def __init__(self, name: str, args: Tuple[Arg, ...], summary: str,
+                 replies: Tuple[str, ...], has_body: bool = False, blocks: bool = False,
+                 match: bytes = b"", counted: bool = True, reply_body: str = "",
+                 optional: int = 0, extension: bool = False) -> None:
+        init = object.__setattr__
+        for field, value in (("name", name), ("args", args), ("summary", summary),
+                             ("replies", replies), ("has_body", has_body), ("blocks", blocks),
+                             ("match", match), ("counted", counted),
+                             ("reply_body", reply_body), ("optional", optional),
+                             ("extension", extension)):
+            init(self, field, value)
 
     @property
     def method(self) -> str:
