@@ -214,14 +214,18 @@ def test_oversized_z_is_capped_at_1_gib(kind):
     port = free_port()
     cmd = (ours_command if kind == "ours" else reference_command)(port, "-z", "2000000000")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err_lines: list = []
     try:
         w = Wire(_connect_asap(port, proc))
         assert stats_of(w)["max-job-size"] == "1073741824"
         w.close()
+        if kind == "ours":  # it answers before it says where it listens (server/_early.py)
+            for _ in range(2):
+                err_lines.append(proc.stderr.readline().rstrip("\n"))
     finally:
         proc.terminate()
         proc.wait(10)
-    err = proc.stderr.read().splitlines()
+    err = err_lines + proc.stderr.read().splitlines()
     assert err[0].endswith(": maximum job size was set to 1073741824")
     assert err[0].startswith("stalkd: " if kind == "ours" else REFERENCE)
     # then ours says where it listens (test_ops_listeners.py)
@@ -291,6 +295,10 @@ def _imports_of(tmp_path, *flags: str, ca: str = "") -> set:
         w = Wire(sock)
         assert w.ask(b"list-tube-used\r\n") == b"USING default\r\n"
         w.close()
+        # It answers while Twisted loads (server/_early.py): wait until the
+        # reactor serves, which it says.
+        while " on tcp " not in proc.stderr.readline():
+            assert proc.poll() is None, "server exited"
     finally:
         proc.terminate()
         assert proc.wait(10) == 0, proc.stderr.read()

@@ -7,7 +7,9 @@ bound and the heavy imports are still to come.
 
 :class:`EarlySignals`
     From the moment the port is bound, SIGTERM and SIGINT end the process
-    with status 0 (nothing has been acknowledged yet; if that exit is lost
+    with status 0 (at once, as a server with ``--shutdown-grace 0`` does: the
+    early loop, :mod:`twisted_stalk.server._early`, serves only without a
+    grace, and with ``-b`` nothing is served yet; if that exit is lost
     where the signal lands, the request is remembered and the server stops as
     soon as it can) and SIGUSR1 is remembered, to enter drain mode as soon as
     the queue exists.  The reactor's own handlers replace these once it runs.
@@ -54,7 +56,8 @@ class EarlySignals:
         return self
 
     def _exit(self, signum, frame) -> None:
-        # Nothing has been acknowledged yet: exit as a stopped server does.
+        # Exit as a stopped server without --shutdown-grace does (the early
+        # loop serves only then; with -b nothing is acknowledged yet).
         # Where the signal lands that exit can be lost (CPython's compiler,
         # importing a module, has dropped it; a reactor's event trigger
         # swallows it), so the request is also kept: the server looks at

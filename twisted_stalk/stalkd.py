@@ -170,7 +170,9 @@ def bind_listener(address: str, port: int) -> tuple[socket.socket, int]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(path)
     else:
-        infos = socket.getaddrinfo(address or None, port, socket.AF_UNSPEC,
+        # An ASCII host as bytes: a str would load the idna codec (~3 ms).
+        host = (address.encode("ascii") if address.isascii() else address) if address else None
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC,
                                    socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
         family, kind, proto, _, sockaddr = infos[0]
         sock = socket.socket(family, kind, proto)
@@ -307,6 +309,13 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
         config[name] = opts.get(name)
     tls_wanted = bool(config["tls-cert"] or config["tls-key"] or config["tls-ca"])
 
+    # Serve from now on where the flags allow, while Twisted loads (server/_early.py).
+    serving = None
+    if bound is not None:
+        from .server._early import serve_early
+        serving = serve_early(bound[0], bound[1], opts, max_job_size,
+                              lambda: early.drain_requested)
+
     # Heavy imports only now that the socket is listening, and only those
     # the flags need (see boot.py).
     from .boot import lean_imports
@@ -320,6 +329,7 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
         from twisted.logger import (FilteringLogObserver, LogLevel, LogLevelFilterPredicate,
                                     globalLogBeginner, textFileLogObserver)
 
+        from twisted_stalk.server import factory as _factory  # noqa: F401  (before -u)
         from twisted_stalk.server import ops
         if config["binlog-dir"]:
             import twisted_stalk.binlog  # noqa: F401  (imported before -u drops privileges)
@@ -372,9 +382,13 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
             raise fail(str(e), 1)
     if opts.get("u") and bound is not None:
         become_user(str(opts["u"]))
+    handed = serving.stop() if serving is not None else []  # the reactor takes over
+    if serving is not None and serving.failure is not None:
+        sys.stderr.write(f"stalkd: the early loop failed: {serving.failure!r}\n")
     try:
         from twisted_stalk.engines import open_configured
-        factory = ops.make_factory(open_configured(config, reactor), config, reactor)
+        engine = serving.engine if serving is not None else open_configured(config, reactor)
+        factory = ops.make_factory(engine, config, reactor)
     except Exception as e:  # a binlog directory (or --engine database) that cannot be used
         raise fail(str(e) or e.__class__.__name__, 10)
     if bound is None:
@@ -391,6 +405,9 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
         listening = wrap_factory(factory, tls, float(config["tls-handshake-timeout"]), reactor)
     port = reactor.adoptStreamPort(sock.fileno(), family, listening)
     listeners.insert(0, ("--tls-listen" if tls is not None else "--listen", port, ""))
+    if serving is not None:
+        from .server._handover import adopt
+        adopt(handed, factory, reactor)
     limit = factory.connection_limit
     if limit is not None:
         limit.watch(port)

@@ -2,8 +2,7 @@
 """The interface between the queue and a persistence layer (the binlog)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional
 
 try:
     from typing import Protocol
@@ -33,8 +32,7 @@ UPDATE_TIMEOUT = 4
 UPDATE_RESERVE = 5
 
 
-@dataclass(frozen=True)
-class JournalHealth:
+class JournalHealth(NamedTuple):
     """What metrics and the console show of a journal (:meth:`Journal.health`)."""
 
     #: A directory is in use (False: changes live in memory only, or the

@@ -23,7 +23,6 @@ Argument parsing reproduces beanstalkd byte for byte:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ..wording import counted
@@ -36,21 +35,27 @@ from .constants import (
     U64_MAX,
     UNKNOWN_COMMAND,
 )
+from .frozen import Frozen
 
 
-@dataclass(frozen=True)
-class Arg:
+class Arg(Frozen):
     """One argument of a command: its name, kind and meaning."""
 
+    __slots__ = ("name", "kind", "help")
     name: str
     #: "u32", "u64", "seconds", "tube", "timeout", "bound", "bytes" (stock
     #: commands); "state" (extension verbs: one of :data:`JOB_STATES`).
     kind: str
     help: str
 
+    def __init__(self, name: str, kind: str, help: str) -> None:
+        init = object.__setattr__
+        init(self, "name", name)
+        init(self, "kind", kind)
+        init(self, "help", help)
 
-@dataclass(frozen=True)
-class CommandSpec:
+
+class CommandSpec(Frozen):
     """A beanstalk command as the protocol defines it.
 
     Everything the server, the client and the shell need to know about a
@@ -63,37 +68,54 @@ class CommandSpec:
     (``help_group``).
     """
 
+    __slots__ = ("name", "args", "summary", "replies", "has_body", "blocks", "match",
+                 "counted", "reply_body", "optional", "extension", "reserves", "read_only",
+                 "help_group")
     name: str
     args: Tuple[Arg, ...]
     summary: str
     replies: Tuple[str, ...]
     #: True when a data block (the job body) follows the command line.
-    has_body: bool = False
+    has_body: bool
     #: True when the command may wait indefinitely for its reply.
-    blocks: bool = False
+    blocks: bool
     #: Beanstalkd matches command words by prefix; commands with arguments
     #: need the space after the word ("put "), the others match the bare word.
     #: Empty for extension verbs, which match their exact first word.
-    match: bytes = field(default=b"")
+    match: bytes
     #: True when ``stats`` has a ``cmd-<name>`` counter for the command.
-    counted: bool = True
+    counted: bool
     #: What the data block of the success reply holds: "job" (a job body),
     #: "mapping" (stats YAML), "sequence" (a YAML list of names), "ids" (a
     #: YAML list of job ids), or "" (no data block).
-    reply_body: str = ""
+    reply_body: str
     #: Extension verbs only: how many trailing arguments may be left out.
-    optional: int = 0
+    optional: int
     #: True for our server's extension verbs (``--extensions``), which are
     #: not part of beanstalkd's protocol.
-    extension: bool = False
+    extension: bool
     #: True when a success hands a job to the connection (a reservation): a
     #: client sends these on a connection that may hold it.
-    reserves: bool = False
+    reserves: bool
     #: True when it only reads the queue (not the connection's own state) and
     #: changes nothing: the shell may send it to every server of a list.
-    read_only: bool = False
+    read_only: bool
     #: The group ``help`` lists a stock command in (the shell's help.GROUP_TITLES).
-    help_group: str = ""
+    help_group: str
+
+    def __init__(self, name: str, args: Tuple[Arg, ...], summary: str,
+                 replies: Tuple[str, ...], has_body: bool = False, blocks: bool = False,
+                 match: bytes = b"", counted: bool = True, reply_body: str = "",
+                 optional: int = 0, extension: bool = False, reserves: bool = False,
+                 read_only: bool = False, help_group: str = "") -> None:
+        init = object.__setattr__
+        for field, value in (("name", name), ("args", args), ("summary", summary),
+                             ("replies", replies), ("has_body", has_body), ("blocks", blocks),
+                             ("match", match), ("counted", counted),
+                             ("reply_body", reply_body), ("optional", optional),
+                             ("extension", extension), ("reserves", reserves),
+                             ("read_only", read_only), ("help_group", help_group)):
+            init(self, field, value)
 
     @property
     def method(self) -> str:

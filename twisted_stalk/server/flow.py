@@ -33,12 +33,11 @@ from ..core.engine import Engine
 from ..core.job import JobRecord
 from ..core.outcomes import WAITING
 from ..protocol.constants import INTERNAL_ERROR
+from .output import MAX_BUFFERED_WHILE_WAITING
 from .render import LINES, job_reply
 
 log = Logger(namespace="twisted_stalk.protocol")
 
-#: Bytes a client may send ahead while its reply is outstanding before reading pauses.
-MAX_BUFFERED_WHILE_WAITING = 256 * 1024
 #: Puts a connection may have outstanding in one chain (then input waits).
 MAX_CHAIN = 256
 

@@ -17,6 +17,9 @@ from typing import Any, List, Optional
 #: Unsent reply bytes above which a connection's input is no longer read
 #: (beanstalkd reads a client's next command only once its reply is written).
 MAX_UNSENT = 256 * 1024
+#: Bytes a client may send ahead while its reply is outstanding before
+#: reading pauses (see :mod:`.flow`).
+MAX_BUFFERED_WHILE_WAITING = 256 * 1024
 #: Replies gathered from one read before they are written (and the unsent
 #: bound checked), and the size of a reply written at once: a burst of
 #: pipelined commands cannot pile up replies.  (The hot commands' own
@@ -114,4 +117,4 @@ def _write_buffered(transport: Any, depth: int = 4) -> bool:
     return False
 
 
-__all__ = ["FLUSH_EVERY", "FLUSH_SIZE", "MAX_UNSENT", "ReplyOutput"]
+__all__ = ["FLUSH_EVERY", "FLUSH_SIZE", "MAX_BUFFERED_WHILE_WAITING", "MAX_UNSENT", "ReplyOutput"]

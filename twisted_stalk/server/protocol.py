@@ -92,7 +92,8 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         self._render = factory.render
         #: The engine answers puts later and lets a connection's puts overlap.
         self._pipelined_puts = self.engine.pipelined_puts
-        self.session = self.engine.open_session(self)
+        if self.session is None:  # (a connection handed over brings its own: _handover)
+            self.session = self.engine.open_session(self)
         factory.connection_opened(self)
         transport = self.transport
         if _fastio.eligible(transport):
