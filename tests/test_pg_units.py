@@ -422,3 +422,15 @@ def test_the_engine_connections_carry_the_session_settings(pg_engine):
             assert rows == [(b"off", b"off")]
     finally:
         stop()
+
+
+def test_a_nodes_session_name_is_what_postgresql_keeps():
+    """application_name is printable ASCII of at most 63 bytes in
+    pg_stat_activity, or other nodes could not find the sessions to end."""
+    from twisted_stalk.pg.sql import session_name
+    assert session_name("twisted_stalk", 3) == "stalk-node-3@twisted_stalk"
+    for schema in ("q" * 63, "files_é", "tab\there"):
+        name = session_name(schema, 2**63 - 1)
+        assert len(name) <= 63 and name.isascii() and name.isprintable(), name
+        assert schema not in name
+    assert session_name("q" * 63, 1) != session_name("q" * 62, 1)

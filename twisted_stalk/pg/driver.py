@@ -136,8 +136,10 @@ class PgConnection:
         self.conninfo = conninfo
         #: Prepared at connect: name -> SQL.
         self.statements = statements or {}
-        #: Session settings made at connect, before preparing: name -> value.
-        self.settings = settings or {}
+        #: Session settings made at connect, before preparing: name -> value
+        #: (and made again, :meth:`apply_settings`, when changed meanwhile).
+        self.settings = settings if settings is not None else {}
+        self._sent_settings: Dict[str, str] = {}
         self.on_notify = on_notify
         self.on_lost = on_lost
         self.connect_timeout = connect_timeout
@@ -222,6 +224,7 @@ class PgConnection:
         pgconn.nonblocking = 1
         pgconn.enter_pipeline_mode()
         prepared = []
+        self._sent_settings = dict(self.settings)
         if self.settings:
             d0: defer.Deferred = defer.Deferred()
             calls = ", ".join("set_config($%d, $%d, false)" % (2 * i + 1, 2 * i + 2)
@@ -246,9 +249,22 @@ class PgConnection:
             self._timeout.cancel()
         self._timeout = None
         self.ready = True
+        if self.settings != self._sent_settings:  # changed while it connected
+            self.apply_settings().addErrback(lambda _: None)
         d, self._connecting = self._connecting, None
         if d is not None:
             d.callback(self)
+
+    def apply_settings(self) -> defer.Deferred:
+        """Make :attr:`settings` (changed since connect) the session's own, ahead
+        of every statement sent after this call."""
+        self._sent_settings = dict(self.settings)
+        if not self.settings:
+            return defer.succeed([])
+        calls = ", ".join("set_config($%d, $%d, false)" % (2 * i + 1, 2 * i + 2)
+                          for i in range(len(self.settings)))
+        return self.query(f"SELECT {calls}",
+                          [v.encode() for kv in self.settings.items() for v in kv])
 
     def _prepare_failed(self, failure: Failure) -> None:
         error = failure.value.subFailure if hasattr(failure.value, "subFailure") else failure
