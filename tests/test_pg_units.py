@@ -92,8 +92,9 @@ def test_twistd_refuses_a_database_it_cannot_use_with_one_line():
 
 
 def test_a_driver_that_cannot_run_here_is_one_line_at_startup(monkeypatch):
-    """As psycopg's ctypes binding under PyPy 7.3: it imports, then cannot
-    make a connection object."""
+    """As psycopg's ctypes binding under PyPy 7.3.11 did before the driver
+    fitted it (driver.fit_pypy_ctypes): it imports, then cannot make a
+    connection object."""
     pq = pytest.importorskip("psycopg.pq")
     from twisted_stalk.pg import EngineError, driver_problem, init_schema, open_engine
 
@@ -434,3 +435,41 @@ def test_a_nodes_session_name_is_what_postgresql_keeps():
         assert len(name) <= 63 and name.isascii() and name.isprintable(), name
         assert schema not in name
     assert session_name("q" * 63, 1) != session_name("q" * 62, 1)
+
+
+def test_psycopgs_binding_connects_and_hears_notices_on_this_python(pg_cluster):
+    """On PyPy through driver.fit_pypy_ctypes where its ctypes needs it:
+    connections are made, libpq's notices reach psycopg's handler through
+    the reference each connection hands libpq, and a closed connection is
+    freed (the reference keeps nothing alive)."""
+    import gc
+    import weakref
+
+    import psycopg
+
+    from twisted_stalk.pg import driver
+    driver.fit_pypy_ctypes()
+    heard = []
+    conn = psycopg.connect(pg_cluster.dsn(), autocommit=True)
+    conn.add_notice_handler(lambda d: heard.append(d.message_primary))
+    gc.collect()
+    conn.execute("DO $$BEGIN RAISE NOTICE 'heard'; END$$")
+    assert heard == ["heard"]
+    pgconn = weakref.ref(conn.pgconn)
+    conn.close()
+    del conn
+    for _ in range(3):
+        gc.collect()
+    assert pgconn() is None
+
+
+def test_psycopgs_binding_makes_connection_objects_on_this_python():
+    """Not behind pg_cluster, which skips where the binding cannot connect:
+    here (PyPy included, driver.fit_pypy_ctypes) it must."""
+    pq = pytest.importorskip("psycopg.pq")
+    from twisted_stalk.pg import driver, driver_problem
+    assert driver_problem() is None
+    pq.PGconn.connect_start(b"host=/nonexistent/twisted-stalk-probe").finish()
+    import platform
+    if platform.python_implementation() != "PyPy":
+        assert driver.fit_pypy_ctypes() is False  # CPython's binding is left alone
