@@ -17,13 +17,14 @@ are marked ``slow`` and run only when asked::
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from typing import List
 
 import pytest
 
 from pgcluster import Cluster, unavailable
-from pgload import Load
+from pgload import Conn, Load
 from servers import RunningServer, start_server
 
 NODE = " stalk_heartbeat=0.2 stalk_dead_after=1.5 stalk_wait=30"
@@ -235,3 +236,131 @@ def test_twenty_failovers_lose_nothing(slow_only, pair, started):
     figures = fail_over(pair, started, 20)
     report("20 failovers to a synchronous standby under load", figures)
     assert figures["lost"] == 0 and figures["stolen"] == 0
+
+
+# ---------------------------------------------------------------- a node stopped
+
+#: A tube with a long name: each put batch's notice is ~230 bytes, so a
+#: stopped listener's socket buffers fill soon and the queue starts to grow.
+STALLED_TUBE = b"stalled-" + b"x" * 190
+#: pg_notification_queue_usage() of a queue whose listeners all read: it is
+#: counted in 8 kB pages of 2**20, and a page or two are in use at any time.
+HEALTHY_QUEUE = 4 / 2**20
+
+
+class Producer:
+    """A thread putting pipelined batches into :data:`STALLED_TUBE` through one node."""
+
+    def __init__(self, address) -> None:
+        self.conn = Conn(address, timeout=10)
+        assert self.conn.ask(b"use " + STALLED_TUBE + b"\r\n")[0].startswith(b"USING")
+        self.inserted = 0
+        self.failed: List[bytes] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        batch = b"put 0 0 60 1\r\nx\r\n" * 20
+        try:
+            while not self.stopping.is_set():
+                self.conn.sock.sendall(batch)
+                for _ in range(20):
+                    while b"\r\n" not in self.conn.buf:
+                        self.conn._fill()
+                    line, _, self.conn.buf = self.conn.buf.partition(b"\r\n")
+                    if line.startswith(b"INSERTED"):
+                        self.inserted += 1
+                    else:
+                        self.failed.append(line)
+        except OSError as e:
+            self.failed.append(repr(e).encode())
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(15)
+        self.conn.close()
+
+
+def test_a_stopped_node_is_cut_off_and_cannot_fill_the_notification_queue(pg_engine, started):
+    """Puts notify the other nodes from inside their statement, and a stopped
+    node's LISTEN session stops reading: PostgreSQL keeps every notification
+    since for it, the queue grows, and once full every node's puts would
+    fail.  When the others give the node up they end its database sessions
+    (found by application_name): the queue empties and stays small while
+    puts go on through the other nodes; the node, continued, comes back as
+    a new node under a new name."""
+    import psycopg
+
+    from twisted_stalk.pg.config import parse
+    from twisted_stalk.pg.sql import session_name
+    config = parse(pg_engine)
+    engine = pg_engine + " stalk_heartbeat=0.2 stalk_dead_after=2"
+    a, b, c = (start_server("ours", "--engine", engine, wait=30) for _ in range(3))
+    started.extend([a, b, c])
+    db = psycopg.connect(config.conninfo, autocommit=True)
+
+    def one(sql: str, *params):
+        return db.execute(sql, params).fetchone()[0]
+
+    def sessions(node: int) -> int:
+        return one("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                   session_name(config.schema, node))
+
+    def node_of(server: RunningServer) -> int:
+        return one(f"SELECT id FROM {config.schema}.nodes WHERE pid = %s", server.proc.pid)
+
+    def until(check, wait: float, what: str):
+        deadline = time.monotonic() + wait
+        while not check():
+            assert time.monotonic() < deadline, (what, names())
+            time.sleep(0.05)
+
+    def names():
+        return db.execute("SELECT application_name, state FROM pg_stat_activity "
+                          "WHERE application_name LIKE 'stalk-node-%' ORDER BY 1").fetchall()
+
+    b_id = node_of(b)
+    until(lambda: sessions(b_id) == 5, 10, "the node's 4 statement connections and its LISTEN")
+    producers = [Producer(a.address), Producer(c.address)]
+    try:
+        until(lambda: all(p.inserted > 200 for p in producers), 20, "puts going")
+        baseline = one("SELECT pg_notification_queue_usage()")
+        b.proc.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        peak = 0.0
+        while sessions(b_id):
+            peak = max(peak, one("SELECT pg_notification_queue_usage()"))
+            assert time.monotonic() - t0 < 10, "the stopped node's sessions were not ended"
+            time.sleep(0.05)
+        cut_off = time.monotonic() - t0
+        inserted = [p.inserted for p in producers]
+        after = []
+        for _ in range(30):  # 3 s of puts through the other two nodes
+            time.sleep(0.1)
+            after.append(one("SELECT pg_notification_queue_usage()"))
+        report("a node stopped (SIGSTOP) under puts through two others",
+               {"cut_off_s": round(cut_off, 2), "queue_pages_before": baseline * 2**20,
+                "peak_while_stopped": peak * 2**20, "max_after": max(after[5:]) * 2**20,
+                "last": after[-1] * 2**20})
+        assert 2 - 0.5 < cut_off < 2 + 3, cut_off  # stalk_dead_after, a heartbeat or two
+        # The stopped listener held the queue; cut off, it holds it no more:
+        # the queue is as small as with every listener reading (a few pages).
+        assert peak > HEALTHY_QUEUE, peak
+        assert max(after[5:]) <= HEALTHY_QUEUE, after
+        assert all(p.inserted > n + 100 for p, n in zip(producers, inserted)), "puts went on"
+        assert all(not p.failed for p in producers), [p.failed[:3] for p in producers]
+    finally:
+        for p in producers:
+            p.stop()
+    b.proc.send_signal(signal.SIGCONT)
+    until(lambda: one(f"SELECT count(*) FROM {config.schema}.nodes WHERE pid = %s",
+                      b.proc.pid) == 1, 10, "the continued node registers anew")
+    b_new = node_of(b)
+    assert b_new != b_id
+    until(lambda: sessions(b_new) == 5, 10, "its sessions under its new name")
+    assert sessions(b_id) == 0
+    w = Conn(b.address)
+    assert w.ask(b"put 0 0 60 1\r\ny\r\n")[0].startswith(b"INSERTED")
+    w.close()
+    db.close()

@@ -25,7 +25,7 @@ def _driver_problem():
     return driver_problem()
 
 
-# On PyPy the engine stops earlier, with its own one line (psycopg cannot connect there).
+# Where psycopg's binding cannot connect, the engine stops earlier, with its own one line.
 pytestmark = pytest.mark.skipif(bool(_driver_problem()), reason=str(_driver_problem()))
 
 

@@ -92,8 +92,9 @@ def test_twistd_refuses_a_database_it_cannot_use_with_one_line():
 
 
 def test_a_driver_that_cannot_run_here_is_one_line_at_startup(monkeypatch):
-    """As psycopg's ctypes binding under PyPy 7.3: it imports, then cannot
-    make a connection object."""
+    """As psycopg's ctypes binding under PyPy 7.3.11 did before the driver
+    fitted it (driver.fit_pypy_ctypes): it imports, then cannot make a
+    connection object."""
     pq = pytest.importorskip("psycopg.pq")
     from twisted_stalk.pg import EngineError, driver_problem, init_schema, open_node
 
@@ -485,6 +486,58 @@ def test_the_log_line_for_silent_nodes_puts_its_counts_in_the_right_number():
         Upkeep._reclaimed(node, [(None,), (None,), ("emails",), ("emails",), ("other",)])
     finally:
         globalLogPublisher.removeObserver(observe)
-    assert lines == ["gave up on 1 silent node: 1 reservation back to ready",
-                     "gave up on 2 silent nodes: 3 reservations back to ready"]
+    assert lines == ["gave up on 1 silent node: 1 reservation back to ready, their "
+                     "database sessions ended",
+                     "gave up on 2 silent nodes: 3 reservations back to ready, their "
+                     "database sessions ended"]
     assert node.ready == [("emails",), ("emails",), ("other",)] and node._reclaimed_at == 7
+
+
+def test_a_nodes_session_name_is_what_postgresql_keeps():
+    """application_name is printable ASCII of at most 63 bytes in
+    pg_stat_activity, or other nodes could not find the sessions to end."""
+    from twisted_stalk.pg.sql import session_name
+    assert session_name("twisted_stalk", 3) == "stalk-node-3@twisted_stalk"
+    for schema in ("q" * 63, "files_é", "tab\there"):
+        name = session_name(schema, 2**63 - 1)
+        assert len(name) <= 63 and name.isascii() and name.isprintable(), name
+        assert schema not in name
+    assert session_name("q" * 63, 1) != session_name("q" * 62, 1)
+
+
+def test_psycopgs_binding_connects_and_hears_notices_on_this_python(pg_cluster):
+    """On PyPy through driver.fit_pypy_ctypes where its ctypes needs it:
+    connections are made, libpq's notices reach psycopg's handler through
+    the reference each connection hands libpq, and a closed connection is
+    freed (the reference keeps nothing alive)."""
+    import gc
+    import weakref
+
+    import psycopg
+
+    from twisted_stalk.pg import driver
+    driver.fit_pypy_ctypes()
+    heard = []
+    conn = psycopg.connect(pg_cluster.dsn(), autocommit=True)
+    conn.add_notice_handler(lambda d: heard.append(d.message_primary))
+    gc.collect()
+    conn.execute("DO $$BEGIN RAISE NOTICE 'heard'; END$$")
+    assert heard == ["heard"]
+    pgconn = weakref.ref(conn.pgconn)
+    conn.close()
+    del conn
+    for _ in range(3):
+        gc.collect()
+    assert pgconn() is None
+
+
+def test_psycopgs_binding_makes_connection_objects_on_this_python():
+    """Not behind pg_cluster, which skips where the binding cannot connect:
+    here (PyPy included, driver.fit_pypy_ctypes) it must."""
+    pq = pytest.importorskip("psycopg.pq")
+    from twisted_stalk.pg import driver, driver_problem
+    assert driver_problem() is None
+    pq.PGconn.connect_start(b"host=/nonexistent/twisted-stalk-probe").finish()
+    import platform
+    if platform.python_implementation() != "PyPy":
+        assert driver.fit_pypy_ctypes() is False  # CPython's binding is left alone

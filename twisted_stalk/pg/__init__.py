@@ -25,12 +25,15 @@ def driver_problem() -> Optional[str]:
 
     psycopg is imported and its libpq binding made to start (and drop) a
     connection to a socket path that does not exist, which fails at once
-    without touching the network: psycopg's pure-Python binding on PyPy 7.3
-    imports but cannot create a connection object (a ``weakref`` its
-    ``ctypes`` refuses), and that must be one line at startup, not a
-    traceback at the first statement."""
+    without touching the network: a binding that imports but cannot create
+    a connection object (psycopg's pure-Python one on a PyPy whose ``ctypes``
+    :func:`.driver.fit_pypy_ctypes` does not fit) must be one line at
+    startup, not a traceback at the first statement."""
     try:
         from psycopg import pq
+
+        from .driver import fit_pypy_ctypes
+        fit_pypy_ctypes()  # done on the driver's import too; said here to be seen
     except ImportError:
         # The package is not on an index: name the driver itself, and the extra
         # for a checkout.
@@ -42,7 +45,7 @@ def driver_problem() -> Optional[str]:
         import platform
         return (f"--engine: psycopg's libpq binding does not work on "
                 f"{platform.python_implementation()} {platform.python_version()} "
-                f"({e.__class__.__name__}: {one_line(e)}); run the server on CPython")
+                f"({e.__class__.__name__}: {one_line(e)})")
     return None
 
 

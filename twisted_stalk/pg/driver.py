@@ -21,11 +21,17 @@ twistd's default) without threads or asyncio.
 
 Values go out as text (numbers, arrays) or binary (``bytea``); results come
 back in binary and are decoded by column type (:func:`decode`).
+
+On PyPy psycopg uses its pure-Python (``ctypes``) binding over the system's
+libpq; :func:`fit_pypy_ctypes` makes it work on PyPy releases whose ``ctypes``
+cannot hold a weak reference (importing this module applies it).
 """
 from __future__ import annotations
 
 import os
+import platform
 import struct
+import weakref
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
@@ -44,6 +50,60 @@ _POLL_FAILED = pq.PollingStatus.FAILED
 _POLL_READING = pq.PollingStatus.READING
 _POLL_WRITING = pq.PollingStatus.WRITING
 _SQLSTATE = pq.DiagnosticField.SQLSTATE
+
+
+
+class _HeldRef:
+    """A weak reference to a ``PGconn`` that can itself be weakly referenced."""
+
+    __slots__ = ("_ref", "__weakref__")
+
+    def __init__(self, obj: Any) -> None:
+        self._ref = weakref.ref(obj)
+
+    def __call__(self) -> Any:
+        return self._ref()
+
+
+#: Each PGconn's :class:`_HeldRef`, alive exactly as long as its PGconn.
+_held_refs: "weakref.WeakKeyDictionary[Any, _HeldRef]" = weakref.WeakKeyDictionary()
+
+
+def _held_ref(obj: Any) -> _HeldRef:
+    ref = _held_refs[obj] = _HeldRef(obj)
+    return ref
+
+
+def fit_pypy_ctypes() -> bool:
+    """Make psycopg's ``ctypes`` binding create connections on PyPy 7.3.11
+    and older (Debian 12's); True if it had to.
+
+    Each ``PGconn`` hands libpq a ``py_object(weakref.ref(self))`` for its
+    notice receiver.  PyPy's ``ctypes`` keeps a ``py_object``'s value as a
+    weak reference itself, and a ``weakref.ref`` cannot be weakly referenced:
+    ``TypeError: cannot create weak reference to 'weakref' object``
+    (pypy/pypy#3882, psycopg/psycopg#391).  So, only where that ``TypeError``
+    happens, psycopg's binding gets in place of ``weakref.ref`` a callable
+    weak reference that can be weakly referenced, kept alive by its
+    connection (:data:`_held_refs`): psycopg's notice receiver calls what it
+    reads back (psycopg/psycopg#686) and gets the connection, as on CPython."""
+    if platform.python_implementation() != "PyPy" or pq.__impl__ != "python":
+        return False
+    from ctypes import py_object
+
+    from psycopg.pq import pq_ctypes
+    if pq_ctypes.ref is _held_ref:
+        return True
+    probe = _HeldRef(fit_pypy_ctypes)
+    try:
+        py_object(weakref.ref(probe))
+    except TypeError:
+        pq_ctypes.ref = _held_ref  # type: ignore[attr-defined]
+        return True
+    return False
+
+
+fit_pypy_ctypes()
 
 _int8 = struct.Struct(">q").unpack
 _int4 = struct.Struct(">i").unpack
@@ -136,8 +196,10 @@ class PgConnection:
         self.conninfo = conninfo
         #: Prepared at connect: name -> SQL.
         self.statements = statements or {}
-        #: Session settings made at connect, before preparing: name -> value.
-        self.settings = settings or {}
+        #: Session settings made at connect, before preparing: name -> value
+        #: (and made again, :meth:`apply_settings`, when changed meanwhile).
+        self.settings = settings if settings is not None else {}
+        self._sent_settings: Dict[str, str] = {}
         self.on_notify = on_notify
         self.on_lost = on_lost
         self.connect_timeout = connect_timeout
@@ -222,6 +284,7 @@ class PgConnection:
         pgconn.nonblocking = 1
         pgconn.enter_pipeline_mode()
         prepared = []
+        self._sent_settings = dict(self.settings)
         if self.settings:
             d0: defer.Deferred = defer.Deferred()
             calls = ", ".join("set_config($%d, $%d, false)" % (2 * i + 1, 2 * i + 2)
@@ -246,9 +309,22 @@ class PgConnection:
             self._timeout.cancel()
         self._timeout = None
         self.ready = True
+        if self.settings != self._sent_settings:  # changed while it connected
+            self.apply_settings().addErrback(lambda _: None)
         d, self._connecting = self._connecting, None
         if d is not None:
             d.callback(self)
+
+    def apply_settings(self) -> defer.Deferred:
+        """Make :attr:`settings` (changed since connect) the session's own, ahead
+        of every statement sent after this call."""
+        self._sent_settings = dict(self.settings)
+        if not self.settings:
+            return defer.succeed([])
+        calls = ", ".join("set_config($%d, $%d, false)" % (2 * i + 1, 2 * i + 2)
+                          for i in range(len(self.settings)))
+        return self.query(f"SELECT {calls}",
+                          [v.encode() for kv in self.settings.items() for v in kv])
 
     def _prepare_failed(self, failure: Failure) -> None:
         error = failure.value.subFailure if hasattr(failure.value, "subFailure") else failure

@@ -92,7 +92,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         #: The statement connections (pipelined, reconnected).
         self.db = Connections(reactor, config.conninfo, statements(config.schema),
                               size=config.pool, wait=config.wait, on_up=self._resync,
-                              settings=SESSION)
+                              settings=dict(SESSION))
         #: The LISTEN connection: other nodes' notices.
         self.notifications = Notifications(reactor, config.conninfo, self.channel,
                                            on_event=self._event, on_up=self._resync)
@@ -130,6 +130,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
                 f"RETURNING id",
                 (socket.gethostname(), self.facts.pid())).fetchone()
         self.node_id = row[0]
+        self._name_sessions()
 
     def start(self) -> defer.Deferred:
         """Connect the statement and LISTEN connections and start the

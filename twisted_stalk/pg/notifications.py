@@ -9,7 +9,7 @@ not there), so every time it comes back the engine is told to look again
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Dict
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -29,6 +29,8 @@ class Notifications:
         self.channel = channel
         self.on_event = on_event
         self.on_up = on_up
+        #: Session settings made at connect (the node's ``application_name``).
+        self.settings: Dict[str, str] = {}
         self.conn: Any = None
         self.listening = False
         self._stopped = False
@@ -37,7 +39,8 @@ class Notifications:
     def start(self) -> defer.Deferred:
         """Connect and LISTEN; fires when listening (fails if the first attempt does)."""
         conn = self.conn = PgConnection(self.reactor, self.conninfo,
-                                        on_notify=self._notified, on_lost=self._lost)
+                                        on_notify=self._notified, on_lost=self._lost,
+                                        settings=self.settings)
         d = conn.connect()
         d.addCallback(lambda _: conn.query(f'LISTEN "{self.channel}"'))
         d.addCallback(self._listening)

@@ -17,6 +17,7 @@ text in text format, the body in binary).
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Dict
 
 from .notices import JobsReady
@@ -366,15 +367,30 @@ STATEMENTS: Dict[str, str] = {
     # ready, their counters to ``retired``.  Heartbeats are compared with
     # each other, not with the clock, so a database that stalls every commit
     # for a while (a failover waiting for its synchronous standby) makes no
-    # node look dead.  Returns the tubes that got ready jobs, and a NULL per
-    # node given up on.
+    # node look dead.  The database sessions of each node given up on end
+    # (found by their application_name, :func:`session_name`; $3 is the
+    # schema's tag in it): a stopped node's LISTEN connection no longer holds
+    # the notification queue, which every put writes to (docs/ha.md).  Only
+    # sessions the user may end are asked to (pg_terminate_backend's rule: a
+    # superuser any; another user those of roles whose rights it has, or of
+    # any role with pg_signal_backend's, but no superuser's), or the
+    # statement would fail.
+    # Returns the tubes that got ready jobs, and a NULL per node given up on.
     "reclaim": """
         WITH me AS (SELECT heartbeat_at FROM {s}.nodes WHERE id = $2::bigint),
         dead AS (DELETE FROM {s}.nodes n USING me
                  WHERE n.heartbeat_at < me.heartbeat_at - $1::float8 AND n.id <> $2::bigint
                  RETURNING n.id, n.figures),
 """ + _GIVE_UP + """
-        UNION ALL SELECT NULL FROM dead""",
+        UNION ALL SELECT NULL FROM dead, LATERAL (
+            SELECT count(pg_terminate_backend(a.pid)) AS n FROM pg_stat_activity a
+            WHERE a.datname = current_database()
+              AND a.application_name = 'stalk-node-' || dead.id || '@' || $3::text
+              AND ((SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+                   OR (NOT (SELECT rolsuper FROM pg_roles WHERE oid = a.usesysid)
+                       AND (pg_has_role(a.usesysid, 'USAGE')
+                            OR pg_has_role('pg_signal_backend', 'USAGE'))))) ended
+        WHERE ended.n >= 0""",
     # A node leaving: its row goes, its counters to ``retired``, its
     # reservations back to ready.
     "leave": """
@@ -439,9 +455,25 @@ def statements(schema: str) -> Dict[str, str]:
     return {name: sql.replace("{s}", s) for name, sql in STATEMENTS.items()}
 
 
+def session_tag(schema: str) -> str:
+    """How :func:`session_name` names ``schema``: itself when PostgreSQL keeps
+    it as it is in an ``application_name`` (printable ASCII, short enough for
+    its 63 bytes), else a digest of it."""
+    if len(schema) <= 32 and schema.isascii() and schema.isprintable():
+        return schema
+    return hashlib.sha256(schema.encode()).hexdigest()[:16]
+
+
+def session_name(schema: str, node: int) -> str:
+    """The ``application_name`` of node ``node``'s database sessions
+    (``stalk-node-3@twisted_stalk``): how the other nodes find them in
+    ``pg_stat_activity`` to end them when they give the node up."""
+    return f"stalk-node-{node}@{session_tag(schema)}"
+
+
 def channel(schema: str) -> str:
     """The LISTEN/NOTIFY channel of ``schema``'s queue."""
     return schema + "_events"
 
 
-__all__ = ["JOB", "SESSION", "STATEMENTS", "channel", "statements"]
+__all__ = ["JOB", "SESSION", "STATEMENTS", "channel", "session_name", "session_tag", "statements"]

@@ -49,6 +49,7 @@ from ..protocol.commands import COUNTED_COMMANDS
 from ..wording import counted
 from .batch import text_array
 from .notices import DelayedDue, JobsReady, NodeHere, Notice, decode, merged, payload_array
+from .sql import session_name, session_tag
 
 log = Logger(namespace="twisted_stalk.pg")
 
@@ -363,7 +364,8 @@ class Upkeep:
             # Only a node that has reached the database for a while judges
             # others: after an outage every node gets stalk_dead_after to
             # come back before its reservations are given up.
-            steps.append(db.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id]
+            steps.append(db.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id,
+                                                session_tag(self.config.schema).encode()]
                                     ).addCallback(self._reclaimed))
         steps += [
             db.execute("promote").addCallback(self._tubes_ready),
@@ -402,8 +404,8 @@ class Upkeep:
             self._reclaimed_at = self._beats
             nodes = sum(1 for r in rows if r[0] is None)
             jobs = len(rows) - nodes
-            log.warn("gave up on {silent}: {returned} back to ready",
-                     silent=counted(nodes, "silent node"),
+            log.warn("gave up on {silent}: {returned} back to ready, their database "
+                     "sessions ended", silent=counted(nodes, "silent node"),
                      returned=counted(jobs, "reservation"), nodes=nodes, jobs=jobs)
         self._tubes_ready([r for r in rows if r[0] is not None])
 
@@ -429,6 +431,21 @@ class Upkeep:
 
     def _registered(self, rows: Any) -> None:
         self.node_id = rows[0][0]
+        self._name_sessions()
+
+    def _name_sessions(self) -> None:
+        """Name this node's database sessions after its id (``application_name``,
+        :func:`~.sql.session_name`), so that other nodes that give it up end
+        them: the connections to come at connect, those up now at once."""
+        name = session_name(self.config.schema, self.node_id)
+        self.db.settings["application_name"] = name
+        self.notifications.settings["application_name"] = name
+        conns = list(self.db.up)
+        listen = self.notifications.conn
+        if listen is not None and listen.ready and not listen.lost:
+            conns.append(listen)
+        for conn in conns:  # those still connecting apply it when they are up
+            conn.apply_settings().addErrback(self._failed)
 
     def _paused(self, rows: Any) -> None:
         now = self._now()
