@@ -32,7 +32,6 @@ metadata for them, and a tree run without being installed has them).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Callable, Dict, Mapping, Optional
 
@@ -55,21 +54,29 @@ BUILT_IN: Dict[str, str] = {
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 
 
-@dataclass
 class EngineSettings:
-    """What every engine is built with besides its URL."""
+    """What every engine is built with besides its URL.
 
-    #: The reactor (any object with ``seconds()`` and ``callLater`` will do
-    #: for the in-memory engine).
-    reactor: Any
-    #: Largest job body in bytes (``-z``).
-    max_job_size: int = DEFAULT_MAX_JOB_SIZE
-    #: What ``stats`` says of the process (:class:`~twisted_stalk.core.facts.Facts`);
-    #: None: the process's own (server/facts.py).
-    facts: Optional[Facts] = None
-    #: The rest of the server's configuration (``twistd`` option names), for
-    #: the settings an engine takes from flags (the binlog's).
-    options: Mapping[str, Any] = field(default_factory=dict)
+    (A plain class, not a dataclass: stalkd's early loop opens its engine
+    here before its first reply, and :mod:`dataclasses` would cost it the
+    import of :mod:`inspect`; server/_early.py.)"""
+
+    __slots__ = ("reactor", "max_job_size", "facts", "options")
+
+    def __init__(self, reactor: Any, max_job_size: int = DEFAULT_MAX_JOB_SIZE,
+                 facts: Optional[Facts] = None,
+                 options: Optional[Mapping[str, Any]] = None) -> None:
+        #: The reactor (any object with ``seconds()`` and ``callLater`` will do
+        #: for the in-memory engine).
+        self.reactor = reactor
+        #: Largest job body in bytes (``-z``).
+        self.max_job_size = max_job_size
+        #: What ``stats`` says of the process (:class:`~twisted_stalk.core.facts.Facts`);
+        #: None: the process's own (server/facts.py).
+        self.facts = facts
+        #: The rest of the server's configuration (``twistd`` option names), for
+        #: the settings an engine takes from flags (the binlog's).
+        self.options: Mapping[str, Any] = {} if options is None else options
 
     def process_facts(self) -> Facts:
         """:attr:`facts`, or this process's when none were given."""
@@ -130,7 +137,7 @@ def open_engine(url: str, reactor: Any, max_job_size: int = DEFAULT_MAX_JOB_SIZE
     Raises :class:`~twisted_stalk.core.engine.EngineError` (one line) when it
     cannot be used: no such engine, a directory or database it cannot use.
     """
-    settings = EngineSettings(reactor, max_job_size, facts, {} if options is None else options)
+    settings = EngineSettings(reactor, max_job_size, facts, options)
     return opener_for(scheme_of(url))(url, settings)
 
 

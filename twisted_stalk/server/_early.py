@@ -48,7 +48,6 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..core.facts import Facts
 from ..core.job import JobRecord
-from ..core.memory import MemoryEngine
 from ..core.outcomes import BAD_FORMAT as BAD_FORMAT_OUTCOME
 from ..core.outcomes import WAITING
 from ..protocol.commands import CommandError, identify, parse_args
@@ -295,8 +294,10 @@ class EarlyServer:
             facts = ProcessFacts(version, self.clock.seconds())
         else:
             facts = Facts(self.clock.seconds())
-        self.engine = MemoryEngine(self.clock, max_job_size=max_job_size, facts=facts,
-                                   max_memory=max_memory)
+        # Built where every engine is built (twisted_stalk.engines).
+        from ..engines import open_engine
+        self.engine = open_engine("memory:", self.clock, max_job_size, facts)
+        self.engine.limit_memory(max_memory)
         self.render = render_table(stats_quoted)
         #: At most this many connections (0: as the open-file limit allows).
         self.max_connections = max_connections or _derived_cap()
