@@ -48,6 +48,8 @@ class EarlySignals:
         self.drain_requested = False
         #: SIGTERM or SIGINT once one arrived, else 0 (see :meth:`_exit`).
         self.stop_signal = 0
+        #: False once the reactor is about to run (:meth:`only_remember`).
+        self._exits = True
 
     def install(self) -> "EarlySignals":
         signal.signal(signal.SIGTERM, self._exit)
@@ -64,7 +66,16 @@ class EarlySignals:
         # ``stop_signal`` before it runs the reactor and once its own
         # handlers are in, and stops then.
         self.stop_signal = signum
-        raise SystemExit(0)
+        if self._exits:
+            raise SystemExit(0)
+
+    def only_remember(self) -> None:
+        """From now on a SIGTERM or SIGINT is only remembered, for the
+        server's own handlers to act on once they are in: called just before
+        the reactor runs, whose start installs handlers inside an event
+        trigger, where a SystemExit would be logged as a critical error
+        (with its traceback) and swallowed."""
+        self._exits = False
 
     def _drain(self, signum, frame) -> None:
         self.drain_requested = True

@@ -429,6 +429,7 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
     sys.stderr.flush()
     if early.stop_signal:  # a SIGTERM whose exit was lost (boot.py)
         return 0
+    early.only_remember()  # the reactor's start acts on it (ops.install_signals_when_running)
     reactor.run()
     return 0
 
