@@ -114,10 +114,24 @@ def start_server(kind: str, *extra: str, port: Optional[int] = None,
 def until_reactor_serves(proc: subprocess.Popen, deadline: float) -> None:
     """Wait until the reactor has taken over from stalkd's early loop (which
     answers while Twisted loads: server/_early.py): its thread is gone.  A
-    test then sees the server it measures (memory, CPU, timers) whole."""
+    test then sees the server it measures (memory, CPU, timers) whole.  (The
+    loop's thread is found by its name: a server has threads of its own, the
+    binlog's syncer, and one without the early loop never had it.)"""
+    from twisted_stalk.server._early import THREAD_NAME
     tasks = f"/proc/{proc.pid}/task"
+
+    def early_thread_runs() -> bool:
+        for tid in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{tid}/comm") as comm:
+                    if comm.read().strip() == THREAD_NAME:
+                        return True
+            except OSError:  # that thread just ended
+                pass
+        return False
+
     try:
-        while len(os.listdir(tasks)) > 1 and time.monotonic() < deadline:
+        while early_thread_runs() and time.monotonic() < deadline:
             time.sleep(0.005)
     except OSError:  # not Linux, or the process is gone
         pass

@@ -78,6 +78,20 @@ READ_SIZE = 16384
 SWITCH_INTERVAL = 0.0005
 
 
+#: The loop's thread, by name in Python and in the kernel (``top -H``,
+#: ``/proc/PID/task/*/comm``: tests/servers.py waits for it to end).
+THREAD_NAME = "stalkd-early"
+
+
+def _name_thread(name: str) -> None:
+    """Give the calling thread ``name`` in the kernel too (Linux; else nothing)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+            comm.write(name)
+    except OSError:
+        pass
+
+
 def eligible(opts: Dict[str, object], family: int) -> bool:
     """True when ``stalkd`` with these flags may serve before Twisted is loaded."""
     if family not in _FAMILIES:
@@ -319,7 +333,7 @@ class EarlyServer:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._listen(True)
         sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL))
-        self._thread = threading.Thread(target=self._run, name="stalkd-early", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
         return self
 
@@ -343,6 +357,7 @@ class EarlyServer:
     # -------------------------------------------------------------- loop
 
     def _run(self) -> None:
+        _name_thread(THREAD_NAME)
         try:
             self._loop()
         except BaseException as e:  # noqa: B902 - reported by the hand-over, never lost
