@@ -281,7 +281,7 @@ def test_metrics_listener_holds_few_connections(tmp_path):
 def test_ten_thousand_watched_empty_tubes_make_two_series_per_family():
     factory = _server_with(b"".join(b"watch t%d\r\n" % i for i in range(10000)))
     collector = Collector(factory)
-    best = min(_timed(collector.render) for _ in range(3))
+    best = min(_timed(collector.render) for _ in range(10))  # (best of 10: the suite runs two at once)
     text = collector.render()
     ready = _tube_samples(text, "beanstalk_tube_current_watching")
     assert ready == {"default": 1, "*other*": 10000}

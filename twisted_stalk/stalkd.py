@@ -86,8 +86,9 @@ MAX_JOB_SIZE = 1073741824
 _LONG_FLAGS = {"extensions", "engine-init"}
 
 
-class UsageError(Exception):
-    pass
+class FlagError(Exception):
+    """A command line ``stalkd`` cannot run with (a bad or missing flag value):
+    printed as one line, exit status 5."""
 
 
 def fail(message: str, status: int) -> "SystemExit":
@@ -103,7 +104,7 @@ def parse_argv(argv: list[str]) -> dict[str, object]:
         arg = argv[i]
         i += 1
         if not arg.startswith("-") or arg == "-":
-            raise UsageError(f"unknown argument: {arg}")
+            raise FlagError(f"unknown argument: {arg}")
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
             if name in _LONG_FLAGS and not eq:
@@ -111,12 +112,12 @@ def parse_argv(argv: list[str]) -> dict[str, object]:
             elif name in _LONG_WITH_VALUE:
                 if not eq:
                     if i >= len(argv):
-                        raise UsageError(f"option requires an argument: --{name}")
+                        raise FlagError(f"option requires an argument: --{name}")
                     value = argv[i]
                     i += 1
                 opts[name] = value
             else:
-                raise UsageError(f"unknown option: {arg}")
+                raise FlagError(f"unknown option: {arg}")
             continue
         j = 1
         while j < len(arg):
@@ -131,13 +132,13 @@ def parse_argv(argv: list[str]) -> dict[str, object]:
                 value = arg[j:]
                 if not value:
                     if i >= len(argv):
-                        raise UsageError(f"flag requires an argument: -{flag}")
+                        raise FlagError(f"flag requires an argument: -{flag}")
                     value = argv[i]
                     i += 1
                 opts[flag] = value
                 break
             else:
-                raise UsageError(f"unknown flag: -{flag}")
+                raise FlagError(f"unknown flag: -{flag}")
     return opts
 
 
@@ -148,9 +149,9 @@ def _int_option(opts: dict[str, object], flag: str, default: int, low: int, high
     try:
         value = int(str(text))
     except ValueError:
-        raise UsageError(f"{_dash(flag)} needs a whole number, got {text!r}")
+        raise FlagError(f"{_dash(flag)} needs a whole number, got {text!r}")
     if not low <= value <= high:
-        raise UsageError(f"{_dash(flag)} must be between {low} and {high}, got {value}")
+        raise FlagError(f"{_dash(flag)} must be between {low} and {high}, got {value}")
     return value
 
 
@@ -227,11 +228,11 @@ def main(argv: list[str] | None = None) -> int:
             opts["max-connections-wait"] = _seconds(opts, "max-connections-wait", 0.0)
         opts["metrics-tubes"] = _int_option(opts, "metrics-tubes", 100, 0, 2**31 - 1)
         if opts.get("web-auth") and not opts.get("web"):
-            raise UsageError("--web-auth goes with --web")
+            raise FlagError("--web-auth goes with --web")
         if opts.get("engine") and opts.get("b"):
             from twisted_stalk.pg import ENGINE_WITH_BINLOG
-            raise UsageError(ENGINE_WITH_BINLOG)
-    except UsageError as e:
+            raise FlagError(ENGINE_WITH_BINLOG)
+    except FlagError as e:
         sys.stderr.write(f"stalkd: {e} (stalkd -h lists the flags)\n")
         return 5
     if opts.get("h"):
@@ -282,9 +283,9 @@ def _seconds(opts: dict[str, object], name: str, default: float) -> float:
     try:
         value = float(str(text))
     except ValueError:
-        raise UsageError(f"--{name} needs a number of seconds, got {text!r}")
+        raise FlagError(f"--{name} needs a number of seconds, got {text!r}")
     if not value >= 0:
-        raise UsageError(f"--{name} must not be negative, got {text}")
+        raise FlagError(f"--{name} must not be negative, got {text}")
     return value
 
 

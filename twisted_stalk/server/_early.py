@@ -46,6 +46,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from ..core.engine import Engine
 from ..core.facts import Facts
 from ..core.job import JobRecord
 from ..core.outcomes import BAD_FORMAT as BAD_FORMAT_OUTCOME
@@ -134,7 +135,7 @@ class EarlyConnection:
     __slots__ = ("sock", "engine", "render", "session", "buf", "out", "mode", "need", "after",
                  "blocked", "eof", "closing", "events")
 
-    def __init__(self, sock: Any, engine: Any, render: Dict[str, Callable[[Any], bytes]]) -> None:
+    def __init__(self, sock: Any, engine: Engine, render: Dict[str, Callable[[Any], bytes]]) -> None:
         self.sock = sock
         self.engine = engine
         self.render = render
@@ -264,7 +265,8 @@ class EarlyConnection:
         if name == "quit":
             self.closing = True
             return start
-        outcome = getattr(engine, spec.method)(self.session, *args)
+        # The command table names the Engine member (as the protocol's _plain_handler).
+        outcome = getattr(self.engine, spec.method)(self.session, *args)
         if outcome is WAITING:
             if self.eof:  # a half-closed client cannot wait
                 engine.cancel_wait(self.session)

@@ -33,7 +33,7 @@ from .errors import EXIT_CONNECTION, EXIT_OK, EXIT_REPLY, StalkError, UsageError
 from .output import Output, isatty
 from .render import render_columns
 from .tools.args import check_tube, parser
-from .tools.top import TOP_COLUMNS, top_rows, top_snapshot
+from .tools.top import TOP_COLUMNS, show_frame, top_rows, top_snapshot
 
 #: Commands that only read, and so may run on every server (``read_only`` in the table).
 READ_ONLY = tuple(spec.name for spec in COMMANDS if spec.read_only)
@@ -275,13 +275,7 @@ def _show(out: Output, servers: Sequence[Server],
             f"{counted(workers, 'worker')}  {waiting} waiting")
     lines = [head] + [f"  {name}: DOWN ({why})" for name, why in down.items()] + [""]
     lines += render_columns((TOP_COLUMNS[0], "SERVER") + TOP_COLUMNS[1:], top_table(frames))
-    text = "\n".join(lines) + "\n"
-    if live:
-        text = "\x1b[H\x1b[2J" + text + f"\nevery {interval:g}s, Ctrl-C quits"
-    elif n > 1:
-        text = "\n" + text
-    out.stream.write(text)
-    out.stream.flush()
+    show_frame(out, "\n".join(lines) + "\n", live, n, f"every {interval:g}s, Ctrl-C quits")
 
 
 __all__ = ["READ_ONLY", "Server", "each", "parse_servers", "run_servers", "sum_rows", "top",

@@ -108,13 +108,8 @@ def _frames(conn: Connection, a: Any, out: Output, live: bool, count: int, wait:
             lines = render_columns(TOP_COLUMNS, table, width=width)
             if width:
                 head = head if len(head) <= width else head[:max(0, width - 1)] + "\u2026"
-            text = "\n".join([head, ""] + lines) + "\n"
-            if live:
-                text = "\x1b[H\x1b[2J" + text + f"\nevery {a.interval:g}s, q or Ctrl-C quits"
-            elif n > 1:
-                text = "\n" + text
-            out.stream.write(text)
-            out.stream.flush()
+            show_frame(out, "\n".join([head, ""] + lines) + "\n", live, n,
+                       f"every {a.interval:g}s, q or Ctrl-C quits")
         if count and n >= count:
             return EXIT_OK
         if wait(a.interval - (time.monotonic() - t0)):
@@ -136,3 +131,15 @@ def _duration(seconds: Any) -> str:
     if m:
         return f"{m}m{s}s"
     return f"{s}s"
+
+
+def show_frame(out: Any, text: str, live: bool, n: int, footer: str) -> None:
+    """Write one frame of ``top``: on a live terminal the screen is cleared
+    first and ``footer`` follows; into a pipe, frames after the first are
+    set apart by a blank line."""
+    if live:
+        text = "\x1b[H\x1b[2J" + text + "\n" + footer
+    elif n > 1:
+        text = "\n" + text
+    out.stream.write(text)
+    out.stream.flush()
