@@ -303,6 +303,41 @@ def test_signals_while_serving_early():
         server.proc.wait()
 
 
+def test_sighup_while_starting_does_not_end_the_server(held):
+    """systemctl reload (ExecReload=kill -HUP) during the start: the server
+    goes on serving (the console reads its credentials on SIGHUP once up)."""
+    w = Wire(held.connect())
+    assert w.ask(b"put 0 0 60 1\r\nx\r\n") == b"INSERTED 1\r\n"
+    os.kill(held.proc.pid, signal.SIGHUP)
+    time.sleep(0.1)
+    assert held.proc.poll() is None
+    held.hand_over()
+    assert w.ask(b"peek 1\r\n") == b"FOUND 1 1\r\nx\r\n"
+
+
+def test_sighup_once_running_without_a_console_ends_it_as_beanstalkds():
+    server = Held()
+    try:
+        server.connect().close()
+        server.hand_over()
+        # (the listening line comes just before the reactor runs: a SIGHUP
+        # in between is still the start's, so ask until one ends it)
+        deadline = time.monotonic() + 10
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            os.kill(server.proc.pid, signal.SIGHUP)
+            try:
+                server.proc.wait(0.05)
+            except subprocess.TimeoutExpired:
+                pass
+        assert server.proc.returncode == -signal.SIGHUP
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+        server.proc.wait()
+        server.proc.stdin.close()
+        server.proc.stderr.close()
+
+
 # ------------------------------------------------------------------ timings
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,10 @@ class EarlySignals:
         signal.signal(signal.SIGTERM, self._exit)
         signal.signal(signal.SIGINT, self._exit)
         signal.signal(signal.SIGUSR1, self._drain)
+        # systemctl reload (the units' ExecReload) must not end a server that
+        # is still starting: the console, once up, reads its credentials
+        # again on SIGHUP (web/reload.py), and they are read at start anyway.
+        signal.signal(signal.SIGHUP, self._hangup)
         return self
 
     def _exit(self, signum, frame) -> None:
@@ -76,6 +80,12 @@ class EarlySignals:
         trigger, where a SystemExit would be logged as a critical error
         (with its traceback) and swallowed."""
         self._exits = False
+        if signal.getsignal(signal.SIGHUP) == self._hangup:
+            # No console took SIGHUP over: it ends the server, as beanstalkd's.
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+    def _hangup(self, signum, frame) -> None:
+        """SIGHUP while starting: nothing to do (see :meth:`install`)."""
 
     def _drain(self, signum, frame) -> None:
         self.drain_requested = True
