@@ -137,17 +137,6 @@ def until_reactor_serves(proc: subprocess.Popen, deadline: float) -> None:
         pass
 
 
-class RecordingFrontEnd:
-    """A core FrontEnd that records the wake-ups delivered to it."""
-
-    def __init__(self) -> None:
-        self.events: List[object] = []
-
-    def wake(self, outcome) -> None:
-        job_id = getattr(outcome, "id", None)
-        self.events.append(("RESERVED", job_id) if job_id is not None else outcome.name)
-
-
 def stored_bytes(engine) -> int:
     """Bytes of all stored job bodies, each with its CRLF, counted the slow way."""
     return sum(len(job.body) for job in engine.jobs.values())

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import select
 import socket
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st

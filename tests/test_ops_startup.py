@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from servers import REFERENCE, free_port, ours_command, reference_command, start_server
+from servers import REFERENCE, free_port, ours_command, reference_command
 from test_ops_helpers import make_pki, stats_of
 from wire import Wire
 

@@ -22,10 +22,10 @@ import urllib.request
 import pytest
 from twisted.logger import formatEvent, globalLogPublisher
 
-from servers import free_port, stop_process
+from servers import free_port
 from test_ops_helpers import Stalkd, start_stalkd, wait_http
 from test_ops_startup import _twistd
-from twisted_stalk.web.auth import Credentials, parse
+from twisted_stalk.web.auth import parse
 from twisted_stalk.web.reload import reload_credentials
 from web_harness import ADMIN_TOKEN, Harness, cheap_hash, credentials
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from ..protocol.constants import URGENT_THRESHOLD
 from .job import READY
