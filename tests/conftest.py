@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from servers import REFERENCE, start_server  # noqa: E402
+from servers import REFERENCE, compiled_launch_env, start_server  # noqa: E402
 from pgcluster import pg_cluster, pg_engine, slow_only  # noqa: E402,F401  (PostgreSQL engine tests)
 
 KINDS = ["ours"] + (["reference"] if REFERENCE else [])
@@ -35,6 +35,12 @@ def any_server(request):
     server = start_server(request.param)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def compiled_env(tmp_path_factory):
+    """Environment for timed launches of the server (see compiled_launch_env)."""
+    return compiled_launch_env(str(tmp_path_factory.mktemp("pycache")))
 
 
 @pytest.fixture(autouse=True)

@@ -27,6 +27,42 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def connect_asap(port: int, proc: subprocess.Popen, started: float) -> socket.socket:
+    """Connect to ``port`` as soon as it listens (polling every ms)."""
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            assert proc.poll() is None and time.monotonic() - started < 10
+            time.sleep(0.001)
+
+
+def first_reply(cmd: List[str], port: int, env: Optional[dict] = None) -> float:
+    """Seconds from launching ``cmd`` to its first reply."""
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL, env=env)
+    try:
+        sock = connect_asap(port, proc, started)
+        with sock:
+            sock.sendall(b"list-tube-used\r\n")
+            assert sock.recv(100) == b"USING default\r\n"
+        return time.monotonic() - started
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def compiled_launch_env(pycache: str) -> dict:
+    """The environment for launches that are timed: byte code cached under
+    ``pycache`` (a test run may forbid writing it, and compiling every module
+    at each launch is not what an installed server does), warmed up once."""
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=pycache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    port = free_port()
+    first_reply(ours_command(port), port, env)
+    return env
+
+
 def ours_command(port: int, *extra: str) -> List[str]:
     return [sys.executable, "-m", "twisted_stalk_cli.stalkd",
             "-l", "127.0.0.1", "-p", str(port), *extra]

