@@ -340,6 +340,40 @@ def test_sighup_once_running_without_a_console_ends_it_as_beanstalkds():
 
 # ------------------------------------------------------------------ timings
 
+#: What stalkd's path to its first reply runs: the command line, the bind,
+#: the early loop with its engine and command table, a command answered.
+_EARLY_PATH = """
+import sys
+before = set(sys.modules)
+import twisted_stalk_cli.stalkd, twisted_stalk.boot
+from twisted_stalk.stalkd import bind_listener, parse_argv
+from twisted_stalk.server._early import serve_early
+sock, family = bind_listener("127.0.0.1", 0)
+server = serve_early(sock, family, parse_argv([]), 65535, lambda: False)
+import _socket
+c = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+c.connect(sock.getsockname())
+c.sendall(b"put 0 0 60 2\\r\\nhi\\r\\nreserve\\r\\nlist-tube-used\\r\\n")
+reply = b""
+while not reply.endswith(b"USING default\\r\\n"):
+    reply += c.recv(4096)
+server.stop()
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_path_to_the_first_reply_imports_nothing_heavy():
+    """The modules the first reply cannot afford (server/_early.py) stay
+    off its path: a bare interpreter runs it and lists what it imported."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-S", "-c", _EARLY_PATH], env=env, check=True,
+                         capture_output=True, text=True, timeout=60).stdout.split()
+    assert "twisted_stalk.core.memory" in out and "twisted_stalk.server._early" in out
+    heavy = {"typing", "re", "enum", "socket", "selectors", "threading", "collections",
+             "dataclasses", "inspect", "importlib.util", "twisted"}
+    assert heavy.isdisjoint(out), sorted(heavy.intersection(out))
+
+
 def test_greenstalk_timing_a_reserve_timeout_from_launch(compiled_env):
     """greenstalk's suite starts the server, talks to it 0.1 s later and
     times a 1 s reserve timeout (and a 1 s delay) to within 50 ms, from

@@ -4,13 +4,27 @@
 ``stalkd`` binds its port at once, but importing Twisted takes a few hundred
 milliseconds on a slow machine, and test suites written for beanstalkd talk
 to the server 0.1 s after they start it.  :class:`EarlyServer` answers from
-the moment the memory engine is loaded: a thread runs a small ``selectors``
+the moment the memory engine is loaded: a thread runs a small ``poll``
 loop over the bound socket and the connections it accepts, with the engine
 (:mod:`twisted_stalk.core`) and the wire codec (:mod:`twisted_stalk.protocol`),
 neither of which imports Twisted, while the main thread imports Twisted.
 Then :meth:`EarlyServer.stop` ends the loop and :mod:`._handover` gives the
 engine, its sessions, their sockets and their unread input and unsent
 replies to the reactor.  Nothing here imports Twisted.
+
+Nor anything else the first reply cannot afford (docs/operations.md,
+"Startup time"): the path to it, from ``stalkd``'s command line through this
+module, the engine and the command table, imports no :mod:`typing` (its names
+are for the type checker, under ``TYPE_CHECKING = False``; the core's named
+tuples and yaml's type aliases are built on first use), :mod:`re`,
+:mod:`enum`, :mod:`socket`, :mod:`selectors`, :mod:`threading` or
+:mod:`collections`: the port is a :class:`_socket.socket` (``stalkd`` wraps
+it in a :class:`socket.socket` once Twisted is in; the connections the loop
+accepts are handed over as descriptors), the loop polls with
+:func:`select.poll` (:class:`Poller`: the calls and events of
+:class:`selectors.PollSelector`) and runs on a bare :mod:`_thread` (which,
+like a daemon thread, does not hold up the interpreter's exit).  None of
+this changes a reply; the contract below holds as it did.
 
 Contract: a connection served here gets exactly the replies, in the same
 order, that :class:`~twisted_stalk.server.protocol.BeanstalkServerProtocol`
