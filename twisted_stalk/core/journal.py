@@ -55,9 +55,10 @@ def _define_health() -> None:
 
     JournalHealth.__qualname__ = "JournalHealth"
     JournalHealth.__module__ = __name__
-    globals().update(JournalHealth=JournalHealth,
-                     #: The health of a journal that keeps nothing.
-                     NO_JOURNAL=JournalHealth(enabled=False))
+    # (Two threads at once: the first class stays, and NO_JOURNAL is of it.)
+    cls = globals().setdefault("JournalHealth", JournalHealth)
+    #: The health of a journal that keeps nothing.
+    globals().setdefault("NO_JOURNAL", cls(enabled=False))
 
 
 def __getattr__(name: str) -> Any:

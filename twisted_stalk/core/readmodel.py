@@ -81,7 +81,7 @@ def _define() -> None:
     for cls in (TubeFigures, MemoryUse):
         cls.__qualname__ = cls.__name__
         cls.__module__ = __name__
-        globals()[cls.__name__] = cls
+        globals().setdefault(cls.__name__, cls)  # (two threads at once: the first stays)
 
 
 def __getattr__(name: str) -> Any:
