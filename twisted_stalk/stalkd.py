@@ -14,10 +14,17 @@ cannot be used, 0 after SIGTERM or SIGINT, from the moment the port is bound.
 """
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 import sys
-from typing import Optional
+
+# Nothing heavier before the first reply (docs/operations.md, "Startup time"):
+# the bind uses _socket (the socket module's enums and selectors cost ~10 ms),
+# and typing is for the type checker only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    import socket
+    from typing import Optional
 
 USAGE = """Use: stalkd [OPTIONS]
 
@@ -159,8 +166,10 @@ def _dash(flag: str) -> str:
     return f"-{flag}" if len(flag) == 1 else f"--{flag}"
 
 
-def bind_listener(address: str, port: int) -> tuple[socket.socket, int]:
-    """Bind and listen before anything heavy is imported; returns (socket, family)."""
+def bind_listener(address: str, port: int) -> tuple[_socket.socket, int]:
+    """Bind and listen before anything heavy is imported; returns (socket,
+    family): a :class:`_socket.socket` (the base of :class:`socket.socket`,
+    whose module is not loaded yet; :func:`_serve` wraps it once it is)."""
     if address.startswith("unix:"):
         path = address[len("unix:"):]
         try:
@@ -168,16 +177,16 @@ def bind_listener(address: str, port: int) -> tuple[socket.socket, int]:
                 os.unlink(path)
         except OSError:
             pass
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         sock.bind(path)
     else:
         # An ASCII host as bytes: a str would load the idna codec (~3 ms).
         host = (address.encode("ascii") if address.isascii() else address) if address else None
-        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC,
-                                   socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+        infos = _socket.getaddrinfo(host, port, _socket.AF_UNSPEC,
+                                    _socket.SOCK_STREAM, 0, _socket.AI_PASSIVE)
         family, kind, proto, _, sockaddr = infos[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock = _socket.socket(family, kind, proto)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         sock.bind(sockaddr)
     sock.listen(1024)
     sock.setblocking(False)
@@ -251,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                   binlog_size, early)
 
 
-def bind_or_exit(address: str, port: int) -> tuple[socket.socket, int]:
+def bind_or_exit(address: str, port: int) -> tuple[_socket.socket, int]:
     """:func:`bind_listener`, or exit 111 with one line."""
     try:
         return bind_listener(address, port)
@@ -289,7 +298,7 @@ def _seconds(opts: dict[str, object], name: str, default: float) -> float:
     return value
 
 
-def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
+def _serve(bound: Optional[tuple[_socket.socket, int]], where: tuple[str, int],
            opts: dict[str, object], max_job_size: int, fsync_ms: int, binlog_size: int,
            early) -> int:
     """Everything after the bind, in the order daemons do it: import, read the
@@ -397,6 +406,9 @@ def _serve(bound: Optional[tuple[socket.socket, int]], where: tuple[str, int],
         if opts.get("u"):
             become_user(str(opts["u"]))
     sock, family = bound
+    import socket
+    if not isinstance(sock, socket.socket):  # bound with _socket (bind_listener)
+        sock = socket.socket(family, socket.SOCK_STREAM, 0, sock.detach())
     if early.drain_requested:
         ops.enter_drain(factory)
     ops.install_drain_signal(factory)
@@ -467,6 +479,7 @@ def factory_of(listening):
 
 def _peer_gone(conn: socket.socket) -> bool:
     """True when the peer has closed (EOF with nothing to read) or reset."""
+    import socket
     try:
         return conn.recv(1, socket.MSG_PEEK) == b""
     except (BlockingIOError, InterruptedError):

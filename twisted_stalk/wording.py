@@ -6,7 +6,9 @@ Free of Twisted, like :mod:`twisted_stalk.protocol`.
 """
 from __future__ import annotations
 
-from typing import Optional
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Optional
 
 
 def counted(count: int, noun: str, plural: Optional[str] = None) -> str:

@@ -13,7 +13,9 @@ first runs; a command added to the table gets its constant here at once.
 """
 from __future__ import annotations
 
-from typing import Dict
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict
 
 from ..protocol.commands import COUNTED_COMMANDS
 

@@ -77,22 +77,25 @@ from rows).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Tuple, Union
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Callable, Iterable, List, Optional, Tuple, Union
 
-try:
+if TYPE_CHECKING:  # pragma: no cover
     from typing import Protocol
-except ImportError:  # pragma: no cover - Python < 3.8
-    Protocol = object  # type: ignore
+else:  # interfaces, for the type checker and the reader
+    Protocol = object
 
-from ..protocol.yaml import StatPairs
 from .job import JobRecord
 from .journal import Journal
 from .outcomes import Outcome
-from .readmodel import MemoryUse, TubeFigures
 from .session import FrontEnd, Session
 
 if TYPE_CHECKING:  # pragma: no cover - the core imports no Twisted
     from twisted.internet.defer import Deferred
+
+    from ..protocol.yaml import StatPairs
+    from .readmodel import MemoryUse, TubeFigures
 
 #: The orders :meth:`Engine.jobs_page` can sort by.
 JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
@@ -100,11 +103,13 @@ JOB_SORTS = ("queue", "id", "pri", "age", "time-left")
 #: What a command answers with: data (an id or count, a name, a job, stats
 #: pairs, names or ids, a page of jobs ``(total, jobs)``, a search step
 #: ``(jobs, next_after)``) or an outcome constant.
-Answer = Union[int, bytes, JobRecord, Outcome, StatPairs, List[bytes], List[int],
-               Tuple[int, List[JobRecord]], Tuple[List[JobRecord], Optional[int]]]
-#: A command's result: its answer, or (an asynchronous engine) a Deferred
-#: firing with it.
-Result = Union[Answer, "Deferred[Answer]"]
+#: (Type aliases: for the type checker.)
+if TYPE_CHECKING:  # pragma: no cover
+    Answer = Union[int, bytes, JobRecord, Outcome, StatPairs, List[bytes], List[int],
+                   Tuple[int, List[JobRecord]], Tuple[List[JobRecord], Optional[int]]]
+    #: A command's result: its answer, or (an asynchronous engine) a Deferred
+    #: firing with it.
+    Result = Union[Answer, "Deferred[Answer]"]
 
 
 class EngineError(Exception):

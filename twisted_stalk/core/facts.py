@@ -7,7 +7,9 @@ class reports fixed values, for tests and for embedding the engine.
 """
 from __future__ import annotations
 
-from typing import Tuple
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Tuple
 
 
 class Facts:

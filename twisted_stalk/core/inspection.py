@@ -6,14 +6,18 @@ Nothing here counts as a command or changes anything.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, List, Optional
 
-from ..protocol.yaml import StatPairs
+    from ..protocol.yaml import StatPairs
+    from .readmodel import MemoryUse, TubeFigures
+
 from . import listing
 from .engine import JOB_SORTS
 from .job import BURIES, DELAYED, KICKS, RELEASES, RESERVED, RESERVES, STATE_BY_NAME, STATE_NAMES, TIMEOUTS
 from .outcomes import NOT_FOUND
-from .readmodel import MemoryUse, TubeFigures
+from . import readmodel
 from .session import Session
 
 
@@ -70,7 +74,7 @@ class Inspection:
         now = self._now()
         # _figures inline, built with tuple.__new__ (no Python frame per
         # tube): a metrics scrape asks this for every tube.
-        return [_new(TubeFigures, (
+        return [_new(readmodel.TubeFigures, (
             t.name, t.urgent_count, t.ready_count, t.reserved_count, t.delayed_count,
             len(t.buried), t.total_jobs, t.using_count, t.watching_count, len(t.waiting),
             t.cmd_delete, t.cmd_pause, t.pause,
@@ -78,7 +82,7 @@ class Inspection:
 
     def memory(self) -> MemoryUse:
         """Stored body bytes and the ``--max-memory`` ceiling."""
-        return MemoryUse(self.job_bytes, self.max_memory)
+        return readmodel.MemoryUse(self.job_bytes, self.max_memory)
 
     def server_stats(self) -> StatPairs:
         """The server's ``stats`` pairs."""
@@ -126,7 +130,7 @@ _new = tuple.__new__
 
 
 def _figures(t: Any, now: float) -> TubeFigures:
-    return TubeFigures(t.name, t.urgent_count, t.ready_count, t.reserved_count,
+    return readmodel.TubeFigures(t.name, t.urgent_count, t.ready_count, t.reserved_count,
                        t.delayed_count, len(t.buried), t.total_jobs, t.using_count,
                        t.watching_count, len(t.waiting), t.cmd_delete, t.cmd_pause, t.pause,
                        max(0, int(t.unpause_at - now)) if t.pause else 0)

@@ -2,7 +2,9 @@
 """A job and its states."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, List, Optional
 
 from ..protocol.constants import JOB_STATES
 

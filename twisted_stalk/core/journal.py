@@ -2,12 +2,14 @@
 """The interface between the queue and a persistence layer (the binlog)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, List, NamedTuple, Optional
 
-try:
+if TYPE_CHECKING:  # pragma: no cover
     from typing import Protocol
-except ImportError:  # pragma: no cover
-    Protocol = object  # type: ignore
+else:  # interfaces, for the type checker and the reader
+    Protocol = object
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import JobRecord
@@ -32,22 +34,39 @@ UPDATE_TIMEOUT = 4
 UPDATE_RESERVE = 5
 
 
-class JournalHealth(NamedTuple):
-    """What metrics and the console show of a journal (:meth:`Journal.health`)."""
+def _define_health() -> None:
+    """Define :class:`JournalHealth` and :data:`NO_JOURNAL`, on first use: a
+    named tuple needs :mod:`typing`, whose import ``stalkd``'s first reply
+    cannot afford (server/_early.py); nothing on that path reads them."""
+    from typing import NamedTuple, Optional  # noqa: F401  (the annotations')
 
-    #: A directory is in use (False: changes live in memory only, or the
-    #: engine's storage is durable by itself).
-    enabled: bool
-    directory: Optional[str] = None
-    #: Why the journal cannot take writes now (None: it can).
-    problem: Optional[str] = None
-    #: How many files it keeps and their size on disk.
-    files: int = 0
-    bytes: int = 0
+    class JournalHealth(NamedTuple):
+        """What metrics and the console show of a journal (:meth:`Journal.health`)."""
+
+        #: A directory is in use (False: changes live in memory only, or the
+        #: engine's storage is durable by itself).
+        enabled: bool
+        directory: Optional[str] = None
+        #: Why the journal cannot take writes now (None: it can).
+        problem: Optional[str] = None
+        #: How many files it keeps and their size on disk.
+        files: int = 0
+        bytes: int = 0
+
+    JournalHealth.__qualname__ = "JournalHealth"
+    JournalHealth.__module__ = __name__
+    # (Two threads at once: the first class stays, and NO_JOURNAL is of it.)
+    cls = globals().setdefault("JournalHealth", JournalHealth)
+    #: The health of a journal that keeps nothing.
+    globals().setdefault("NO_JOURNAL", cls(enabled=False))
 
 
-#: The health of a journal that keeps nothing.
-NO_JOURNAL = JournalHealth(enabled=False)
+def __getattr__(name: str) -> Any:
+    """:class:`JournalHealth` and :data:`NO_JOURNAL`, defined on first use."""
+    if name in ("JournalHealth", "NO_JOURNAL"):
+        _define_health()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Journal(Protocol):
@@ -128,4 +147,4 @@ class NullJournal:
         callback()
 
     def health(self) -> JournalHealth:
-        return NO_JOURNAL
+        return __getattr__("NO_JOURNAL")

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import heapq
 from itertools import islice
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .engine import JOB_SORTS
 from .job import BURIED, DELAYED, READY, RESERVED, JobRecord

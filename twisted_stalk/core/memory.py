@@ -34,7 +34,12 @@ happens when stale entries outnumber live ones (amortised O(1)).
 from __future__ import annotations
 
 import heapq
-from typing import Dict, Iterable, List, Optional, Tuple
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, Iterable, List, Optional, Tuple
+
+    from ..protocol.yaml import StatPairs
+    from .sessions import WakeUp
 
 from ..protocol.commands import valid_tube_name
 from ..protocol.constants import (
@@ -42,7 +47,6 @@ from ..protocol.constants import (
     UNRESERVED_STATES,
     URGENT_THRESHOLD,
 )
-from ..protocol.yaml import StatPairs
 from . import listing
 from .counters import (
     BURY, DELETE, KICK, LIST_TUBES, PAUSE_TUBE, PEEK, PEEK_BURIED, PEEK_DELAYED, PEEK_READY,
@@ -83,7 +87,7 @@ from .outcomes import (
 from .outcomes import BURIED as BURIED_OUTCOME
 from .outcomes import KICKED as KICKED_OUTCOME
 from .session import Session, FrontEnd
-from .sessions import SessionRules, WakeUp
+from .sessions import SessionRules
 from .states import JobStates
 from .tube import MemoryTube
 
@@ -534,4 +538,4 @@ class MemoryEngine(SessionRules, Inspection, JobStates):
             self._make_ready(job)
 
 
-__all__ = ["MemoryEngine", "WakeUp"]
+__all__ = ["MemoryEngine"]

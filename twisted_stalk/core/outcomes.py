@@ -13,7 +13,9 @@ Which command returns what is listed on :class:`~twisted_stalk.core.engine.Engin
 """
 from __future__ import annotations
 
-from typing import Dict
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict
 
 
 class Outcome:

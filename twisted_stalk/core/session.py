@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, List, Optional, Tuple
 
 from ..protocol.constants import SAFETY_MARGIN
 
-try:
+if TYPE_CHECKING:  # pragma: no cover
     from typing import Protocol
-except ImportError:  # pragma: no cover - Python < 3.8
-    Protocol = object  # type: ignore
+else:  # interfaces, for the type checker and the reader
+    Protocol = object
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import JobRecord

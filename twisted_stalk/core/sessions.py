@@ -37,11 +37,14 @@ checks that each command moves its own counter, in every engine.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+    from ..protocol.yaml import StatPairs
 
 from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.constants import DEFAULT_TUBE, SAFETY_MARGIN
-from ..protocol.yaml import StatPairs
 from .counters import IGNORE, LIST_TUBE_USED, LIST_TUBES_WATCHED, PUT, USE, WATCH
 from .facts import Facts
 from .outcomes import (
@@ -58,9 +61,10 @@ from .session import Session
 heappush = heapq.heappush
 heappop = heapq.heappop
 
-#: What a waiting reserve's wake-up carries: the session and the job it got,
-#: TIMED_OUT or DEADLINE_SOON.
-WakeUp = Tuple[Session, Any]
+if TYPE_CHECKING:  # pragma: no cover
+    #: What a waiting reserve's wake-up carries: the session and the job it
+    #: got, TIMED_OUT or DEADLINE_SOON.
+    WakeUp = Tuple[Session, Any]
 
 
 def _one_node(key: str, value: int, is_total: bool) -> int:
@@ -471,4 +475,4 @@ class SessionRules:
                 self._schedule_wait(s)
 
 
-__all__ = ["SessionRules", "WakeUp"]
+__all__ = ["SessionRules"]

@@ -16,7 +16,9 @@ timer, and :meth:`JobStates.tick` does what is due.
 from __future__ import annotations
 
 import heapq
-from typing import List, Optional, Tuple
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import List, Optional, Tuple
 
 from ..protocol.constants import SAFETY_MARGIN, URGENT_THRESHOLD
 from .job import BURIED, DELAYED, INVALID, KICKS, READY, RESERVED, RESERVES, TIMEOUTS, JobRecord

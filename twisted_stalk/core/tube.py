@@ -12,8 +12,9 @@ outnumber live jobs twice (the tube is then compacted: amortised O(1)).
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, List, Optional, Tuple
 
 from ..protocol.constants import URGENT_THRESHOLD
 from .job import READY
@@ -55,13 +56,13 @@ class MemoryTube:
         self.delayed: List[Tuple[float, int]] = []
         self.delayed_count = 0
         #: Buried jobs in burial order.
-        self.buried: "OrderedDict[int, JobRecord]" = OrderedDict()
+        self.buried: Dict[int, JobRecord] = {}  # (dicts keep their order)
         self.reserved_count = 0
         self.total_jobs = 0
         self.using_count = 0
         self.watching_count = 0
         #: Sessions waiting in reserve on this tube, in arrival order.
-        self.waiting: "OrderedDict[Session, None]" = OrderedDict()
+        self.waiting: Dict[Session, None] = {}
         self.cmd_delete = 0
         self.cmd_pause = 0
         #: Pause length in seconds (0: not paused) and when it ends.

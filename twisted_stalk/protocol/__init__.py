@@ -8,7 +8,11 @@ and the shell.  The client-side pieces (:class:`~.reader.ReplyReader`,
 :class:`~.flush.PeekDeleteFlush`, :func:`~.flush.flush_budgets`) are imported
 when first asked for, so the server does not pay for them.
 """
-from typing import Any
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 from .commands import (
     BY_NAME,

@@ -23,7 +23,9 @@ Argument parsing reproduces beanstalkd byte for byte:
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ..wording import counted
 from .constants import (
@@ -354,7 +356,8 @@ def _tube_arg(text: bytes) -> bytes:
     return text
 
 
-ArgValue = Union[int, bytes, None]
+if TYPE_CHECKING:  # pragma: no cover
+    ArgValue = Union[int, bytes, None]
 
 
 def parse_args(spec: CommandSpec, text: bytes) -> Tuple[ArgValue, ...]:

@@ -9,11 +9,25 @@ The reader accepts both quoted (1.13) and bare (1.12) strings.
 """
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
-StatValue = Union[int, float, str, bytes, bool]
-#: A stats body as data: ``(key, value)`` pairs in beanstalkd's order.
-StatPairs = Sequence[Tuple[str, StatValue]]
+    StatValue = Union[int, float, str, bytes, bool]
+    #: A stats body as data: ``(key, value)`` pairs in beanstalkd's order.
+    StatPairs = Sequence[Tuple[str, StatValue]]
+
+
+def __getattr__(name: str) -> Any:
+    """The type aliases ``StatValue`` and ``StatPairs`` (a stats body as
+    data: ``(key, value)`` pairs in beanstalkd's order), built on first use:
+    :mod:`typing` costs ``stalkd``'s first reply (server/_early.py)."""
+    if name in ("StatValue", "StatPairs"):
+        from typing import Sequence, Tuple, Union
+        value = Union[int, float, str, bytes, bool]
+        globals().update(StatValue=value, StatPairs=Sequence[Tuple[str, value]])
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Keys whose (string) values beanstalkd 1.13 prints in double quotes and
 #: 1.12 prints bare; other strings (``state``, the server ``id``) are bare in both.

@@ -6,7 +6,11 @@ package's Twisted-free modules (:mod:`.render`, :mod:`.facts`,
 :mod:`.output`, :mod:`._early`) can be imported before Twisted is
 (``stalkd`` serves its first connections with them while Twisted loads).
 """
-from typing import Any
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 _LAZY = {"BeanstalkServerFactory": "factory", "BeanstalkServerProtocol": "protocol"}
 

@@ -4,13 +4,27 @@
 ``stalkd`` binds its port at once, but importing Twisted takes a few hundred
 milliseconds on a slow machine, and test suites written for beanstalkd talk
 to the server 0.1 s after they start it.  :class:`EarlyServer` answers from
-the moment the memory engine is loaded: a thread runs a small ``selectors``
+the moment the memory engine is loaded: a thread runs a small ``poll``
 loop over the bound socket and the connections it accepts, with the engine
 (:mod:`twisted_stalk.core`) and the wire codec (:mod:`twisted_stalk.protocol`),
 neither of which imports Twisted, while the main thread imports Twisted.
 Then :meth:`EarlyServer.stop` ends the loop and :mod:`._handover` gives the
 engine, its sessions, their sockets and their unread input and unsent
 replies to the reactor.  Nothing here imports Twisted.
+
+Nor anything else the first reply cannot afford (docs/operations.md,
+"Startup time"): the path to it, from ``stalkd``'s command line through this
+module, the engine and the command table, imports no :mod:`typing` (its names
+are for the type checker, under ``TYPE_CHECKING = False``; the core's named
+tuples and yaml's type aliases are built on first use), :mod:`re`,
+:mod:`enum`, :mod:`socket`, :mod:`selectors`, :mod:`threading` or
+:mod:`collections`: the port is a :class:`_socket.socket` (``stalkd`` wraps
+it in a :class:`socket.socket` once Twisted is in; the connections the loop
+accepts are handed over as descriptors), the loop polls with
+:func:`select.poll` (:class:`Poller`: the calls and events of
+:class:`selectors.PollSelector`) and runs on a bare :mod:`_thread` (which,
+like a daemon thread, does not hold up the interpreter's exit).  None of
+this changes a reply; the contract below holds as it did.
 
 Contract: a connection served here gets exactly the replies, in the same
 order, that :class:`~twisted_stalk.server.protocol.BeanstalkServerProtocol`
@@ -37,14 +51,12 @@ connections wait in the listen backlog until the reactor runs, as before.
 """
 from __future__ import annotations
 
+import _socket
+import _thread
 import os
-import resource
-import selectors
-import socket
+import select
 import sys
-import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
 
 from ..core.engine import Engine
 from ..core.facts import Facts
@@ -56,6 +68,10 @@ from ..protocol.constants import BAD_FORMAT, MAX_LINE, MAX_LINE_CONTENT, TIMED_O
 from .output import MAX_BUFFERED_WHILE_WAITING, MAX_UNSENT
 from .render import LINES, job_reply, render_table
 
+TYPE_CHECKING = False  # (typing's own costs the first reply a few ms)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, List, Optional
+
 # Framer states (the protocol's, same meaning).
 LINE, DISCARD, SKIP_LINE = range(3)
 
@@ -64,7 +80,7 @@ LINE, DISCARD, SKIP_LINE = range(3)
 NOT_EARLY = ("tls-cert", "tls-key", "tls-ca", "b", "engine", "u", "extensions", "metrics",
              "web", "web-auth", "busy-poll", "metrics-tube-pattern", "shutdown-grace")
 #: Listeners the early loop serves: TCP and unix sockets.
-_FAMILIES = (socket.AF_INET, socket.AF_INET6, getattr(socket, "AF_UNIX", socket.AF_INET))
+_FAMILIES = (_socket.AF_INET, _socket.AF_INET6, getattr(_socket, "AF_UNIX", _socket.AF_INET))
 #: ``--stats-yaml`` values: stats strings quoted (1.13) or bare (1.12).
 STATS_YAML = {None: True, "1.13": True, "1.12": False}
 #: Descriptors kept back from the connection cap derived from the open-file
@@ -87,7 +103,7 @@ THREAD_NAME = "stalkd-early"
 def _name_thread(name: str) -> None:
     """Give the calling thread ``name`` in the kernel too (Linux; else nothing)."""
     try:
-        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+        with open(f"/proc/self/task/{_thread.get_native_id()}/comm", "w") as comm:
             comm.write(name)
     except OSError:
         pass
@@ -104,7 +120,7 @@ def eligible(opts: Dict[str, object], family: int) -> bool:
     return not any(opts.get(name) for name in NOT_EARLY)
 
 
-def serve_early(listener: socket.socket, family: int, opts: Dict[str, object],
+def serve_early(listener: Any, family: int, opts: Dict[str, object],
                 max_job_size: int, drain_requested: Callable[[], bool]) -> Optional["EarlyServer"]:
     """Start serving ``listener`` now if ``opts`` allow (:func:`eligible`), else None."""
     if not eligible(opts, family):
@@ -298,7 +314,7 @@ class EarlyConnection:
 class EarlyServer:
     """The early loop: a thread serving ``listener`` with one memory engine."""
 
-    def __init__(self, listener: socket.socket, max_job_size: int, stats_quoted: bool = True,
+    def __init__(self, listener: Any, max_job_size: int, stats_quoted: bool = True,
                  max_connections: int = 0, max_memory: int = 0,
                  drain_requested: Callable[[], bool] = lambda: False,
                  version: Optional[str] = None) -> None:
@@ -320,11 +336,13 @@ class EarlyServer:
         self._drain_requested = drain_requested
         #: Open connections, in the order they were accepted.
         self.connections: Dict[EarlyConnection, None] = {}
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
+        self._selector = Poller()
+        self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
         self._listening = False
-        self._thread: Optional[threading.Thread] = None
+        #: Held while the loop's thread runs (stop() waits on it).
+        self._running = _thread.allocate_lock()
+        self._started = False
         self._switch = sys.getswitchinterval()
         #: An exception that ended the loop early (reported by the hand-over).
         self.failure: Optional[BaseException] = None
@@ -332,11 +350,14 @@ class EarlyServer:
     # ------------------------------------------------------------ control
 
     def start(self) -> "EarlyServer":
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_r, EVENT_READ, None)
         self._listen(True)
         sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL))
-        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-        self._thread.start()
+        # A bare thread (threading's module costs the first reply its import);
+        # like a daemon thread, it does not hold up the interpreter's exit.
+        self._running.acquire()
+        self._started = True
+        _thread.start_new_thread(self._run, ())
         return self
 
     def stop(self) -> List[EarlyConnection]:
@@ -345,15 +366,15 @@ class EarlyServer:
         connections' sockets stay open."""
         self._stopping = True
         try:
-            self._wake_w.send(b"x")
+            os.write(self._wake_w, b"x")
         except OSError:
             pass
-        if self._thread is not None:
-            self._thread.join()
+        if self._started:
+            with self._running:  # the loop's thread has ended
+                pass
         sys.setswitchinterval(self._switch)
-        self._selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         return list(self.connections)
 
     # -------------------------------------------------------------- loop
@@ -364,6 +385,8 @@ class EarlyServer:
             self._loop()
         except BaseException as e:  # noqa: B902 - reported by the hand-over, never lost
             self.failure = e
+        finally:
+            self._running.release()
 
     def _loop(self) -> None:
         engine = self.engine
@@ -375,29 +398,30 @@ class EarlyServer:
             ready = select(timeout)
             if self._drain_requested() and not engine.draining:
                 engine.drain()  # before the input that came after the signal
-            for key, events in ready:
-                conn = key.data
+            for fileobj, conn, events in ready:
                 if conn is None:
-                    if key.fileobj is self.listener:
+                    if fileobj is self.listener:
                         self._accept()
                     continue  # the stop signal: the loop condition ends it
-                if events & selectors.EVENT_READ:
+                if events & EVENT_READ:
                     self._read(conn)
-                if events & selectors.EVENT_WRITE and conn in self.connections:
+                if events & EVENT_WRITE and conn in self.connections:
                     self._settle(conn)
             if at is not None and now() >= at:
                 engine.tick()
             self._deliver()
 
     def _accept(self) -> None:
+        listener = self.listener
         while len(self.connections) < self.max_connections:
             try:
-                sock, _ = self.listener.accept()
+                fd, _ = listener._accept()  # (socket.socket's accept, without its module)
             except OSError:  # EAGAIN: none left; anything else: the reactor's accept sees it
                 break
+            sock = _socket.socket(listener.family, _socket.SOCK_STREAM, 0, fd)
             sock.setblocking(False)
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             except OSError:
                 pass
             conn = EarlyConnection(sock, self.engine, self.render)
@@ -409,7 +433,7 @@ class EarlyServer:
         if on != self._listening:
             self._listening = on
             if on:
-                self._selector.register(self.listener, selectors.EVENT_READ, None)
+                self._selector.register(self.listener, EVENT_READ, None)
             else:
                 self._selector.unregister(self.listener)
 
@@ -453,8 +477,7 @@ class EarlyServer:
             if conn.out and not conn.flush():
                 self._drop(conn)
                 return
-        events = (selectors.EVENT_READ if conn.wants_read else 0) | \
-            (selectors.EVENT_WRITE if conn.out else 0)
+        events = (EVENT_READ if conn.wants_read else 0) | (EVENT_WRITE if conn.out else 0)
         if events != conn.events:
             if not conn.events:
                 self._selector.register(conn.sock, events, conn)
@@ -476,9 +499,61 @@ class EarlyServer:
         self._listen(len(self.connections) < self.max_connections)
 
 
+class Poller:
+    """What the loop uses of :class:`selectors.PollSelector`, the same
+    calls and events, without importing :mod:`selectors` (and with it
+    :mod:`collections` and :mod:`math`) before the first reply:
+    :meth:`select` gives ``(fileobj, data, events)`` triples."""
+
+    __slots__ = ("_poll", "_keys")
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        #: fd -> (fileobj, data, events)
+        self._keys: Dict[int, tuple] = {}
+
+    def register(self, fileobj: Any, events: int, data: Any) -> None:
+        fd = fileobj if fileobj.__class__ is int else fileobj.fileno()
+        self._poll.register(fd, _POLL_EVENTS[events])
+        self._keys[fd] = (fileobj, data, events)
+
+    def modify(self, fileobj: Any, events: int, data: Any) -> None:
+        fd = fileobj if fileobj.__class__ is int else fileobj.fileno()
+        self._poll.modify(fd, _POLL_EVENTS[events])
+        self._keys[fd] = (fileobj, data, events)
+
+    def unregister(self, fileobj: Any) -> None:
+        fd = fileobj if fileobj.__class__ is int else fileobj.fileno()
+        self._poll.unregister(fd)
+        del self._keys[fd]
+
+    def select(self, timeout: Optional[float]) -> List[tuple]:
+        """The ready ``(fileobj, data, events)``; ``timeout`` in seconds
+        (None: no limit), rounded up to the millisecond as selectors does."""
+        ms = None if timeout is None else max(0, -int(-timeout * 1000 // 1))
+        ready = []
+        keys = self._keys
+        for fd, event in self._poll.poll(ms):
+            key = keys.get(fd)
+            if key is None:
+                continue
+            events = (EVENT_WRITE if event & ~select.POLLIN else 0) | \
+                (EVENT_READ if event & ~select.POLLOUT else 0)
+            if events & key[2]:
+                ready.append((key[0], key[1], events & key[2]))
+        return ready
+
+
+#: selectors' EVENT_READ and EVENT_WRITE.
+EVENT_READ, EVENT_WRITE = 1, 2
+_POLL_EVENTS = {EVENT_READ: select.POLLIN, EVENT_WRITE: select.POLLOUT,
+                EVENT_READ | EVENT_WRITE: select.POLLIN | select.POLLOUT}
+
+
 def _derived_cap() -> int:
     """The connection cap the open-file limit allows as it stands (the
     reactor raises that limit later; this is never more than it allows)."""
+    import resource
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1 << 30

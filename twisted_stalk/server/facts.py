@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import Tuple
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Tuple
 
 from ..core.facts import Facts
 

@@ -12,7 +12,9 @@ than :data:`MAX_UNSENT` bytes wait for it (see :mod:`.flow`).
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, List, Optional
 
 #: Unsent reply bytes above which a connection's input is no longer read
 #: (beanstalkd reads a client's next command only once its reply is written).

@@ -10,7 +10,9 @@ YAML, a sequence of names, a sequence of ids).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict
 
 from ..core.outcomes import OUTCOMES, WAITING, Outcome
 from ..protocol import yaml
