@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -541,3 +542,66 @@ def test_psycopgs_binding_makes_connection_objects_on_this_python():
     import platform
     if platform.python_implementation() != "PyPy":
         assert driver.fit_pypy_ctypes() is False  # CPython's binding is left alone
+
+
+def test_the_ttr_heap_holds_the_live_reservations_not_one_entry_per_reservation(pg_engine):
+    """A reservation that ends (delete, release, bury) leaves its TTR entry
+    stale; the node drops stale entries once they outnumber the live ones,
+    so a worker's reserve+delete loop keeps the heap small, and a job held
+    throughout still times out when its TTR runs out, not before."""
+    from test_engine_contract import _pg
+    h, stop = _pg(pg_engine)
+    try:
+        e = h.engine
+        holder, worker, other = h.open(), h.open(), h.open()
+        ttr = 4
+        h(e.put(holder, 0, 0, ttr, b"held\r\n"))
+        held = h(e.reserve(holder)).id
+        due = time.monotonic() + ttr
+        cycles = 150
+        for n in range(cycles):
+            h(e.put(worker, 0, 0, 120, b"%d\r\n" % n))
+            job = h(e.reserve(worker))
+            if n % 5 == 3:
+                assert h(e.bury(worker, job.id, 0)) is o.BURIED
+                assert h(e.kick_job(worker, job.id)) is o.KICKED
+                job = h(e.reserve(worker))
+            elif n % 5 == 4:
+                assert h(e.release(worker, job.id, 0, 0)) is o.RELEASED
+                job = h(e.reserve(worker))
+            assert h(e.delete(worker, job.id)) is o.DELETED
+        # Without compaction: 211, one per reservation.
+        assert len(e.ttr_heap) <= 2 * 1 + 64 + 1, len(e.ttr_heap)
+        assert [entry[1] for entry in e.ttr_heap if entry[2] is holder] == [held]  # kept
+        if time.monotonic() < due - 0.3:  # (unless the loop was that slow)
+            h.advance(max(0.0, due - 0.3 - time.monotonic()))
+            assert held in holder.reserved and e.job_timeouts == 0
+            assert h(e.reserve_with_timeout(other, 0)) is o.TIMED_OUT
+        h.advance(max(0.0, due + 0.3 - time.monotonic()))
+        assert held not in holder.reserved and e.job_timeouts == 1
+        assert h(e.reserve_with_timeout(other, 0)).id == held
+    finally:
+        stop()
+
+
+def test_a_session_touching_one_of_its_jobs_keeps_its_deadlines_small(pg_engine):
+    """Each touch gives a job a new deadline; the old entries in the node's
+    and the session's heaps go stale and are dropped, and the session's
+    soonest deadline (DEADLINE_SOON) is still its jobs' earliest."""
+    from test_engine_contract import _pg
+    h, stop = _pg(pg_engine)
+    try:
+        e = h.engine
+        s = h.open()
+        h(e.put(s, 0, 0, 100, b"a\r\n"))
+        h(e.put(s, 0, 0, 50, b"b\r\n"))
+        a, b = h(e.reserve(s)).id, h(e.reserve(s)).id
+        for _ in range(200):
+            assert h(e.touch(s, a)) is o.TOUCHED
+        assert len(s.ttr_heap) <= 2 * 2 + 64 + 1, len(s.ttr_heap)
+        assert len(e.ttr_heap) <= 2 * 2 + 64 + 1, len(e.ttr_heap)
+        assert s.soonest_deadline() == s.reserved[b].deadline_at
+        assert h(e.delete(s, b)) is o.DELETED
+        assert s.soonest_deadline() == s.reserved[a].deadline_at
+    finally:
+        stop()

@@ -302,3 +302,26 @@ def test_stalk_tail_in_the_background_keeps_running(ours, tmp_path):
                        capture_output=True, timeout=10)
         time.sleep(0.2)
         subprocess.run([tmux, "-S", sock, "kill-server"], capture_output=True, timeout=10)
+
+
+def test_stalk_servers_top_on_a_terminal_quits_on_q(ours, tmp_path):
+    """``stalk --servers a,b top`` quits on ``q`` as the one-server ``top``
+    does (it used to quit only on Ctrl-C)."""
+    from servers import start_server
+    other = start_server("ours")
+    try:
+        names = f"127.0.0.1:{ours.port},127.0.0.1:{other.port}"
+        s = Screen(tmp_path, ["--servers", names, "top", "-n", "0.2"], cols=100, rows=14,
+                   env=terminal_env(tmp_path))
+        try:
+            s.wait_for("stalk top  2 servers, 2 up")
+            s.wait_for("every 0.2s, q or Ctrl-C quits")  # its footer says so
+            s.type("q")
+            deadline = time.monotonic() + 10
+            while _running(s):  # the program exits, and tmux with it
+                assert time.monotonic() < deadline, "stalk --servers top still running after q"
+                time.sleep(0.05)
+        finally:
+            s.close()
+    finally:
+        other.stop()

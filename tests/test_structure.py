@@ -1,5 +1,6 @@
 """The shape of the whole tree: no import circle at run time anywhere in the
-library or the application, and no module of the library over 600 lines."""
+library or the application, no module of the library over 600 lines, and
+no engine parameter without its type."""
 from __future__ import annotations
 
 import ast
@@ -106,3 +107,23 @@ def test_no_module_of_the_library_is_over_600_lines():
         if module.startswith("twisted_stalk.") and lines > MAX_LINES:
             long[module] = lines
     assert long == {}
+
+
+def test_every_engine_parameter_says_its_type():
+    """A function taking an engine says which (the ``Engine`` seam, or an
+    engine class): a reader of ``def put(engine, ...)`` learns nothing of
+    what it may call.  ``Any`` says no more than nothing."""
+    untyped = []
+    for module, path in _modules().items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = node.args
+            for arg in a.posonlyargs + a.args + a.kwonlyargs:
+                if arg.arg == "engine" or arg.arg.endswith("_engine"):
+                    note = ast.unparse(arg.annotation) if arg.annotation else ""
+                    if note in ("", "Any", "Optional[Any]", "object"):
+                        untyped.append(f"{module}.{node.name}({arg.arg}: {note or '-'})")
+    assert untyped == []

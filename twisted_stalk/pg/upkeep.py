@@ -53,12 +53,28 @@ from .sql import session_name, session_tag
 
 log = Logger(namespace="twisted_stalk.pg")
 
+#: Stale TTR entries tolerated beyond the live ones before a compaction.
+_TTR_SLACK = 64
+
+
+def _timed(entry: Tuple[float, int, Any]) -> bool:
+    """Whether a ``ttr_heap`` entry still times a reservation: its session
+    is open and holds the job with that deadline."""
+    deadline, job_id, s = entry
+    job = s.reserved.get(job_id)
+    return job is not None and job.deadline_at == deadline and not s.closed
+
 
 class Upkeep:
     """Timers, heartbeat and notifications (a part of :class:`~.engine.PgEngine`)."""
 
     def _init_upkeep(self) -> None:
+        #: (deadline_at, job id, session) of the reservations this node times;
+        #: an entry goes stale when its job is deleted, released, buried,
+        #: touched or given back, and the heap is compacted once it holds
+        #: more than ``_ttr_bound`` entries (see :meth:`_schedule_ttr`).
         self.ttr_heap: List[Tuple[float, int, Any]] = []
+        self._ttr_bound = _TTR_SLACK
         self.pause_heap: List[Tuple[float, bytes]] = []
         #: When the next delayed job is due, as far as this node knows (local clock).
         self._delay_at: Optional[float] = None
@@ -132,9 +148,35 @@ class Upkeep:
             self.arm(min(candidates))
 
     def _schedule_ttr(self, s: Any, job: Any) -> None:
+        """Time the reservation of ``job`` by ``s`` (at its ``deadline_at``).
+
+        Entries are not removed when a reservation ends (a delete would have
+        to find its entry): they are skipped when due, and once the heap holds
+        more than twice the live entries it had after the last compaction
+        (plus some slack) the stale ones are dropped at once.  So the heap
+        stays within about twice the reservations this node holds, at an
+        amortized constant cost per reservation.  The session's own heap
+        (:meth:`~twisted_stalk.core.session.Session.soonest_deadline`) is
+        kept within twice its reservations the same way."""
+        heap = self.ttr_heap
+        heapq.heappush(heap, (job.deadline_at, job.id, s))
+        if len(heap) > self._ttr_bound:
+            self._compact_ttrs()
+        mine = s.ttr_heap  # the session's own, for DEADLINE_SOON: touches add to it
+        if len(mine) > 2 * len(s.reserved) + _TTR_SLACK:
+            reserved = s.reserved
+            live = [e for e in mine if e[1] in reserved and reserved[e[1]].deadline_at == e[0]]
+            heapq.heapify(live)
+            s.ttr_heap = live
         # A little after the deadline, so the database agrees it has passed.
-        heapq.heappush(self.ttr_heap, (job.deadline_at, job.id, s))
         self.arm(job.deadline_at + 0.002)
+
+    def _compact_ttrs(self) -> None:
+        """Drop the TTR entries of reservations that ended or moved."""
+        live = [entry for entry in self.ttr_heap if _timed(entry)]
+        heapq.heapify(live)
+        self.ttr_heap = live
+        self._ttr_bound = 2 * len(live) + _TTR_SLACK
 
     def _delayed_due_in(self, seconds: float, tell: bool = True) -> None:
         """A delayed job is due ``seconds`` from now (tell other nodes)."""
@@ -151,10 +193,9 @@ class Upkeep:
         heap = self.ttr_heap
         due: Dict[int, Any] = {}
         while heap and heap[0][0] <= now:
-            deadline, job_id, s = heapq.heappop(heap)
-            job = s.reserved.get(job_id)
-            if job is not None and job.deadline_at == deadline and not s.closed:
-                due[job_id] = s
+            entry = heapq.heappop(heap)
+            if _timed(entry):
+                due[entry[1]] = entry[2]
         if due:
             self._expire(due)
 

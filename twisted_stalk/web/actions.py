@@ -26,10 +26,13 @@ queue only through the engine's protocol commands, as a client would:
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..core import outcomes as o
+from ..core.engine import Engine, Result
 from ..core.job import JobRecord
+from ..core.outcomes import Outcome
+from ..core.session import Session
 from ..protocol.yaml import as_dict
 from .http import ApiError
 from .tasks import Slicer, Task, answer
@@ -56,8 +59,8 @@ def _name(tube: bytes) -> str:
     return tube.decode("latin-1")
 
 
-async def put(engine, task: Task, s, slicer: Slicer, tube: bytes, pri: int, delay: int,
-              ttr: int, body: bytes) -> None:
+async def put(engine: Engine, task: Task, s: Session, slicer: Slicer,
+              tube: bytes, pri: int, delay: int, ttr: int, body: bytes) -> None:
     refused = engine.refuse_oversized(s, len(body))
     if refused is not None:
         raise _fail(refused)
@@ -69,7 +72,8 @@ async def put(engine, task: Task, s, slicer: Slicer, tube: bytes, pri: int, dela
     task.result = {"id": job_id, "tube": _name(tube)}
 
 
-async def pause(engine, task: Task, s, slicer: Slicer, tube: bytes, delay: int) -> None:
+async def pause(engine: Engine, task: Task, s: Session, slicer: Slicer,
+                tube: bytes, delay: int) -> None:
     outcome = await answer(engine.pause_tube(s, tube, delay))
     if outcome is o.NOT_FOUND:
         raise ApiError(404, f"no tube {_name(tube)}")
@@ -79,11 +83,12 @@ async def pause(engine, task: Task, s, slicer: Slicer, tube: bytes, delay: int) 
     task.result = {"tube": _name(tube), "pause": delay}
 
 
-async def kick(engine, task: Task, s, slicer: Slicer, tube: bytes, bound: int) -> None:
+async def kick(engine: Engine, task: Task, s: Session, slicer: Slicer,
+               tube: bytes, bound: int) -> None:
     stats = await answer(engine.tube_stats(tube))
     if stats is o.NOT_FOUND:
         raise ApiError(404, f"no tube {_name(tube)}")
-    buried_first = as_dict(stats)["current-jobs-buried"] > 0
+    buried_first = int(as_dict(stats)["current-jobs-buried"]) > 0
     await answer(engine.use(s, tube))
     while task.done < bound:
         if buried_first:
@@ -101,7 +106,8 @@ async def kick(engine, task: Task, s, slicer: Slicer, tube: bytes, bound: int) -
     task.result = {"kicked": task.done, "kind": "buried" if buried_first else "delayed"}
 
 
-async def _each_job(task: Task, slicer: Slicer, ids: List[int], command, done, key: str) -> None:
+async def _each_job(task: Task, slicer: Slicer, ids: List[int],
+                    command: Callable[[int], Result], done: Outcome, key: str) -> None:
     """Run ``command(job_id)`` (an engine command) for each id: ``done`` counts,
     NOT_FOUND (gone, or held by a worker) is skipped, anything else fails."""
     changed: List[int] = []
@@ -118,17 +124,18 @@ async def _each_job(task: Task, slicer: Slicer, ids: List[int], command, done, k
     task.result = {key: changed}
 
 
-async def kick_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int]) -> None:
+async def kick_jobs(engine: Engine, task: Task, s: Session, slicer: Slicer, ids: List[int]) -> None:
     await _each_job(task, slicer, ids, lambda job_id: engine.kick_job(s, job_id),
                     o.KICKED, "kicked")
 
 
-async def delete_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int]) -> None:
+async def delete_jobs(engine: Engine, task: Task, s: Session, slicer: Slicer,
+                      ids: List[int]) -> None:
     await _each_job(task, slicer, ids, lambda job_id: engine.delete(s, job_id),
                     o.DELETED, "deleted")
 
 
-async def bury_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
+async def bury_jobs(engine: Engine, task: Task, s: Session, slicer: Slicer, ids: List[int],
                     pri: Optional[int]) -> None:
     buried: List[int] = []
     for job_id in ids:
@@ -151,7 +158,7 @@ async def bury_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
     task.result = {"buried": buried}
 
 
-async def move_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
+async def move_jobs(engine: Engine, task: Task, s: Session, slicer: Slicer, ids: List[int],
                     destination: bytes) -> None:
     moved = {}
     for job_id in ids:
@@ -163,7 +170,7 @@ async def move_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
         if facts["tube"] == _name(destination):
             task.skipped += 1
             continue
-        delay = facts["time-left"] if facts["state"] == "delayed" else 0
+        delay = int(facts["time-left"]) if facts["state"] == "delayed" else 0
         job = await answer(engine.reserve_job(s, job_id))
         if not isinstance(job, JobRecord):
             if job is not o.NOT_FOUND:
@@ -185,7 +192,8 @@ async def move_jobs(engine, task: Task, s, slicer: Slicer, ids: List[int],
                    "tube": _name(destination)}
 
 
-async def _put_back(engine, s, job: JobRecord, facts, delay: int) -> None:
+async def _put_back(engine: Engine, s: Session, job: JobRecord, facts: Dict[str, Any],
+                    delay: int) -> None:
     """Undo a move's reserve-job when the copy could not be put."""
     if facts["state"] == "buried":
         await answer(engine.bury(s, job.id, job.pri))
@@ -193,11 +201,12 @@ async def _put_back(engine, s, job: JobRecord, facts, delay: int) -> None:
         await answer(engine.release(s, job.id, job.pri, delay))
 
 
-async def flush(engine, task: Task, s, slicer: Slicer, tube: bytes, state: str) -> None:
+async def flush(engine: Engine, task: Task, s: Session, slicer: Slicer,
+                tube: bytes, state: str) -> None:
     stats = await answer(engine.tube_stats(tube))
     if stats is o.NOT_FOUND:
         raise ApiError(404, f"no tube {_name(tube)}")
-    task.total = as_dict(stats)[f"current-jobs-{state}"]
+    task.total = int(as_dict(stats)[f"current-jobs-{state}"])
     while task.done < task.total:
         # Any order will do; id order is the one an engine finds cheapest
         # to resume after deletions (no stale heap entries to step over).

@@ -33,6 +33,7 @@ from .errors import EXIT_CONNECTION, EXIT_OK, EXIT_REPLY, StalkError, UsageError
 from .output import Output, isatty
 from .render import render_columns
 from .tools.args import check_tube, parser
+from .tools.keys import quit_keys
 from .tools.top import TOP_COLUMNS, show_frame, top_rows, top_snapshot
 
 #: Commands that only read, and so may run on every server (``read_only`` in the table).
@@ -205,7 +206,7 @@ def top(out: Output, servers: Sequence[Server], argv: Sequence[str]) -> int:
     p.add_argument("-n", "--interval", type=float, default=1.0,
                    help="seconds between refreshes (default 1)")
     p.add_argument("-c", "--count", type=int, default=0,
-                   help="stop after COUNT refreshes (default: until Ctrl-C)")
+                   help="stop after COUNT refreshes (default: until q or Ctrl-C)")
     p.add_argument("--once", action="store_true", help="print one table and exit")
     a = p.parse_args(argv)
     for t in a.tubes:
@@ -219,29 +220,31 @@ def top(out: Output, servers: Sequence[Server], argv: Sequence[str]) -> int:
     if live:
         out.stream.write("\x1b[?1049h\x1b[?25l")
     try:
-        while True:
-            t0 = time.monotonic()
-            frames: Dict[str, Tuple[Dict[str, Any], List[List[Any]]]] = {}
-            down: Dict[str, str] = {}
-            for s in servers:
-                try:
-                    if not s.connected():
-                        raise StalkError(s.error)
-                    stats, tubes = top_snapshot(s.conn, a.tubes)
-                except StalkError as e:
-                    s.close()
-                    down[s.name] = str(e)
-                    prev.pop(s.name, None)
-                    continue
-                rows = top_rows(tubes, prev.get(s.name), t0 - prev_t.get(s.name, t0))
-                prev[s.name], prev_t[s.name] = tubes, t0
-                frames[s.name] = (stats, rows)
-            status = EXIT_CONNECTION if down else EXIT_OK
-            n += 1
-            _show(out, servers, frames, down, live, n, a.interval)
-            if count and n >= count:
-                return status
-            time.sleep(max(0.0, a.interval - (time.monotonic() - t0)))
+        with quit_keys(None, live) as wait:
+            while True:
+                t0 = time.monotonic()
+                frames: Dict[str, Tuple[Dict[str, Any], List[List[Any]]]] = {}
+                down: Dict[str, str] = {}
+                for s in servers:
+                    try:
+                        if not s.connected():
+                            raise StalkError(s.error)
+                        stats, tubes = top_snapshot(s.conn, a.tubes)
+                    except StalkError as e:
+                        s.close()
+                        down[s.name] = str(e)
+                        prev.pop(s.name, None)
+                        continue
+                    rows = top_rows(tubes, prev.get(s.name), t0 - prev_t.get(s.name, t0))
+                    prev[s.name], prev_t[s.name] = tubes, t0
+                    frames[s.name] = (stats, rows)
+                status = EXIT_CONNECTION if down else EXIT_OK
+                n += 1
+                _show(out, servers, frames, down, live, n, a.interval)
+                if count and n >= count:
+                    return status
+                if wait(a.interval - (time.monotonic() - t0)):
+                    return status
     except KeyboardInterrupt:
         return status
     finally:
@@ -275,7 +278,7 @@ def _show(out: Output, servers: Sequence[Server],
             f"{counted(workers, 'worker')}  {waiting} waiting")
     lines = [head] + [f"  {name}: DOWN ({why})" for name, why in down.items()] + [""]
     lines += render_columns((TOP_COLUMNS[0], "SERVER") + TOP_COLUMNS[1:], top_table(frames))
-    show_frame(out, "\n".join(lines) + "\n", live, n, f"every {interval:g}s, Ctrl-C quits")
+    show_frame(out, "\n".join(lines) + "\n", live, n, f"every {interval:g}s, q or Ctrl-C quits")
 
 
 __all__ = ["READ_ONLY", "Server", "each", "parse_servers", "run_servers", "sum_rows", "top",

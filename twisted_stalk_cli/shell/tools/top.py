@@ -57,7 +57,7 @@ def run(conn: Connection, argv: Sequence[str], out: Output, stdin=None) -> int:
     p = parser("top", "A live per-tube table: job counts, waiting workers, put and delete rates.")
     p.add_argument("tubes", nargs="*", help="only these tubes")
     p.add_argument("-n", "--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
-    p.add_argument("-c", "--count", type=int, default=0, help="stop after COUNT refreshes (default: until Ctrl-C)")
+    p.add_argument("-c", "--count", type=int, default=0, help="stop after COUNT refreshes (default: until q or Ctrl-C)")
     p.add_argument("--once", action="store_true", help="print one table and exit")
     a = p.parse_args(argv)
     for t in a.tubes:
