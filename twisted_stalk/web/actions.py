@@ -26,16 +26,19 @@ queue only through the engine's protocol commands, as a client would:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from ..core import outcomes as o
-from ..core.engine import Engine, Result
+from ..core.engine import Engine
 from ..core.job import JobRecord
 from ..core.outcomes import Outcome
 from ..core.session import Session
 from ..protocol.yaml import as_dict
 from .http import ApiError
 from .tasks import Slicer, Task, answer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.engine import Result  # a type alias for the type checker only
 
 #: Jobs listed or kicked per engine call.
 SLICE = 200
