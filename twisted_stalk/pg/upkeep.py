@@ -162,12 +162,8 @@ class Upkeep:
         heapq.heappush(heap, (job.deadline_at, job.id, s))
         if len(heap) > self._ttr_bound:
             self._compact_ttrs()
-        mine = s.ttr_heap  # the session's own, for DEADLINE_SOON: touches add to it
-        if len(mine) > 2 * len(s.reserved) + _TTR_SLACK:
-            reserved = s.reserved
-            live = [e for e in mine if e[1] in reserved and reserved[e[1]].deadline_at == e[0]]
-            heapq.heapify(live)
-            s.ttr_heap = live
+        if len(s.ttr_heap) > 2 * len(s.reserved) + _TTR_SLACK:
+            s.drop_stale_deadlines()  # the session's own, for DEADLINE_SOON: touches add to it
         # A little after the deadline, so the database agrees it has passed.
         self.arm(job.deadline_at + 0.002)
 
