@@ -248,6 +248,8 @@ class Upkeep:
                     # Still ours past its deadline (a row lock made the sweep
                     # skip it): look again shortly, not at once.
                     job.deadline_at = now + max(left, 0.05)
+                    if len(s.reserved) > 1:  # (DEADLINE_SOON: its old entry is stale)
+                        heapq.heappush(s.ttr_heap, (job.deadline_at, job_id))
                     self._schedule_ttr(s, job)
             self._deliver()
         return d.addCallbacks(held, self._failed)
