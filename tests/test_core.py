@@ -307,6 +307,27 @@ def test_a_sessions_own_deadline_heap_stays_bounded_and_right(q, clock):
     assert s.soonest_deadline() == held[0].deadline_at
 
 
+def test_touches_leave_the_deadline_heaps_bounded_and_right(q, clock):
+    """A worker holding two jobs and touching one of them: each touch made
+    an entry in the engine's and the session's deadline heaps that only the
+    old deadline's passing (or a new reservation) removed; they stay bounded,
+    and the soonest deadline and the TTR timer are still right."""
+    s, _ = session(q)
+    kept, touched = put(q, s, ttr=100), put(q, s, ttr=120)
+    q.reserve_job(s, kept.id)
+    q.reserve_job(s, touched.id)
+    for n in range(1, 2001):
+        clock.now = 1000.0 + n / 100
+        assert q.touch(s, touched.id) is TOUCHED
+    assert len(q.ttr_heap) <= 2 * q.reserved_count + 33
+    assert len(s.ttr_heap) <= 2 * len(s.reserved) + 33
+    assert s.soonest_deadline() == kept.deadline_at == 1100.0
+    assert q.next_deadline() == kept.deadline_at
+    advance(q, clock, 1100.0 - clock.now)
+    assert kept.state == READY and touched.state == RESERVED
+    assert s.soonest_deadline() == touched.deadline_at == 1000.0 + 20 + 120
+
+
 def test_million_delayed_jobs_keep_put_reserve_cheap(q, clock):
     """Delayed jobs sit in heaps: a reserve does not scan them."""
     s, _ = session(q)

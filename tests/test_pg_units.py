@@ -605,3 +605,32 @@ def test_a_session_touching_one_of_its_jobs_keeps_its_deadlines_small(pg_engine)
         assert s.soonest_deadline() == s.reserved[a].deadline_at
     finally:
         stop()
+
+
+def test_a_reservation_the_sweep_skipped_keeps_its_sessions_deadline_soon(pg_engine):
+    """A job past its TTR whose row another transaction locks is skipped by
+    the expire statement and still held: the node looks again shortly (a
+    new deadline).  The session's own deadline heap learns that deadline
+    too, so a reserve there answers DEADLINE_SOON (it answered TIMED_OUT,
+    the heap knowing only the other job's deadline, 100 s on)."""
+    psycopg = pytest.importorskip("psycopg")
+    from test_engine_contract import _pg
+    h, stop = _pg(pg_engine)
+    try:
+        e = h.engine
+        s = h.open()
+        h(e.put(s, 0, 0, 1, b"soon\r\n"))
+        h(e.put(s, 0, 0, 100, b"later\r\n"))
+        soon, later = h(e.reserve(s)).id, h(e.reserve(s)).id
+        with psycopg.connect(parse(pg_engine).conninfo) as lock:
+            lock.execute(f"SELECT 1 FROM {e.config.schema}.jobs WHERE id = %s FOR UPDATE",
+                         [soon])
+            h.advance(1.5)
+            assert soon in s.reserved and e.job_timeouts == 0
+            assert s.soonest_deadline() == s.reserved[soon].deadline_at
+            assert h(e.reserve_with_timeout(s, 0)) is o.DEADLINE_SOON
+            lock.rollback()
+        h.advance(0.5)
+        assert soon not in s.reserved and later in s.reserved and e.job_timeouts == 1
+    finally:
+        stop()

@@ -82,3 +82,41 @@ def test_what_the_table_says_of_each_command_agrees_with_its_replies():
         if spec.read_only:
             assert not (spec.has_body or spec.reserves or spec.blocks), spec.name
         assert spec.help_group, spec.name
+
+
+def _job_in(kind: str, holder, other) -> int:
+    """A new job in state ``kind``; ``holder`` reserves it for the reserved ones."""
+    delay = b"100" if kind == "delayed" else b"0"
+    job_id = int(holder.ask(b"put 0 " + delay + b" 60 1\r\nx\r\n").split()[1])
+    if kind in ("buried", "reserved"):
+        assert holder.ask(b"reserve-job %d\r\n" % job_id).startswith(b"RESERVED")
+    if kind == "buried":
+        assert holder.ask(b"bury %d 0\r\n" % job_id) == b"BURIED\r\n"
+    return job_id
+
+
+def test_gone_if_not_found_is_true_where_not_found_never_answers_for_a_job_that_exists(
+        any_server):
+    """``gone_if_not_found``, against the server (ours and beanstalkd): each
+    command on a job id, sent for an existing job in every state (and when
+    reserved, by the holder and by another connection), answers NOT_FOUND
+    in some case unless the table says NOT_FOUND means the job is gone."""
+    from wire import Wire
+    holder, other = Wire(any_server.connect()), Wire(any_server.connect())
+    on_ids = [spec for spec in COMMANDS if spec.args and spec.args[0].name == "id"]
+    assert {spec.name for spec in on_ids} == {
+        "peek", "reserve-job", "delete", "release", "bury", "kick-job", "touch", "stats-job"}
+    for spec in on_ids:
+        words = set()
+        for kind in ("ready", "delayed", "buried", "reserved"):
+            for sender in ((holder, other) if kind == "reserved" else (other,)):
+                job_id = _job_in(kind, holder, other)
+                line = b" ".join([spec.name.encode(), b"%d" % job_id]
+                                 + [b"0"] * (len(spec.args) - 1))
+                words.add(sender.ask(line + b"\r\n").split()[0])
+                holder.ask(b"delete %d\r\n" % job_id)  # (or it was moved on: NOT_FOUND)
+                other.ask(b"delete %d\r\n" % job_id)
+        assert spec.gone_if_not_found == (b"NOT_FOUND" not in words), (spec.name, words)
+    for spec in COMMANDS + tuple(EXTENSION_BY_NAME.values()):
+        if spec.gone_if_not_found:
+            assert spec in on_ids and "NOT_FOUND" in spec.replies, spec.name

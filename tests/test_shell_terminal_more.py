@@ -325,3 +325,31 @@ def test_stalk_servers_top_on_a_terminal_quits_on_q(ours, tmp_path):
             s.close()
     finally:
         other.stop()
+
+
+def test_tab_still_offers_a_job_another_client_holds_after_not_found(ours, screen):
+    """``delete`` or ``touch`` of a job another connection reserved answers
+    NOT_FOUND, yet the job is there (``peek`` finds it): Tab still offers
+    it (the shell used to forget it, after ``delete`` and ``touch`` but not
+    after ``release``)."""
+    other = Connection(parse_target(f"127.0.0.1:{ours.port}"), reply_timeout=5)
+    other.connect()
+    try:
+        s = screen(ours, 100)
+        s.type("put")
+        s.keys("Enter")
+        s.type("held")
+        s.keys("Enter", "Enter")
+        s.wait_for("INSERTED 1")
+        assert other.call(b"reserve\r\n").line == b"RESERVED 1 4"
+        for command in ("delete 1", "touch 1"):
+            s.type(command)
+            s.keys("Enter")
+        s.wait(lambda text: text.count("NOT_FOUND") == 2, what="two NOT_FOUND")
+        s.type("peek ")
+        s.keys("Tab")  # the one job known, completed
+        s.wait(prompt_ends_with("peek 1"), timeout=5, what="the held job, completed")
+        s.keys("Enter")
+        s.wait_for("FOUND 1 4")
+    finally:
+        other.close()

@@ -105,6 +105,26 @@ def test_completes_job_ids_most_recent_first_with_notes():
     assert complete("release 15 ", known) == []
 
 
+def test_not_found_forgets_a_job_only_where_it_means_the_job_is_gone():
+    """NOT_FOUND to peek or stats-job: the job does not exist, forgotten.  To
+    the commands that also answer it for a job that exists (reserved by
+    another connection, not reserved by this one, not kickable), the id is
+    still offered, noted with the answer; ``touch`` and ``release`` alike."""
+    known = Known()
+    for job_id in range(1, 10):
+        known.learn(["0", "0", "60", "1"], reply("put", b"INSERTED %d" % job_id))
+    known.learn(["1"], reply("peek", b"NOT_FOUND"))
+    known.learn(["2"], reply("stats-job", b"NOT_FOUND"))
+    for job_id, command, args in ((3, "delete", []), (4, "kick-job", []), (5, "touch", []),
+                                  (6, "release", ["0", "0"]), (7, "bury", ["0"]),
+                                  (8, "reserve-job", [])):
+        known.learn([str(job_id)] + args, reply(command, b"NOT_FOUND"))
+    known.learn(["9"], reply("stats-tube", b"NOT_FOUND"))  # a tube named 9, not a job
+    assert complete("peek ", known) == ["9", "8", "7", "6", "5", "4", "3"]
+    assert known.jobs[5] == "touch: NOT_FOUND" and known.jobs[6] == "release: NOT_FOUND"
+    assert known.jobs[9] == "inserted"
+
+
 def test_completes_files_after_at_sign(tmp_path):
     (tmp_path / "body.json").write_text("{}")
     got = complete(f"put @{tmp_path}/bo")

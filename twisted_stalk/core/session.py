@@ -75,6 +75,15 @@ class Session:
                     wake = margin
         return wake
 
+    def drop_stale_deadlines(self) -> None:
+        """Keep in :attr:`ttr_heap` only the entries of jobs this session
+        holds with that deadline (a touch or a job given back leaves the old
+        entry behind; engines call this once stale entries outnumber live ones)."""
+        reserved = self.reserved
+        live = [e for e in self.ttr_heap if e[1] in reserved and reserved[e[1]].deadline_at == e[0]]
+        heapq.heapify(live)
+        self.ttr_heap = live
+
     def soonest_deadline(self) -> Optional[float]:
         """The earliest TTR deadline among this session's reservations."""
         reserved = self.reserved

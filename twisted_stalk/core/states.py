@@ -105,10 +105,18 @@ class JobStates:
             self.ttr_heap = self._live_deadlines(ttrs, RESERVED)
 
     def _touch_deadline(self, s: Session, job: JobRecord, deadline: float) -> None:
+        """A touch: ``job``'s new deadline in both heaps (its old entries go
+        stale, and are dropped once they outnumber the live ones, as after
+        a reservation)."""
         job.deadline_at = deadline
-        heappush(self.ttr_heap, (deadline, job.id, s))
+        ttrs = self.ttr_heap
+        heappush(ttrs, (deadline, job.id, s))
+        if len(ttrs) > 2 * self.reserved_count + 32:
+            self.ttr_heap = self._live_deadlines(ttrs, RESERVED)
         if len(s.reserved) > 1:
             heappush(s.ttr_heap, (deadline, job.id))
+            if len(s.ttr_heap) > 2 * len(s.reserved) + 32:
+                s.drop_stale_deadlines()
 
     def _detach(self, job: JobRecord, s: Optional[Session] = None) -> None:
         """Take ``job`` out of its state; ``s`` holds it if it is reserved."""

@@ -162,12 +162,8 @@ class Upkeep:
         heapq.heappush(heap, (job.deadline_at, job.id, s))
         if len(heap) > self._ttr_bound:
             self._compact_ttrs()
-        mine = s.ttr_heap  # the session's own, for DEADLINE_SOON: touches add to it
-        if len(mine) > 2 * len(s.reserved) + _TTR_SLACK:
-            reserved = s.reserved
-            live = [e for e in mine if e[1] in reserved and reserved[e[1]].deadline_at == e[0]]
-            heapq.heapify(live)
-            s.ttr_heap = live
+        if len(s.ttr_heap) > 2 * len(s.reserved) + _TTR_SLACK:
+            s.drop_stale_deadlines()  # the session's own, for DEADLINE_SOON: touches add to it
         # A little after the deadline, so the database agrees it has passed.
         self.arm(job.deadline_at + 0.002)
 
@@ -252,6 +248,8 @@ class Upkeep:
                     # Still ours past its deadline (a row lock made the sweep
                     # skip it): look again shortly, not at once.
                     job.deadline_at = now + max(left, 0.05)
+                    if len(s.reserved) > 1:  # (DEADLINE_SOON: its old entry is stale)
+                        heapq.heappush(s.ttr_heap, (job.deadline_at, job_id))
                     self._schedule_ttr(s, job)
             self._deliver()
         return d.addCallbacks(held, self._failed)

@@ -66,13 +66,14 @@ class CommandSpec(Frozen):
     can wait (``blocks``), whether ``stats`` counts it (``counted``), its
     replies and what the data block of its success reply holds
     (``reply_body``), whether it hands out a job (``reserves``), whether it
-    only reads the queue (``read_only``) and where ``help`` lists it
-    (``help_group``).
+    only reads the queue (``read_only``), whether its NOT_FOUND means the
+    job it names does not exist (``gone_if_not_found``) and where ``help``
+    lists it (``help_group``).
     """
 
     __slots__ = ("name", "args", "summary", "replies", "has_body", "blocks", "match",
                  "counted", "reply_body", "optional", "extension", "reserves", "read_only",
-                 "help_group")
+                 "gone_if_not_found", "help_group")
     name: str
     args: Tuple[Arg, ...]
     summary: str
@@ -102,6 +103,13 @@ class CommandSpec(Frozen):
     #: True when it only reads the queue (not the connection's own state) and
     #: changes nothing: the shell may send it to every server of a list.
     read_only: bool
+    #: True when NOT_FOUND to it means the job it names does not exist, for
+    #: anyone (``peek``, ``stats-job``).  To the other commands on a job id
+    #: NOT_FOUND may also mean that the job exists in a state the command
+    #: cannot take (reserved by another connection, not reserved by this one,
+    #: not buried or delayed): the shell forgets a job id (for completion)
+    #: only on this one's NOT_FOUND.
+    gone_if_not_found: bool
     #: The group ``help`` lists a stock command in (the shell's help.GROUP_TITLES).
     help_group: str
 
@@ -109,14 +117,17 @@ class CommandSpec(Frozen):
                  replies: Tuple[str, ...], has_body: bool = False, blocks: bool = False,
                  match: bytes = b"", counted: bool = True, reply_body: str = "",
                  optional: int = 0, extension: bool = False, reserves: bool = False,
-                 read_only: bool = False, help_group: str = "") -> None:
+                 read_only: bool = False, gone_if_not_found: bool = False,
+                 help_group: str = "") -> None:
         init = object.__setattr__
         for field, value in (("name", name), ("args", args), ("summary", summary),
                              ("replies", replies), ("has_body", has_body), ("blocks", blocks),
                              ("match", match), ("counted", counted),
                              ("reply_body", reply_body), ("optional", optional),
                              ("extension", extension), ("reserves", reserves),
-                             ("read_only", read_only), ("help_group", help_group)):
+                             ("read_only", read_only),
+                             ("gone_if_not_found", gone_if_not_found),
+                             ("help_group", help_group)):
             init(self, field, value)
 
     @property
@@ -155,7 +166,8 @@ COMMANDS: Tuple[CommandSpec, ...] = (
                 ("INSERTED <id>", "BURIED <id>", "EXPECTED_CRLF", "JOB_TOO_BIG", "DRAINING"),
                 has_body=True, match=b"put ", help_group=_PRODUCER),
     CommandSpec("peek", (_ID,), "Show a job by id.", ("FOUND <id> <bytes>", "NOT_FOUND"),
-                match=b"peek ", reply_body="job", help_group=_INSPECT, read_only=True),
+                match=b"peek ", reply_body="job", help_group=_INSPECT, read_only=True,
+                gone_if_not_found=True),
     CommandSpec("peek-ready", (), "Show the next ready job in the tube in use.",
                 ("FOUND <id> <bytes>", "NOT_FOUND"), match=b"peek-ready", reply_body="job",
                 help_group=_INSPECT, read_only=True),
@@ -198,7 +210,8 @@ COMMANDS: Tuple[CommandSpec, ...] = (
     CommandSpec("stats", (), "Statistics of the server (YAML).", ("OK <bytes>",), match=b"stats",
                 reply_body="mapping", help_group=_INSPECT, read_only=True),
     CommandSpec("stats-job", (_ID,), "Statistics of a job (YAML).", ("OK <bytes>", "NOT_FOUND"),
-                match=b"stats-job ", reply_body="mapping", help_group=_INSPECT, read_only=True),
+                match=b"stats-job ", reply_body="mapping", help_group=_INSPECT, read_only=True,
+                gone_if_not_found=True),
     CommandSpec("stats-tube", (_TUBE,), "Statistics of a tube (YAML).", ("OK <bytes>", "NOT_FOUND"),
                 match=b"stats-tube ", reply_body="mapping", help_group=_INSPECT, read_only=True),
     CommandSpec("list-tubes", (), "List all existing tubes (YAML).", ("OK <bytes>",),

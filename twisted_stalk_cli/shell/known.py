@@ -6,6 +6,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, Sequence
 
+from twisted_stalk.protocol.commands import command_spec
 from twisted_stalk.protocol.replies import Reply
 
 
@@ -90,12 +91,27 @@ class Known:
                     self.add_tube(name)
                 if command == "stats-job" and isinstance(stats.get("id"), int):
                     self.add_job(stats["id"], str(stats.get("state", "job")))
-        if word == "NOT_FOUND" and command in ("stats-job", "peek", "delete", "kick-job", "touch",
-                                               "reserve-job") and args:
-            try:
-                self.forget_job(int(args[0]))
-            except ValueError:
-                pass
+        if word == "NOT_FOUND" and command and args:
+            self._not_found(command, args[0])
+
+    def _not_found(self, command: str, first: str) -> None:
+        """NOT_FOUND to ``command`` whose first argument is ``first``: a job
+        that does not exist is forgotten; one that may still exist (reserved
+        by another connection, not reserved by this one, in a state the
+        command cannot take: the table's ``gone_if_not_found``) is still
+        offered, noted with what the server said (the Tab's background
+        ``stats-job`` check forgets it if it is gone)."""
+        spec = command_spec(command)
+        if spec is None or not spec.args or spec.args[0].name != "id":
+            return
+        try:
+            job_id = int(first)
+        except ValueError:
+            return
+        if spec.gone_if_not_found:
+            self.forget_job(job_id)
+        elif job_id in self.jobs:
+            self.jobs[job_id] = f"{command}: NOT_FOUND"
 
 
 __all__ = ["Known"]
