@@ -552,7 +552,15 @@ _POLL_EVENTS = {EVENT_READ: select.POLLIN, EVENT_WRITE: select.POLLOUT,
 
 def _derived_cap() -> int:
     """The connection cap the open-file limit allows as it stands (the
-    reactor raises that limit later; this is never more than it allows)."""
+    reactor raises that limit later; this is never more than it allows).
+    ``sysconf(_SC_OPEN_MAX)`` is that soft limit (glibc, musl, the BSDs),
+    without loading the ``resource`` extension before the first reply."""
+    try:
+        soft = os.sysconf("SC_OPEN_MAX")
+    except (AttributeError, ValueError, OSError):
+        soft = -1
+    if 0 < soft < 1 << 30:
+        return max(1, soft - RESERVED_FDS)
     import resource
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
