@@ -16,7 +16,8 @@ Nor anything else the first reply cannot afford (docs/operations.md,
 "Startup time"): the path to it, from ``stalkd``'s command line through this
 module, the engine and the command table, imports no :mod:`typing` (its names
 are for the type checker, under ``TYPE_CHECKING = False``; the core's named
-tuples and yaml's type aliases are built on first use), :mod:`re`,
+tuples and yaml's type aliases are built on first use: ``stalkd`` has its main
+thread build them beside the loop), :mod:`re`,
 :mod:`enum`, :mod:`socket`, :mod:`selectors`, :mod:`threading` or
 :mod:`collections`: the port is a :class:`_socket.socket` (``stalkd`` wraps
 it in a :class:`socket.socket` once Twisted is in; the connections the loop
