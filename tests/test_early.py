@@ -87,6 +87,23 @@ def test_early_bounds_are_the_protocols():
     assert _early.RESERVED_FDS == limits.RESERVED_FDS
 
 
+def test_the_early_cap_is_the_open_file_limits():
+    """Derived without the resource module, the early loop's connection
+    cap is still the soft open-file limit less the reserved descriptors,
+    whatever that limit is (here lowered to 100, as ``ulimit -n`` would)."""
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (100, "
+            "resource.getrlimit(resource.RLIMIT_NOFILE)[1]));"
+            "from twisted_stalk.server import _early; print(_early._derived_cap())")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=root),
+                         check=True, capture_output=True, text=True, timeout=60).stdout
+    assert int(out) == 100 - limits.RESERVED_FDS
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY:
+        assert _early._derived_cap() == max(1, soft - limits.RESERVED_FDS)
+
+
 def test_which_flags_serve_early():
     tcp = socket.AF_INET
     assert _early.eligible({"V": 0, "max-connections": 5, "max-memory": 0,
@@ -370,7 +387,7 @@ def test_the_path_to_the_first_reply_imports_nothing_heavy():
                          capture_output=True, text=True, timeout=60).stdout.split()
     assert "twisted_stalk.core.memory" in out and "twisted_stalk.server._early" in out
     heavy = {"typing", "re", "enum", "socket", "selectors", "threading", "collections",
-             "dataclasses", "inspect", "importlib.util", "twisted"}
+             "dataclasses", "inspect", "importlib.util", "twisted", "resource"}
     assert heavy.isdisjoint(out), sorted(heavy.intersection(out))
 
 

@@ -325,6 +325,14 @@ def _serve(bound: Optional[tuple[_socket.socket, int]], where: tuple[str, int],
         from .server._early import serve_early
         serving = serve_early(bound[0], bound[1], opts, max_job_size,
                               lambda: early.drain_requested)
+        if serving is not None:
+            # What the loop's first stats and stats-tube would import (the
+            # resource extension; typing, for the named tuples built on first
+            # use): imported here, beside the loop, rather than by the loop
+            # while this thread imports Twisted (an import waits for the
+            # import lock, which a finder holds while it looks).
+            import resource  # noqa: F401
+            from .core.readmodel import TubeFigures  # noqa: F401
 
     # Heavy imports only now that the socket is listening, and only those
     # the flags need (see boot.py).

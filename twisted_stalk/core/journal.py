@@ -4,7 +4,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Dict, List, NamedTuple, Optional
+    from typing import Any, Dict, List
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Protocol

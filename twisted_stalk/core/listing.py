@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import islice
+
 TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple

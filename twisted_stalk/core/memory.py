@@ -34,12 +34,12 @@ happens when stale entries outnumber live ones (amortised O(1)).
 from __future__ import annotations
 
 import heapq
+
 TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Dict, Iterable, List, Optional, Tuple
 
     from ..protocol.yaml import StatPairs
-    from .sessions import WakeUp
 
 from ..protocol.commands import valid_tube_name
 from ..protocol.constants import (

@@ -37,6 +37,7 @@ checks that each command moves its own counter, in every engine.
 from __future__ import annotations
 
 import heapq
+
 TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, Dict, List, Optional, Set, Tuple

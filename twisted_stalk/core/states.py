@@ -16,6 +16,7 @@ timer, and :meth:`JobStates.tick` does what is due.
 from __future__ import annotations
 
 import heapq
+
 TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import List, Optional, Tuple

@@ -12,6 +12,7 @@ outnumber live jobs twice (the tube is then compacted: amortised O(1)).
 from __future__ import annotations
 
 import heapq
+
 TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Dict, List, Optional, Tuple

@@ -16,7 +16,8 @@ Nor anything else the first reply cannot afford (docs/operations.md,
 "Startup time"): the path to it, from ``stalkd``'s command line through this
 module, the engine and the command table, imports no :mod:`typing` (its names
 are for the type checker, under ``TYPE_CHECKING = False``; the core's named
-tuples and yaml's type aliases are built on first use), :mod:`re`,
+tuples and yaml's type aliases are built on first use: ``stalkd`` has its main
+thread build them beside the loop), :mod:`re`,
 :mod:`enum`, :mod:`socket`, :mod:`selectors`, :mod:`threading` or
 :mod:`collections`: the port is a :class:`_socket.socket` (``stalkd`` wraps
 it in a :class:`socket.socket` once Twisted is in; the connections the loop
@@ -552,7 +553,15 @@ _POLL_EVENTS = {EVENT_READ: select.POLLIN, EVENT_WRITE: select.POLLOUT,
 
 def _derived_cap() -> int:
     """The connection cap the open-file limit allows as it stands (the
-    reactor raises that limit later; this is never more than it allows)."""
+    reactor raises that limit later; this is never more than it allows).
+    ``sysconf(_SC_OPEN_MAX)`` is that soft limit (glibc, musl, the BSDs),
+    without loading the ``resource`` extension before the first reply."""
+    try:
+        soft = os.sysconf("SC_OPEN_MAX")
+    except (AttributeError, ValueError, OSError):
+        soft = -1
+    if 0 < soft < 1 << 30:
+        return max(1, soft - RESERVED_FDS)
     import resource
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:

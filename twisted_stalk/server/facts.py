@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import resource
+
 TYPE_CHECKING = False  # typing costs stalkd's first reply (server/_early.py)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Tuple
@@ -27,5 +27,6 @@ class ProcessFacts(Facts):
         return os.getpid()
 
     def rusage(self) -> Tuple[float, float]:
+        import resource  # (here: an extension stalkd's first reply need not load)
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return ru.ru_utime, ru.ru_stime
