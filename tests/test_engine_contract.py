@@ -57,3 +57,17 @@ def engine_harness(request):
         yield harness
     finally:
         stop()
+
+
+def test_the_postgresql_engine_takes_jobs_in_the_order_script(pg_engine):
+    """The order test above runs through the PostgreSQL engine's take: its
+    reserves were answered from jobs a delete took, and some taken jobs went
+    back because something that could beat them became ready."""
+    from twisted_stalk.testing.engine_contract import take_order_script
+    harness, stop = _pg(pg_engine)
+    try:
+        take_order_script(harness)
+        taking = harness.engine.taking
+        assert taking.handed >= 5 and taking.returned >= 2, vars(taking)
+    finally:
+        stop()

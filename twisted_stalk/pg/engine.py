@@ -310,10 +310,10 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
     def reserve_job(self, s: PgSession, job_id: int) -> Any:
         if job_id > _MAX_ID:
             return NOT_FOUND
-        if not s.is_worker:
-            self._set_worker(s)
         claimed = self.taking.claim(job_id) if self.taking.by_tube else None
         if claimed is not None:  # a taken job is ready to this node: it is handed over
+            if not s.is_worker:
+                self._set_worker(s)
             job = self._job(claimed)
             self._hold(s, job, claimed[5])
             return job
