@@ -203,6 +203,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         if refused is not None:
             return self._refused(refused)
         t = s.use
+        s.deleted = False  # its delete was not followed by a reserve (taking.py)
         d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2]))
 
         def inserted(result: Tuple[int, bool]) -> int:
