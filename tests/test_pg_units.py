@@ -22,6 +22,8 @@ def test_engine_settings_are_taken_out_of_key_value_strings():
     config = parse("host=/tmp port=5 password='a b' stalk_heartbeat=0.5 stalk_dead_after=3")
     assert config.conninfo == "host=/tmp port=5 password='a b'"
     assert (config.heartbeat, config.dead_after, config.pool) == (0.5, 3.0, 4)
+    assert config.take_hold == 0.1
+    assert parse("host=/tmp stalk_take_hold=0").take_hold == 0.0
 
 
 @pytest.mark.parametrize("text", [
@@ -33,9 +35,12 @@ def test_engine_settings_are_taken_out_of_key_value_strings():
     "host=x stalk_heartbeat=soon",
     "host=x stalk_heartbeat=2 stalk_dead_after=1",
     "host=x stalk_schema=Bad-Name",
+    "host=x stalk_take_hold=1",                  # a hold as long as the shortest TTR
+    "host=x stalk_take_hold=-0.1",
 ])
 def test_bad_engine_strings_are_refused(text):
-    if "stalk_pool=abc" in text or "stalk_wait" in text or "soon" in text:
+    if ("stalk_pool=abc" in text or "stalk_wait" in text or "soon" in text
+            or "take_hold" in text):
         with pytest.raises(ValueError, match="got '"):  # the value is named
             parse(text)
     from twisted_stalk.pg.schema import SchemaError
