@@ -333,7 +333,7 @@ class Bench:
             target.stop()
         sql = statements(schema)["delete_many"]
         variants = {"as is": sql, "without EXISTS": re.sub(
-            r"EXISTS \(SELECT 1 FROM .*?FROM d\)\)", "true", sql, flags=re.S)}
+            r"EXISTS \(SELECT 1 FROM \S+ o WHERE .*?FROM d\)\)", "true", sql, flags=re.S)}
         if variants["without EXISTS"] == sql:
             raise RuntimeError("delete_many has no EXISTS (SELECT 1 FROM ... FROM d)) to leave out")
         ids = [row[0] for row in self.conn.execute(
@@ -350,7 +350,10 @@ class Bench:
                     bound = (text.replace("$1::bigint[]", f"ARRAY{chunk}::bigint[]")
                              .replace("$2::bigint[]", f"ARRAY{[0] * len(chunk)}::bigint[]")
                              .replace("$3::bigint", "0::bigint")
-                             .replace("$4::text[]", "ARRAY[]::text[]"))
+                             .replace("$4::text[]", "ARRAY[]::text[]")
+                             .replace("$5::bigint[]", f"ARRAY{[0] * len(chunk)}::bigint[]")
+                             .replace("$6::text[]", "ARRAY[]::text[]")
+                             .replace("$7::bigint[]", "ARRAY[]::bigint[]"))
                     plan = [r[0] for r in self.conn.execute(
                         f"{pgmeter.MARK} EXPLAIN (ANALYZE, BUFFERS) {bound}").fetchall()]
                     total += float(re.search(r"Execution Time: ([\d.]+)", plan[-1]).group(1))

@@ -137,9 +137,9 @@ def _words(sql: str) -> str:
 def _shape(sql: str) -> str:
     """``sql`` without its constants, parameters and spacing: as prepared and as
     ``pg_stat_statements`` shows it (constants become ``$n`` there, and so
-    does the field of ``extract(epoch FROM ...)``) alike."""
+    does the field of ``extract(epoch FROM ...)``, and a ``NULL``) alike."""
     sql = re.sub(r"extract\(\s*\w+", "extract(", sql)
-    return re.sub(r"'(?:[^']|'')*'|\$\d+|[\d\s-]", "", sql)
+    return re.sub(r"'(?:[^']|'')*'|\$\d+|\bNULL\b|[\d\s-]", "", sql)
 
 
 def top_statements(before: Snapshot, after: Snapshot, jobs: int, named: Dict[str, str],

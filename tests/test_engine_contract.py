@@ -57,3 +57,25 @@ def engine_harness(request):
         yield harness
     finally:
         stop()
+
+
+def test_the_postgresql_engine_takes_jobs_in_the_order_script(pg_engine):
+    """The order test above runs through the PostgreSQL engine's take: its
+    reserves were answered from jobs a delete took, and some taken jobs went
+    back because something that could beat them became ready; with
+    ``stalk_take_hold=0`` nothing is taken and the answers are the same."""
+    from twisted_stalk.testing.engine_contract import take_order_script
+    answers = []
+    schema = pg_engine.split("stalk_schema=")[1].split()[0]
+    for setting, took in (("", True), (f" stalk_take_hold=0 stalk_schema={schema}_0", False)):
+        harness, stop = _pg(pg_engine + setting)
+        try:
+            answers.append(take_order_script(harness))
+            taking = harness.engine.taking
+            if took:
+                assert taking.handed >= 5 and taking.returned >= 2, vars(taking)
+            else:
+                assert taking.taken == taking.handed == 0
+        finally:
+            stop()
+    assert answers[0] == answers[1]

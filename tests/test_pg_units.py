@@ -23,6 +23,8 @@ def test_engine_settings_are_taken_out_of_key_value_strings():
     config = parse("host=/tmp port=5 password='a b' stalk_heartbeat=0.5 stalk_dead_after=3")
     assert config.conninfo == "host=/tmp port=5 password='a b'"
     assert (config.heartbeat, config.dead_after, config.pool) == (0.5, 3.0, 4)
+    assert config.take_hold == 0.1
+    assert parse("host=/tmp stalk_take_hold=0").take_hold == 0.0
 
 
 @pytest.mark.parametrize("text", [
@@ -34,9 +36,12 @@ def test_engine_settings_are_taken_out_of_key_value_strings():
     "host=x stalk_heartbeat=soon",
     "host=x stalk_heartbeat=2 stalk_dead_after=1",
     "host=x stalk_schema=Bad-Name",
+    "host=x stalk_take_hold=1",                  # a hold as long as the shortest TTR
+    "host=x stalk_take_hold=-0.1",
 ])
 def test_bad_engine_strings_are_refused(text):
-    if "stalk_pool=abc" in text or "stalk_wait" in text or "soon" in text:
+    if ("stalk_pool=abc" in text or "stalk_wait" in text or "soon" in text
+            or "take_hold" in text):
         with pytest.raises(ValueError, match="got '"):  # the value is named
             parse(text)
     from twisted_stalk.pg.schema import SchemaError
@@ -203,12 +208,13 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
                          (job_id, tube, state, 7 if owner else None, owner))
         conn.execute(f"PREPARE dm AS {statements('units_del')['delete_many']}")
         # 99 is no job; 7 is held by another connection of node 7: no rows.
-        call = "EXECUTE dm('{1,2,4,99,5,6,7}', '{0,0,0,0,0,1,1}', 7, '{z}')"
+        call = ("EXECUTE dm('{1,2,4,99,5,6,7}', '{0,0,0,0,0,1,1}', 7, '{z}',"
+                " '{0,0,0,0,0,0,0}', '{}', '{}')")
         with conn.transaction(force_rollback=True):
             # The plan of a table that is not tiny: probes through the jobs_tube index.
             conn.execute("SET LOCAL enable_seqscan = off")
             plan = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {call}").fetchone()[0]
-        rows = sorted(conn.execute(call).fetchall())
+        rows = sorted(r[:5] for r in conn.execute(call).fetchall())
     assert rows == [(1, "a", 0, None, True), (2, "a", 0, None, True), (4, "b", 2, None, False),
                     (5, "c", 0, None, False), (6, "c", 1, 1, False)]
     # The tube look-up ran once per tube of the batch (a, b, c), not once per job.
@@ -227,7 +233,7 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
         conn.execute("INSERT INTO units_del.jobs (id, tube, state, pri, delay, ttr,"
                      " created_at, body) VALUES (8, 'a', 0, 0, 0, 60, 0, '')")
         plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON)"
-                            " EXECUTE dm('{3}', '{0}', 7, '{a}')").fetchone()[0]
+                            " EXECUTE dm('{3}', '{0}', 7, '{a}', '{0}', '{}', '{}')").fetchone()[0]
         assert conn.execute("SELECT count(*) FROM units_del.jobs WHERE id = 3"
                             ).fetchone()[0] == 0
     found.clear()
@@ -266,9 +272,10 @@ def test_statements_find_jobs_by_index_in_plans_made_while_the_table_looked_tiny
         conn.execute(f"PREPARE dm AS {sql['delete_many']}")
         conn.execute(f"PREPARE tc AS {sql['tube_counts']}")
         conn.execute(f"PREPARE ca AS {sql['counts_all']}")
-        conn.execute("EXECUTE dm('{1}', '{0}', 7, '{t1}')")  # plans made and kept
+        conn.execute("EXECUTE dm('{1}', '{0}', 7, '{t1}', '{0}', '{t1}', '{1}')")  # plans made and kept
         conn.execute(insert, (31, 20000))
-        delete = _plan_on(conn, "EXECUTE dm('{2,3}', '{0,0}', 7, '{t2,t3}')")
+        delete = _plan_on(conn, "EXECUTE dm('{2,3}', '{0,0}', 7, '{t2,t3}', '{0,0}',"
+                                 " '{t2}', '{2}')")
         counts = [_plan_on(conn, f"EXECUTE {name}") for name in ("tc", "ca")]
     assert "Seq Scan on jobs j" not in delete, delete
     assert "jobs_pkey" in delete, delete

@@ -16,6 +16,10 @@ which libpq would refuse:
                              back before it answers INTERNAL_ERROR; also the
                              ``connect_timeout`` of the start-up connections
                              (:func:`startup_conninfo`)
+``stalk_take_hold`` 0.1      seconds a job taken by a worker's delete for its
+                             next reserve waits to be asked for (0: take none;
+                             below 1); also how long other nodes may not see
+                             it (taking.py, docs/ha.md)
 ==================  =======  ==================================================
 """
 from __future__ import annotations
@@ -39,6 +43,7 @@ class EngineConfig:
     heartbeat: float = 1.0
     dead_after: float = 5.0
     wait: float = 10.0
+    take_hold: float = 0.1
 
 
 def split_settings(text: str) -> Tuple[str, Dict[str, str]]:
@@ -94,6 +99,15 @@ def parse(text: str) -> EngineConfig:
             if not 0 < number < float("inf"):
                 raise ValueError(f"{key} must be a positive number of seconds, got {value!r}")
             setattr(config, name, number)
+        elif name == "take_hold":
+            try:
+                number = float(value)
+            except ValueError:
+                number = float("nan")
+            if not 0 <= number < 1:
+                raise ValueError(f"{key} must be a number of seconds from 0 to below 1, "
+                                 f"got {value!r}")
+            config.take_hold = number
         else:
             raise ValueError(f"unknown engine setting {key}")
     if config.dead_after <= config.heartbeat:

@@ -20,13 +20,14 @@ the background.
 
 The other parts: reserves and wake-ups (:mod:`.waiting`), timers, heartbeat
 and notifications between nodes (:mod:`.upkeep`), stats (:mod:`.stats`),
-tubes (:mod:`.tubes`).
+tubes (:mod:`.tubes`), listings (:mod:`.listing`), the jobs a worker's
+delete takes for its next reserve (:mod:`.taking`).
 """
 from __future__ import annotations
 
 import heapq
 import socket
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -36,7 +37,6 @@ from ..core.counters import (
     RESERVE, RESERVE_WITH_TIMEOUT, TOUCH,
 )
 from ..core.facts import Facts
-from ..core.job import STATE_BY_NAME
 from ..core.journal import NullJournal
 from ..core.sessions import SessionRules
 from ..core.outcomes import (
@@ -51,16 +51,18 @@ from ..core.outcomes import (
     Outcome,
 )
 from ..protocol.commands import valid_tube_name
-from ..protocol.constants import DEFAULT_MAX_JOB_SIZE, UNRESERVED_STATES
+from ..protocol.constants import DEFAULT_MAX_JOB_SIZE
 from .batch import Batcher, bytea_array, int_array, text_array
 from .config import EngineConfig
 from .notices import PauseEnds
 from .connections import Connections
 from .notifications import Notifications
 from .sql import SESSION, channel, statements
+from .listing import Listing
 from .stats import Stats
 from .util import gather
 from .tubes import NodeTube, TubeRegistry
+from .taking import Taking
 from .upkeep import Upkeep
 from .waiting import PgSession, Reserving
 
@@ -70,7 +72,7 @@ log = Logger(namespace="twisted_stalk.pg")
 _MAX_ID = 2**63 - 1
 
 
-class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
+class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
     """One node's engine on a PostgreSQL queue (see the module docstring)."""
 
     #: A connection's pipelined puts run while its earlier ones are out
@@ -112,6 +114,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         self._puts = Batcher(reactor, self._put_many, after=self._deliver_handoffs)
         self._deletes = Batcher(reactor, self._delete_many)
         self._reserves = Batcher(reactor, self._reserve_many)
+        #: Jobs a worker's delete took for its next reserve (taking.py).
+        self.taking = Taking(self, config.take_hold)
 
     # ------------------------------------------------------------ life cycle
 
@@ -143,6 +147,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         """Leave: give back this node's reservations and unregister, then close."""
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
+        self.taking.stop()
         self.notifications.stop()
         if self.node_id is None or not self.db.up:
             self.db.stop()
@@ -153,6 +158,11 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         d.addErrback(self._failed)
         d.addBoth(lambda _: self.db.stop())
         return d
+
+    def hold(self) -> None:
+        """Hand out no more jobs (a graceful stop): taken ones go back too."""
+        super().hold()
+        self.taking.give_back()
 
     def _deliver(self) -> None:
         """Hand queued wake-ups to the front end (outside any command)."""
@@ -171,6 +181,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     def return_reservations(self, s: PgSession) -> None:
         """A closing session's jobs go back to ready (in the background)."""
         self._by_conn.pop(s.conn_id, None)
+        self.taking.closed(s)
         if s.is_worker:
             self._give_back(s)
 
@@ -192,6 +203,7 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         if refused is not None:
             return self._refused(refused)
         t = s.use
+        s.deleted = False  # its delete was not followed by a reserve (taking.py)
         d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2]))
 
         def inserted(result: Tuple[int, bool]) -> int:
@@ -225,9 +237,9 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
             for (job_id, _, handed), item, s in zip(rows, items, takers):
                 if s is not None:
                     s.attempting = False
-                    if handed:  # (id, body, ttr, pri, tube, time left)
+                    if handed:  # (id, body, ttr, pri, tube, time left, reservation)
                         self._handed(s, (job_id, item[4], item[3], item[1], item[0],
-                                         float(item[3])))
+                                         float(item[3]), 1))
                 out.append((job_id, handed))
             return out
 
@@ -239,29 +251,47 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         return d.addCallbacks(answers, failed)
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
-        """Run a batch of deletes, (job id, session) each: (tube, state, tube
-        keeps jobs) or None per item; "keeps jobs" is None (not looked up) for
-        a tube that one of the batch's sessions uses or watches."""
+        """Run a batch of deletes, (job id, session, reservation) each: (tube,
+        state, tube keeps jobs) or None per item; "keeps jobs" is None (not
+        looked up) for a tube that one of the batch's sessions uses or
+        watches.  The statement also takes jobs for the batch's workers about
+        to reserve (taking.py); they are kept before the replies go out."""
         kept = set()
-        for s in {s for _, s in items}:
+        for s in {s for _, s, _ in items}:
             kept.add(s.use.name)
             kept.update(t.name for t in s.watch)
-        d = self.db.execute("delete_many", [int_array([i for i, _ in items]),
-                                            int_array([s.conn_id for _, s in items]),
-                                            self.node_id, text_array(sorted(kept))])
+        tubes, counts, marks = self.taking.wants(items)
+        d = self.db.execute("delete_many", [int_array([i for i, _, _ in items]),
+                                            int_array([s.conn_id for _, s, _ in items]),
+                                            self.node_id, text_array(sorted(kept)),
+                                            int_array([t for _, _, t in items]),
+                                            text_array(tubes), int_array(counts)])
 
         def answers(rows: Any) -> List[Any]:
             # A job deleted by a batch that asked for it more than once is
-            # the first asker's, or if it was reserved, its owner's.
+            # the first asker's, or if it was reserved, its holder's.
             askers: Dict[int, List[int]] = {}
-            for n, (job_id, _) in enumerate(items):
+            for n, (job_id, _, _) in enumerate(items):
                 askers.setdefault(job_id, []).append(n)
             out: List[Any] = [None] * len(items)
-            for job_id, tube, state, owner, remaining in rows:
-                n = next(n for n in askers[job_id] if state != 1 or items[n][1].conn_id == owner)
+            took = []
+            for job_id, tube, state, owner, remaining, *rest in rows:
+                if state == -1:
+                    took.append((job_id, tube) + tuple(rest))
+                    continue
+                n = next(n for n in askers[job_id] if state != 1 or (
+                    items[n][2] == rest[4] and owner in (0, items[n][1].conn_id)))
                 out[n] = (tube, state, remaining)
+            if marks:
+                self.taking.took(took, marks)
             return out
-        return d.addCallback(answers)
+
+        def failed(failure: Any) -> Any:
+            for _, s, _ in items:
+                if s.expect is not None and s.expect in marks:
+                    self.taking.closed(s)  # nothing was taken for it
+            return failure
+        return d.addCallbacks(answers, failed)
 
     def _refused(self, outcome: Outcome) -> defer.Deferred:
         """A refused put still takes a job id, as in beanstalkd."""
@@ -281,6 +311,13 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     def reserve_job(self, s: PgSession, job_id: int) -> Any:
         if job_id > _MAX_ID:
             return NOT_FOUND
+        claimed = self.taking.claim(job_id) if self.taking.by_tube else None
+        if claimed is not None:  # a taken job is ready to this node: it is handed over
+            if not s.is_worker:
+                self._set_worker(s)
+            job = self._job(claimed)
+            self._hold(s, job, claimed[5])
+            return job
         d = self.db.execute("reserve_job", [job_id, self.node_id, s.conn_id])
 
         def done(rows: Any) -> Any:
@@ -298,7 +335,12 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
         if job_id > _MAX_ID:
             return NOT_FOUND
         since = self._epoch
-        d = self._deletes.add((job_id, s))
+        s.deleted = True
+        held = s.reserved.get(job_id)
+        claimed = None if held is not None or not self.taking.by_tube else \
+            self.taking.claim(job_id)  # taken for a reserve, ready to this node
+        token = held.binlog_file if held is not None else claimed[6] if claimed else 0
+        d = self._deletes.add((job_id, s, token))
 
         def deleted(row: Any) -> Outcome:
             if row is None:
@@ -321,7 +363,12 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
                     t.has_jobs = False
                     self.drop_tube_if_unused(t)
             return DELETED
-        return d.addCallbacks(deleted, self._internal_error)
+
+        def failed(failure: Any) -> Any:
+            if claimed is not None:
+                self.taking.unclaim(claimed)
+            return self._internal_error(failure)
+        return d.addCallbacks(deleted, failed)
 
     def drop_tube_if_unused(self, t: NodeTube) -> None:
         """Forget tube ``t`` if nothing keeps it; if only ``has_jobs`` keeps
@@ -353,9 +400,10 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
     def _holder_statement(self, s: PgSession, job_id: int, name: str, args: List[Any],
                           then: Any) -> Any:
         """Run a statement only the holder may run; NOT_FOUND if ``s`` does not hold the job."""
-        if job_id not in s.reserved:
+        job = s.reserved.get(job_id)
+        if job is None:
             return NOT_FOUND
-        d = self.db.execute(name, [job_id, self.node_id, s.conn_id] + args)
+        d = self.db.execute(name, [job_id, self.node_id, s.conn_id] + args + [job.binlog_file])
 
         def done(rows: Any) -> Any:
             if not rows:
@@ -474,6 +522,8 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
             left = rows[0][0]
             t = self.tube(name)
             t.cmd_pause += 1
+            if delay:
+                self.taking.give_back([name])
             t.pause = delay
             self._pause_ends_in(t, left if delay else 0)
             self._note(PauseEnds(self.node_id, name, left if delay else 0))
@@ -492,87 +542,6 @@ class PgEngine(Reserving, Upkeep, Stats, TubeRegistry, SessionRules):
             self._settle(name, jobs)
             return jobs or name in self.tubes or name in self._elsewhere()
         return d.addCallback(exists)
-
-    # ------------------------------------------------------------ extension verbs
-
-    def list_jobs(self, s: PgSession, name: bytes, state: str, limit: int) -> Any:
-        def listed(yes: bool) -> Any:
-            if not yes:
-                return NOT_FOUND
-            return self.db.execute("list_jobs", [name, STATE_BY_NAME[state], limit]
-                                   ).addCallback(lambda rows: [r[0] for r in rows])
-        return self._tube_exists(name).addCallback(listed).addErrback(self._internal_error)
-
-    def flush_tube(self, s: PgSession, name: bytes,
-                   states: Iterable[str] = UNRESERVED_STATES) -> Any:
-        codes = b"{" + b",".join(b"%d" % STATE_BY_NAME[st] for st in states) + b"}"
-
-        def flush(yes: bool) -> Any:
-            if not yes:
-                return NOT_FOUND
-            return self.db.execute("flush", [name, codes]).addCallback(flushed)
-
-        def flushed(rows: Any) -> int:
-            for job_id, node, conn in rows:
-                if node == self.node_id:
-                    holder = self._by_conn.get(conn)
-                    if holder is not None:
-                        holder.reserved.pop(job_id, None)
-            return self.db.execute("tube_has_jobs", [name]).addCallback(
-                lambda r: self._after_flush(name, bool(r[0][0]), len(rows)))
-        return self._tube_exists(name).addCallback(flush).addErrback(self._internal_error)
-
-    def _after_flush(self, name: bytes, remaining: bool, count: int) -> int:
-        t = self.tubes.get(name)
-        if t is not None and not remaining:
-            t.has_jobs = False
-            self.drop_tube_if_unused(t)
-        return count
-
-    # ------------------------------------------------------------ console
-
-    def jobs_page(self, name: bytes, state: str, sort: str = "queue", offset: int = 0,
-                  limit: int = 50, descending: bool = False) -> Any:
-        """``(total, jobs)`` of tube ``name`` in ``state`` (a Deferred), or NOT_FOUND."""
-        if name not in self.tubes:
-            return NOT_FOUND
-        code = STATE_BY_NAME[state]
-        statement = "page_%s_%s" % (sort, "desc" if descending else "asc")
-        if statement not in self.db.statements:
-            raise ValueError(f"unknown sort {sort!r}")
-        d = gather([self.db.execute("page_total", [name, code]),
-                    self.db.execute(statement, [name, code, max(0, offset), limit])])
-        return d.addCallbacks(lambda r: (r[0][0][0], [self._listed(row) for row in r[1]]),
-                              self._internal_error)
-
-    def search_bodies(self, name: bytes, needle: bytes, after_id: int, span: int) -> Any:
-        """One bounded step of a body search (a Deferred): ``(jobs, next_after)``."""
-        if name not in self.tubes:
-            return NOT_FOUND
-        d = gather([self.db.execute("search", [name, after_id, span, needle], (0, 0, 0, 1)),
-                    self.db.execute("last_id")])
-
-        def found(results: Any) -> Any:
-            rows, last = results
-            end = after_id + span
-            return [self._listed(row) for row in rows], (None if end >= last[0][0] else end)
-        return d.addCallbacks(found, self._internal_error)
-
-    def _listed(self, row: Any) -> Any:
-        """A JobRecord for a console listing: (JOB columns..., state, delay, age)."""
-        job = self._job(row)
-        now = self._now()
-        job.state, job.delay = row[6], row[7]
-        job.created_at = now - row[8]
-        job.deadline_at = now + row[5]
-        return job
-
-    def job_holder(self, job_id: int) -> Optional[PgSession]:
-        """The session of this node holding ``job_id`` (None: none here)."""
-        for s in self.sessions:
-            if job_id in s.reserved:
-                return s
-        return None
 
 
 __all__ = ["PgEngine"]

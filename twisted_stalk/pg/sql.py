@@ -108,30 +108,70 @@ STATEMENTS: Dict[str, str] = {
         WHERE (SELECT count(*) FROM told) >= 0  -- runs told
         ORDER BY x.n""",
     # Many deletes at once: $1 ids, $2 their sessions' connections, $3 node,
-    # $4 tubes the batch's sessions use or watch.
+    # $4 tubes the batch's sessions use or watch, $5 the reservation each
+    # deleting session holds of its job (its ``reserves`` when it got it; 0:
+    # none), $6/$7 tubes and how many of their best ready jobs to take for
+    # the node's workers about to reserve (taking.py: a worker's delete
+    # carries its next job).
     # One row per deleted job: id, tube, state, owner connection (the node
     # tells which of the batch's deletes of that id it answers: a join with
     # the ids would answer whichever it met first), whether its tube keeps
-    # jobs.  The jobs are found by ``id = ANY($1)`` (the primary key, also in
-    # a plan made while the table was new; see SESSION); the owner check only
-    # reads the (id, connection) pairs.  "Keeps jobs" is looked up once per
-    # tube of the batch (``k``), not once per job, and not at all (NULL) for a
-    # tube in $4: the answer only serves the node's tube list, which keeps a
-    # used or watched tube anyway.
-    "delete_many": """
-        WITH d AS (
-            DELETE FROM {s}.jobs j
+    # jobs, its reservation.  The jobs are found by ``id = ANY($1)`` (the
+    # primary key, also in a plan made while the table was new; see SESSION);
+    # a reserved job is deleted only by the reservation it is under (fencing:
+    # the same node and connection, or the node's take, connection 0, and the
+    # same ``reserves``), so a holder whose reservation ended cannot delete it
+    # when it was taken again.  "Keeps jobs" is looked up once per tube of the
+    # batch (``k``), not once per job, and not at all (NULL) for a tube in $4:
+    # the answer only serves the node's tube list, which keeps a used or
+    # watched tube anyway.  Then one row per job taken (state -1): id, tube,
+    # the job's columns (body, TTR, priority, time left) and its reservation;
+    # a taken job is reserved by (node, 0) until the node hands it out.
+    "delete_many": f"""
+        WITH {_NOW},
+        d AS (
+            DELETE FROM {{s}}.jobs j
             WHERE j.id = ANY($1::bigint[])
-              AND (j.state <> 1 OR (j.owner_node = $3::bigint AND (j.id, j.owner_conn) IN (
-                      SELECT * FROM unnest($1::bigint[], $2::bigint[]))))
-            RETURNING j.id, j.tube, j.state, j.owner_conn),
+              AND (j.state <> 1 OR (j.owner_node = $3::bigint AND EXISTS (
+                      SELECT 1 FROM unnest($1::bigint[], $2::bigint[], $5::bigint[]) u(id, conn, tok)
+                      WHERE u.id = j.id AND u.tok = j.reserves
+                        AND (u.conn = j.owner_conn OR j.owner_conn = 0))))
+            RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
         k AS MATERIALIZED (
             SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
-                   THEN EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = t.tube
+                   THEN EXISTS (SELECT 1 FROM {{s}}.jobs o WHERE o.tube = t.tube
                                 AND o.id NOT IN (SELECT id FROM d)) END AS keeps
-            FROM (SELECT DISTINCT tube FROM d) t)
-        SELECT d.id, d.tube, d.state, d.owner_conn, k.keeps
-        FROM d JOIN k ON k.tube = d.tube""",
+            FROM (SELECT DISTINCT tube FROM d) t),
+        took AS (
+            UPDATE {{s}}.jobs j
+            SET state = 1, owner_node = $3::bigint, owner_conn = 0,
+                deadline_at = c.now + j.ttr, reserves = j.reserves + 1
+            FROM c, (SELECT p.id FROM unnest($6::text[], $7::bigint[]) AS w(tube, n)
+                     CROSS JOIN LATERAL (
+                         SELECT x.id FROM {{s}}.jobs x
+                         WHERE x.state = 0 AND x.tube = w.tube AND x.id <> ALL($1::bigint[])
+                           AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
+                                           WHERE p.name = w.tube
+                                             AND p.unpause_at > (SELECT now FROM c))
+                         ORDER BY x.pri, x.id LIMIT w.n FOR UPDATE SKIP LOCKED) p) pk
+            WHERE j.id = pk.id
+            RETURNING j.id, j.tube, j.body, j.ttr, j.pri, j.deadline_at - c.now AS left,
+                      j.reserves)
+        SELECT d.id, d.tube, d.state, d.owner_conn, k.keeps, NULL::bytea, NULL::bigint,
+               NULL::bigint, NULL::float8, d.reserves
+        FROM d JOIN k ON k.tube = d.tube
+        UNION ALL
+        SELECT took.id, took.tube, -1::smallint, 0::bigint, NULL::boolean, took.body,
+               took.ttr, took.pri, took.left, took.reserves FROM took""",
+    # Taken jobs the node did not hand out go back as they were: $1 ids, $2
+    # their reservations, $3 node.  Returns their tubes.
+    "return_taken": """
+        UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
+                              reserves = j.reserves - 1
+        FROM unnest($1::bigint[], $2::bigint[]) AS u(id, tok)
+        WHERE j.id = u.id AND j.reserves = u.tok AND j.state = 1
+          AND j.owner_node = $3::bigint AND j.owner_conn = 0
+        RETURNING j.tube""",
     # An id for a put that is refused (beanstalkd takes one for those too).
     "take_id": "SELECT nextval('{s}.job_ids')",
     # ------------------------------------------------------------ reserve
@@ -151,7 +191,7 @@ STATEMENTS: Dict[str, str] = {
         SET state = 1, owner_node = $2::bigint, owner_conn = $3::bigint,
             deadline_at = c.now + j.ttr, reserves = j.reserves + 1
         FROM cand, c WHERE j.id = cand.id
-        RETURNING {JOB}""",
+        RETURNING {JOB}, j.reserves""",
     # Reserves of sessions that each watch one tube, at once (batch.py): $1
     # their tubes, $2 their connections, $3 node.  Each tube's best jobs go to
     # its sessions in the order they asked; one row per session served:
@@ -177,16 +217,18 @@ STATEMENTS: Dict[str, str] = {
         SET state = 1, owner_node = $3::bigint, owner_conn = pairs.conn,
             deadline_at = c.now + j.ttr, reserves = j.reserves + 1
         FROM pairs, c WHERE j.id = pairs.id
-        RETURNING pairs.n, {JOB}""",
+        RETURNING pairs.n, {JOB}, j.reserves""",
     "reserve_job": f"""
         WITH {_NOW}
         UPDATE {{s}}.jobs j
         SET state = 1, owner_node = $2::bigint, owner_conn = $3::bigint,
             deadline_at = c.now + j.ttr, reserves = j.reserves + 1
         FROM c WHERE j.id = $1::bigint AND j.state <> 1
-        RETURNING {JOB}""",
+        RETURNING {JOB}, j.reserves""",
     # --------------------------------------------------- the holder's commands
-    # $1 id, $2 node, $3 connection: the holder must match.
+    # $1 id, $2 node, $3 connection: the holder must match; release, bury and
+    # touch also carry the reservation (``reserves`` when the holder got the
+    # job) as their last parameter, checked as in ``delete_many`` (fencing).
     "delete": """
         WITH d AS (
             DELETE FROM {s}.jobs
@@ -204,21 +246,21 @@ STATEMENTS: Dict[str, str] = {
             owner_node = NULL, owner_conn = NULL, releases = j.releases + 1
         FROM c
         WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
-          AND j.owner_conn = $3::bigint
+          AND j.owner_conn IN ($3::bigint, 0) AND j.reserves = $6::bigint
         RETURNING j.tube, j.deadline_at""",
     "bury": """
         UPDATE {s}.jobs j
         SET state = 3, pri = $4::bigint, buried_seq = nextval('{s}.bury_seq'),
             owner_node = NULL, owner_conn = NULL, buries = j.buries + 1
         WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
-          AND j.owner_conn = $3::bigint
+          AND j.owner_conn IN ($3::bigint, 0) AND j.reserves = $5::bigint
         RETURNING j.tube""",
     "touch": f"""
         WITH {_NOW}
         UPDATE {{s}}.jobs j SET deadline_at = c.now + j.ttr
         FROM c
         WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
-          AND j.owner_conn = $3::bigint
+          AND j.owner_conn IN ($3::bigint, 0) AND j.reserves = $4::bigint
         RETURNING j.ttr""",
     # A reservation that nobody will hear of (its wait ended) goes back as it was.
     "unreserve": """
@@ -227,10 +269,14 @@ STATEMENTS: Dict[str, str] = {
         WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
           AND j.owner_conn = $3::bigint
         RETURNING j.tube""",
-    # A closed connection's reservations go back to ready.
+    # A closed connection's reservations go back to ready: those under its
+    # (node $1, connection $2), and the jobs it was handed from the node's
+    # take ($3 ids, $4 their reservations).
     "give_back": """
         UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
-        WHERE j.state = 1 AND j.owner_node = $1::bigint AND j.owner_conn = $2::bigint
+        WHERE j.state = 1 AND j.owner_node = $1::bigint AND (j.owner_conn = $2::bigint
+              OR (j.owner_conn = 0 AND (j.id, j.reserves) IN (
+                  SELECT u.id, u.tok::int FROM unnest($3::bigint[], $4::bigint[]) u(id, tok))))
         RETURNING j.tube""",
     # ------------------------------------------------------------- kicks
     # $1 tube, $2 bound: buried jobs in burial order, or delayed ones by deadline.

@@ -208,10 +208,12 @@ class Upkeep:
             self.job_timeouts += len(rows)
             by_conn = self._by_conn
             for job_id, _, node, conn in rows:
-                if node == self.node_id:
-                    s = by_conn.get(conn)
+                if node == self.node_id:  # connection 0: the take, or handed from it
+                    s = by_conn.get(conn) if conn else self.job_holder(job_id)
                     if s is not None:
                         s.reserved.pop(job_id, None)
+                    elif not conn:
+                        self.taking.claim(job_id)
                 if due:
                     due.pop(job_id, None)
             self._tubes_ready([(r[1],) for r in rows])
@@ -327,6 +329,8 @@ class Upkeep:
         else:
             t = self.tubes.get(notice.tube)
             if t is not None:
+                if notice.seconds > 0:  # paused: its taken jobs go back
+                    self.taking.give_back([t.name])
                 self._pause_ends_in(t, notice.seconds)
         self._deliver()
 
@@ -465,6 +469,7 @@ class Upkeep:
         for s in list(self.sessions):
             s.reserved.clear()
             s.ttr_heap.clear()
+        self.taking.forget()
         self.db.execute("register", [socket.gethostname().encode(), self.facts.pid()]
                         ).addCallbacks(self._registered, self._failed)
 

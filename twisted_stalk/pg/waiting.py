@@ -28,7 +28,7 @@ from ..core.job import READY, RESERVED, JobRecord
 from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
 from ..core.session import Session
 from ..protocol.constants import SAFETY_MARGIN
-from .batch import text_array
+from .batch import int_array, text_array
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tubes import NodeTube
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class PgSession(Session):
     """A client of the PostgreSQL engine: a core session plus its number on this node."""
 
-    __slots__ = ("conn_id", "attempting")
+    __slots__ = ("conn_id", "attempting", "deleted", "streak", "expect")
 
     def __init__(self, frontend: Any, default: Any, conn_id: int) -> None:
         super().__init__(frontend, default)
@@ -45,6 +45,11 @@ class PgSession(Session):
         self.conn_id = conn_id
         #: True while a reserve statement for this session is out.
         self.attempting = False
+        #: A delete came since the last reserve; deletes in a row each
+        #: followed by a reserve; the tube its delete took a job for (taking.py).
+        self.deleted = False
+        self.streak = 0
+        self.expect: Optional[bytes] = None
 
 
 class Reserving:
@@ -61,6 +66,21 @@ class Reserving:
     def _reserve(self, s: PgSession, timeout: Optional[int]) -> Any:
         if not s.is_worker:
             self._set_worker(s)
+        s.streak = s.streak + 1 if s.deleted else 0
+        s.deleted = False
+        taking = self.taking
+        if taking.by_tube:
+            if not self.held and not s.attempting:
+                job = taking.hand(s)
+                if job is not None:
+                    return job
+                d = taking.stale(s)
+                if d is not None:  # taken jobs that may not be the best go back first
+                    return d.addCallback(lambda _: self._reserve_now(s, timeout))
+        s.expect = None
+        return self._reserve_now(s, timeout)
+
+    def _reserve_now(self, s: PgSession, timeout: Optional[int]) -> Any:
         now = self._now()
         soonest = s.soonest_deadline() if s.reserved else None
         deadline_soon = soonest is not None and now >= soonest - SAFETY_MARGIN
@@ -271,9 +291,13 @@ class Reserving:
             self._tubes_ready, self._failed)
 
     def _give_back(self, s: PgSession) -> None:
-        """Every job (node, ``s``) holds goes back to ready (``s`` closed)."""
+        """Every job ``s`` holds goes back to ready (``s`` closed): those
+        under (node, ``s``) and those it was handed from the node's take."""
+        held = list(s.reserved.values())
         s.reserved.clear()
-        self.db.first("give_back", [self.node_id, s.conn_id]).addCallbacks(
+        self.db.first("give_back", [self.node_id, s.conn_id,
+                                    int_array([j.id for j in held]),
+                                    int_array([j.binlog_file for j in held])]).addCallbacks(
             self._tubes_ready, self._failed)
 
     def _tubes_ready(self, rows: Any) -> None:
@@ -285,7 +309,12 @@ class Reserving:
             self._ready_by_name(name, n)
 
     def _job(self, row: Tuple[Any, ...]) -> JobRecord:
-        """A JobRecord from (id, body, ttr, pri, tube, ...) (the body gets its CRLF)."""
+        """A JobRecord from (id, body, ttr, pri, tube, time left[, reservation])
+        (the body gets its CRLF).  A job this engine hands out carries the
+        reservation it is under (the row's ``reserves`` when the holder got it;
+        0: none) in ``binlog_file``, which no binlog uses here: the holder's
+        commands carry it (fencing, taking.py).  (A slot of its own would need
+        a subclass, and the front ends test ``__class__ is JobRecord``.)"""
         job = JobRecord.__new__(JobRecord)
         job.id = row[0]
         job.body = row[1] + b"\r\n"
@@ -298,7 +327,7 @@ class Reserving:
         job.deadline_at = 0.0
         job.counts = None
         job.heap_key = None
-        job.binlog_file = 0
+        job.binlog_file = row[6] if len(row) > 6 else 0
         return job
 
 

@@ -381,6 +381,107 @@ def test_a_job_is_ready_again_once_its_ttr_or_delay_has_passed(h, held_by):
     assert h(e.delete(s, job_id)) is o.DELETED  # ready: anyone may delete it
 
 
+# ------------------------------------------------------------ taking order and fencing
+
+def take_order_script(h: Harness) -> List[Any]:
+    """A worker deleting then reserving, with puts, releases, buries and
+    kicks, a pause, a delay, a delete of a ready job and other sessions'
+    reserves (one of them watching two tubes) coming between its delete and
+    its next reserve: what each command answered, jobs named by their bodies.
+    (An engine that takes a worker's next job with its delete, as the
+    PostgreSQL one does, must answer as one that does not.)"""
+    e = h.engine
+    w, other, both, producer = h.open(), h.open(), h.open(), h.open()
+    for s in (w, other, both):
+        h(e.watch(s, b"ord"))
+        h(e.ignore(s, b"default"))
+    h(e.watch(both, b"side"))
+    h(e.use(producer, b"ord"))
+    log: List[Any] = []
+    ids = {}
+
+    def put(pri: int, body: bytes, delay: int = 0) -> None:
+        ids[body] = h(e.put(producer, pri, delay, 60, body + b"\r\n"))
+
+    def said(outcome: Any) -> Any:
+        return outcome.body if isinstance(outcome, JobRecord) else outcome
+
+    def reserve(s: Any) -> Any:
+        job = h(e.reserve_with_timeout(s, 0))
+        log.append(said(job))
+        if s is other and isinstance(job, JobRecord):
+            ids[b"other's"] = job.id
+        return job
+
+    for n in range(14):
+        put(100 + n % 3, b"j%d" % n)
+    between = [
+        lambda: None, lambda: None, lambda: None,
+        lambda: put(5, b"urgent"),
+        lambda: reserve(other),
+        lambda: log.append(h(e.release(other, ids[b"other's"], 1, 0))),
+        lambda: None,
+        lambda: put(100, b"late"),
+        lambda: log.append(h(e.bury(w, h(e.reserve_with_timeout(w, 0)).id, 0))),
+        lambda: log.append(h(e.kick(producer, 1))),
+        lambda: log.append(h(e.pause_tube(producer, b"ord", 1))),
+        lambda: log.append(h(e.pause_tube(producer, b"ord", 0))),
+        lambda: put(0, b"delayed", 1),
+        lambda: h.advance(1.3),
+        lambda: log.append(h(e.delete(other, ids[b"j6"]))),
+        lambda: reserve(both),
+        lambda: log.append(said(h(e.reserve_job(other, ids[b"j9"])))),
+        lambda: None, lambda: None,
+    ]
+    for step in between:
+        job = reserve(w)
+        if isinstance(job, JobRecord):
+            log.append(h(e.delete(w, job.id)))
+        step()
+    while isinstance(reserve(w), JobRecord):
+        log.append(h(e.delete(w, ids[log[-1][:-2]])))
+    return log
+
+
+def test_taking_order_matches_the_in_memory_engine(h):
+    from twisted.internet.task import Clock
+
+    from ..core import MemoryEngine
+    clock = Clock()
+    clock.advance(1000)
+    expected = take_order_script(clock_harness(MemoryEngine(clock), clock))
+    assert take_order_script(h) == expected
+
+
+def test_a_holder_whose_reservation_ended_is_fenced(h):
+    """A job re-taken after its TTR, by a worker that deletes then reserves,
+    cannot be released, buried, touched or deleted by its old holder; its new
+    holder can."""
+    e = h.engine
+    old, new = h.open(), h.open()
+    job_id = h(e.put(old, 0, 0, 1, b"x\r\n"))
+    assert h(e.reserve(old)).id == job_id
+    for body in (b"a", b"b", b"c"):
+        h(e.put(old, 10, 0, 60, body + b"\r\n"))
+    job = h(e.reserve(new))
+    for _ in range(2):
+        assert h(e.delete(new, job.id)) is o.DELETED
+        job = h(e.reserve(new))
+    assert job.body == b"c\r\n"
+    deadline = time.monotonic() + 10
+    while getattr(h(e.peek_ready(old)), "id", None) != job_id:  # its TTR ran out
+        assert time.monotonic() < deadline
+        h.advance(0.3)
+    assert h(e.delete(new, job.id)) is o.DELETED
+    assert h(e.reserve(new)).id == job_id
+    assert h(e.release(old, job_id, 0, 0)) is o.NOT_FOUND
+    assert h(e.bury(old, job_id, 0)) is o.NOT_FOUND
+    assert h(e.touch(old, job_id)) is o.NOT_FOUND
+    assert h(e.delete(old, job_id)) is o.NOT_FOUND
+    assert h(e.touch(new, job_id)) is o.TOUCHED
+    assert h(e.delete(new, job_id)) is o.DELETED
+
+
 # ------------------------------------------------------------ what an engine may leave out
 
 def test_the_memory_ceiling_refuses_a_put_over_it(h):

@@ -1,0 +1,263 @@
+# -*- test-case-name: tests.test_pg_wire,tests.test_engine_contract -*-
+"""A worker's delete carries its next job (issue 27).
+
+A worker that deletes its job and then reserves the next costs two
+statements and two commits per job.  When a session's pattern shows that it
+will reserve right after its delete (its last deletes were each followed by
+a reserve, it watches one tube), the delete's statement (``delete_many``)
+also takes the best ready job of that tube for it (``FOR UPDATE SKIP
+LOCKED``, reserved by (node, connection 0): the node's take) and the reserve
+that follows is answered from the node, without a statement.
+
+The take is bounded by demand: one job per such delete, and a session has at
+most one outstanding (``expect``) until its next reserve.  Jobs taken but
+not asked for go back to ready, in one statement, after ``stalk_take_hold``
+seconds, and at once when the node holds (a graceful stop), when the tube is
+paused, when the jobs' order may no longer be beanstalkd's (below), when a
+session that was to ask closes; if the node dies they are reclaimed with its
+other reservations.
+
+Order, on one node exactly beanstalkd's: the taken jobs of a tube were its
+best ready jobs when the statement ran, and they are handed out best first
+to whichever session of the node reserves on that tube next.  Anything that
+may have made a job ready in the tube since the take went out (a put,
+release, kick, delay or TTR ending, a give-back or pause ending, here or on
+another node as far as it told this one: each bumps the tube's ``events``)
+makes the taken jobs invalid: they go back and the reserve goes to the
+database.  A reserve watching several tubes, one of which has taken jobs,
+gives those back first, and so do the tube's waiting reserves.  Across nodes
+a taken job is hidden from the others until handed out or given back: at
+most the hold (docs/ha.md).
+
+Fencing: every reservation carries its ``reserves`` count as a token (each
+reservation raises it; a take given back lowers it again, so a handed-out
+token is never seen twice); release, bury, touch and delete carry the token
+their session holds and the statement checks it.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from twisted.internet import defer
+
+from .batch import int_array
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import PgEngine
+
+#: Deletes in a row each followed by a reserve before a session's delete takes a job.
+STREAK = 2
+
+
+class _Taken:
+    """One tube's taken jobs: the tube record and its ``events`` when taken."""
+
+    __slots__ = ("tube", "mark", "heap", "expecting")
+
+    def __init__(self, tube: Any, mark: int) -> None:
+        self.tube = tube
+        self.mark = mark
+        #: (pri, id, taken at, row) with row (id, body, ttr, pri, tube, left, reserves).
+        self.heap: List[Tuple[int, int, float, Tuple[Any, ...]]] = []
+        #: Sessions whose delete took for this tube and that have not reserved since.
+        self.expecting = 0
+
+
+class Taking:
+    """The node's taken jobs (a part of :class:`~.engine.PgEngine`; see the module docstring)."""
+
+    def __init__(self, engine: "PgEngine", hold: float) -> None:
+        self.engine = engine
+        #: Seconds a taken job waits to be asked for (0: never take).
+        self.hold = hold
+        self.by_tube: Dict[bytes, _Taken] = {}
+        self._call: Any = None
+        #: Jobs taken, handed out without a statement, given back (counters).
+        self.taken = self.handed = self.returned = 0
+
+    # ------------------------------------------------------------ the delete's side
+
+    def wants(self, items: List[Any]) -> Tuple[List[bytes], List[int], Dict[bytes, Tuple[Any, int]]]:
+        """For a delete batch of (job id, session, token): the tubes to take
+        for, how many in each, and each tube's record and ``events`` now."""
+        e = self.engine
+        counts: Dict[bytes, int] = {}
+        marks: Dict[bytes, Tuple[Any, int]] = {}
+        if not self.hold or e.held:
+            return [], [], marks
+        for _, s, _ in items:
+            if s.streak < STREAK or s.expect is not None or len(s.watch) != 1 or s.closed:
+                continue
+            t = s.watch[0]
+            if t.waiting:
+                continue
+            s.expect = t.name
+            counts[t.name] = counts.get(t.name, 0) + 1
+            marks[t.name] = (t, t.events)
+            entry = self.by_tube.get(t.name)
+            if entry is not None:
+                entry.expecting += 1
+            else:
+                self.by_tube[t.name] = entry = _Taken(t, t.events)
+                entry.expecting = 1
+        names = list(counts)
+        return names, [counts[n] for n in names], marks
+
+    def took(self, rows: List[Tuple[Any, ...]], marks: Dict[bytes, Tuple[Any, int]]) -> None:
+        """A delete batch took ``rows`` (id, tube, body, ttr, pri, left,
+        reserves): keep those whose tube saw nothing since the take went out,
+        give back the others."""
+        e = self.engine
+        now = e._now()
+        back: List[Tuple[int, int]] = []
+        for row in rows:
+            name = row[1]
+            tube, mark = marks[name]
+            entry = self.by_tube.get(name)
+            if (e.held or tube.events != mark or e.tubes.get(name) is not tube
+                    or tube.waiting or entry is None):
+                back.append((row[0], row[6]))
+                continue
+            if entry.tube is not tube or entry.mark != mark:
+                if entry.heap:  # older takes whose order no longer holds
+                    back.extend((r[1], r[3][6]) for r in entry.heap)
+                    entry.heap = []
+                entry.tube, entry.mark = tube, mark
+            self.taken += 1
+            heapq.heappush(entry.heap, (row[4], row[0], now,
+                                        (row[0], row[2], row[3], row[4], name, row[5], row[6])))
+        if back:
+            self._return(back)
+        if self.by_tube and self._call is None:
+            self._call = e.reactor.callLater(self.hold, self._expire)
+
+    # ------------------------------------------------------------ the reserve's side
+
+    def hand(self, s: Any) -> Optional[Any]:
+        """The job for session ``s``'s reserve from the take, or None.  Taken
+        jobs that may no longer be the best go back (see :meth:`stale`)."""
+        if s.expect is not None:
+            entry = self.by_tube.get(s.expect)
+            if entry is not None and entry.expecting:
+                entry.expecting -= 1
+            s.expect = None
+        if len(s.watch) != 1:
+            return None
+        t = s.watch[0]
+        entry = self.by_tube.get(t.name)
+        if entry is None or not entry.heap:
+            return None
+        if entry.tube is not t or entry.mark != t.events:
+            return None
+        _, _, taken_at, row = heapq.heappop(entry.heap)
+        self.handed += 1
+        e = self.engine
+        job = e._job(row)
+        e._hold(s, job, row[5] - (e._now() - taken_at))
+        return job
+
+    def claim(self, job_id: int) -> Optional[Tuple[Any, ...]]:
+        """Take job ``job_id`` out of the node's take (a ``delete`` or
+        ``reserve-job`` of it on this node, where it is a ready job): its row,
+        or None if it is not there."""
+        for entry in self.by_tube.values():
+            for n, item in enumerate(entry.heap):
+                if item[1] == job_id:
+                    entry.heap[n] = entry.heap[-1]
+                    entry.heap.pop()
+                    heapq.heapify(entry.heap)
+                    return item[3]
+        return None
+
+    def unclaim(self, row: Tuple[Any, ...]) -> None:
+        """A claimed job's statement failed: it goes back to ready."""
+        self._return([(row[0], row[6])])
+
+    def stale(self, s: Any) -> Optional[defer.Deferred]:
+        """If a watched tube of ``s`` holds taken jobs that ``s`` cannot be
+        handed (they may no longer be the best, or ``s`` watches several
+        tubes), give them back: a Deferred that fires once they are ready."""
+        names = [t.name for t in s.watch
+                 if t.name in self.by_tube and self.by_tube[t.name].heap]
+        if not names:
+            return None
+        return self.give_back(names)
+
+    # ------------------------------------------------------------ giving back
+
+    def give_back(self, names: Optional[List[bytes]] = None) -> defer.Deferred:
+        """Every taken job of ``names`` (None: all) goes back to ready."""
+        jobs = []
+        for name in list(self.by_tube) if names is None else names:
+            entry = self.by_tube.get(name)
+            if entry is not None and entry.heap:
+                jobs.extend((r[1], r[3][6]) for r in entry.heap)
+                entry.heap = []
+        return self._return(jobs)
+
+    def closed(self, s: Any) -> None:
+        """Session ``s`` closed: the job its delete took goes back if no
+        other session is to ask for it."""
+        if s.expect is None:
+            return
+        entry = self.by_tube.get(s.expect)
+        s.expect = None
+        if entry is None:
+            return
+        entry.expecting = max(0, entry.expecting - 1)
+        if len(entry.heap) > entry.expecting:
+            worst = max(entry.heap)
+            entry.heap.remove(worst)
+            heapq.heapify(entry.heap)
+            self._return([(worst[1], worst[3][6])])
+
+    def forget(self) -> None:
+        """This node's reservations are gone (it was given up on): so are its takes."""
+        self.by_tube.clear()
+
+    def _expire(self) -> None:
+        """Taken jobs older than the hold go back; tubes with none left are forgotten."""
+        self._call = None
+        e = self.engine
+        cutoff = e._now() - self.hold
+        jobs = []
+        soonest = None
+        for name, entry in list(self.by_tube.items()):
+            keep = []
+            for item in entry.heap:
+                if item[2] <= cutoff:
+                    jobs.append((item[1], item[3][6]))
+                else:
+                    keep.append(item)
+                    soonest = item[2] if soonest is None else min(soonest, item[2])
+            if len(keep) != len(entry.heap):
+                heapq.heapify(keep)
+                entry.heap = keep
+            if not keep and not entry.expecting:
+                del self.by_tube[name]
+        if jobs:
+            self._return(jobs)
+        if self.by_tube:
+            wait = self.hold if soonest is None else max(0.001, soonest + self.hold - e._now())
+            self._call = e.reactor.callLater(wait, self._expire)
+
+    def _return(self, jobs: List[Tuple[int, int]]) -> defer.Deferred:
+        """Jobs (id, reservation) go back to ready, in one statement."""
+        e = self.engine
+        if not jobs:
+            return defer.succeed(None)
+        self.returned += len(jobs)
+        if e.node_id is None or not e.db.up:
+            return defer.succeed(None)  # reclaimed with the node, or by TTR
+        d = e.db.execute("return_taken", [int_array([j for j, _ in jobs]),
+                                          int_array([t for _, t in jobs]), e.node_id])
+        return d.addCallbacks(e._tubes_ready, e._failed)
+
+    def stop(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+
+
+__all__ = ["STREAK", "Taking"]
