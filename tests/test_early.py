@@ -459,8 +459,8 @@ def test_first_reply_within_30ms_of_a_bare_interpreter(compiled_env, clean_bin):
     (none of the machine's .pth files), byte code cached, launches
     interleaved (measured here: about 17 ms for stalkd, 20 ms for ``-m``;
     250-300 ms with the early loop off; 18-40 ms beside other tests).  The
-    best of five rounds: a busy machine can stretch a round, not what the
-    server does.  PyPy's start is
+    best of five rounds for each command: a busy machine can stretch a
+    round, not what the server does.  PyPy's start is
     slower still: CI deselects this there (.ci/run)."""
     bin_dir, floor_dir = clean_bin
     python = os.path.join(bin_dir, "python")
@@ -481,6 +481,7 @@ def test_first_reply_within_30ms_of_a_bare_interpreter(compiled_env, clean_bin):
     for command in launches.values():  # byte code compiled once, before timing
         launch(command)
     reports = []
+    best = {name: float("inf") for name in floor_of}  # each command's best round
     for _ in range(5):
         times: dict = {name: [] for name in launches}
         for _ in range(10):  # interleaved: a change in the machine's load hits all alike
@@ -490,6 +491,7 @@ def test_first_reply_within_30ms_of_a_bare_interpreter(compiled_env, clean_bin):
         shares = {name: medians[name] - medians[floor] for name, floor in floor_of.items()}
         reports.append(", ".join(f"{name} {1000 * m:.0f} ms" for name, m in medians.items()))
         print(reports[-1])
-        if max(shares.values()) <= OUR_SHARE:
+        best = {name: min(best[name], share) for name, share in shares.items()}
+        if max(best.values()) <= OUR_SHARE:
             break
-    assert max(shares.values()) <= OUR_SHARE, reports
+    assert max(best.values()) <= OUR_SHARE, reports
