@@ -68,7 +68,8 @@ STATEMENTS: Dict[str, str] = {
         RETURNING j.id""",
     # Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4 TTRs,
     # $5 bodies, $6 the connection of this node ($7) waiting to be handed each
-    # job (0: none).  A job is handed over (inserted reserved by ($7, conn))
+    # job (0: none; -1: the node's take, connection 0, for the put's own
+    # session's next reserve: taking.py).  A job is handed over (inserted reserved by ($7, conn))
     # only if no ready job of its tube is as good (pri <= its own: those have
     # smaller ids) and the tube is not paused, so priorities stay global; the
     # node picks the best jobs of the batch for its waiting reserves.  The
@@ -83,8 +84,8 @@ STATEMENTS: Dict[str, str] = {
             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
                         $6::bigint[]) WITH ORDINALITY AS u(tube, pri, delay, ttr, body, conn, n)),
         h AS MATERIALIZED (
-            SELECT x.id, x.conn FROM x, c
-            WHERE x.conn > 0
+            SELECT x.id, greatest(x.conn, 0) AS conn FROM x, c
+            WHERE x.conn <> 0
               AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
                               WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri)
               AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p

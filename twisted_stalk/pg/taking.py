@@ -17,6 +17,12 @@ paused, when the jobs' order may no longer be beanstalkd's (below), when a
 session that was to ask closes; if the node dies they are reclaimed with its
 other reservations.
 
+A put whose own session will reserve it (its last puts were each followed
+by a reserve, and it watches the one tube it uses, as a closed loop does) is
+taken the same way by the put's statement (``put_many``), where no ready job
+of the tube is as good (so priorities stay global); it never becomes ready
+in the database, and its session's reserve is answered by the node.
+
 Order, on one node exactly beanstalkd's: the taken jobs of a tube were its
 best ready jobs when the statement ran, and they are handed out best first
 to whichever session of the node reserves on that tube next.  Anything that
@@ -92,17 +98,31 @@ class Taking:
             t = s.watch[0]
             if t.waiting:
                 continue
-            s.expect = t.name
             counts[t.name] = counts.get(t.name, 0) + 1
-            marks[t.name] = (t, t.events)
-            entry = self.by_tube.get(t.name)
-            if entry is not None:
-                entry.expecting += 1
-            else:
-                self.by_tube[t.name] = entry = _Taken(t, t.events)
-                entry.expecting = 1
+            marks[t.name] = self._expect(s, t)
         names = list(counts)
         return names, [counts[n] for n in names], marks
+
+    def wants_put(self, s: Any, delay: int) -> Optional[Tuple[Any, int]]:
+        """Whether session ``s``'s put is to be taken for its own next reserve
+        (its last puts were each followed by a reserve, it watches the one
+        tube it uses, where no reserve of the node waits): the tube's record
+        and ``events`` now, or None."""
+        t = s.use
+        if (not self.hold or self.engine.held or delay or s.put_streak < STREAK
+                or s.expect is not None or s.closed or len(s.watch) != 1
+                or s.watch[0] is not t or t.waiting):
+            return None
+        return self._expect(s, t)
+
+    def _expect(self, s: Any, t: Any) -> Tuple[Any, int]:
+        """``s`` is to reserve on ``t`` what is taken for it now."""
+        s.expect = t.name
+        entry = self.by_tube.get(t.name)
+        if entry is None:
+            self.by_tube[t.name] = entry = _Taken(t, t.events)
+        entry.expecting += 1
+        return t, t.events
 
     def took(self, rows: List[Tuple[Any, ...]], marks: Dict[bytes, Tuple[Any, int]]) -> None:
         """A delete batch took ``rows`` (id, tube, body, ttr, pri, left,
@@ -196,9 +216,10 @@ class Taking:
                 entry.heap = []
         return self._return(jobs)
 
-    def closed(self, s: Any) -> None:
-        """Session ``s`` closed: the job its delete took goes back if no
-        other session is to ask for it."""
+    def forgo(self, s: Any) -> None:
+        """Session ``s`` will not ask for what was taken for it (it closed,
+        or nothing was taken): a job taken for it goes back if no other
+        session is to ask for it."""
         if s.expect is None:
             return
         entry = self.by_tube.get(s.expect)
