@@ -214,8 +214,9 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             self._has_jobs(t)
             if delay:
                 self._delayed_due_in(delay)
-            elif not handed:
-                self._ready_by_name(t.name, told=True)  # put_many told the others
+            elif not handed:  # put_many told the others
+                self.taking.ready_behind(t, pri, job_id,
+                                         lambda: self._ready_by_name(t.name, told=True))
             return job_id
         return d.addCallbacks(inserted, self._internal_error)
 
@@ -444,7 +445,12 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             if delay:
                 self._delayed_due_in(delay)
             else:
-                self._ready_by_name(row[0])
+                t = self.tubes.get(row[0])
+                if t is None:
+                    self._ready_by_name(row[0])
+                else:
+                    self.taking.ready_behind(t, pri, job_id,
+                                             lambda: self._ready_by_name(row[0]))
             return RELEASED
         return self._holder_statement(s, job_id, "release", [pri, delay], released)
 

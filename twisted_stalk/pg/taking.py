@@ -177,6 +177,19 @@ class Taking:
         e._hold(s, job, row[5] - (e._now() - taken_at))
         return job
 
+    def ready_behind(self, t: Any, pri: int, job_id: int, made_ready: Any) -> None:
+        """Job ``job_id`` of priority ``pri`` became ready in tube ``t``
+        through this node (a put or release answered): ``made_ready()`` moves
+        the tube's ``events``, which makes its taken jobs invalid, unless this
+        job comes after every one of them (priority, then id): then they are
+        still the tube's best and stay valid."""
+        entry = self.by_tube.get(t.name)
+        keep = (entry is not None and entry.heap and entry.tube is t
+                and entry.mark == t.events and max(entry.heap)[:2] < (pri, job_id))
+        made_ready()
+        if keep:
+            entry.mark = t.events
+
     def claim(self, job_id: int) -> Optional[Tuple[Any, ...]]:
         """Take job ``job_id`` out of the node's take (a ``delete`` or
         ``reserve-job`` of it on this node, where it is a ready job): its row,
