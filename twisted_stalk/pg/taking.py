@@ -136,10 +136,12 @@ class Taking:
             tube, mark = marks[name]
             entry = self.by_tube.get(name)
             if (e.held or tube.events != mark or e.tubes.get(name) is not tube
-                    or tube.waiting or entry is None):
+                    or tube.waiting):
                 back.append((row[0], row[6]))
                 continue
-            if entry.tube is not tube or entry.mark != mark:
+            if entry is None:
+                self.by_tube[name] = entry = _Taken(tube, mark)
+            elif entry.tube is not tube or entry.mark != mark:
                 if entry.heap:  # older takes whose order no longer holds
                     back.extend((r[1], r[3][6]) for r in entry.heap)
                     entry.heap = []
@@ -157,11 +159,7 @@ class Taking:
     def hand(self, s: Any) -> Optional[Any]:
         """The job for session ``s``'s reserve from the take, or None.  Taken
         jobs that may no longer be the best go back (see :meth:`stale`)."""
-        if s.expect is not None:
-            entry = self.by_tube.get(s.expect)
-            if entry is not None and entry.expecting:
-                entry.expecting -= 1
-            s.expect = None
+        self.asked(s)
         if len(s.watch) != 1:
             return None
         t = s.watch[0]
@@ -206,6 +204,14 @@ class Taking:
     def unclaim(self, row: Tuple[Any, ...]) -> None:
         """A claimed job's statement failed: it goes back to ready."""
         self._return([(row[0], row[6])])
+
+    def asked(self, s: Any) -> None:
+        """Session ``s`` reserves: what was taken for it is no longer expected."""
+        if s.expect is not None:
+            entry = self.by_tube.get(s.expect)
+            if entry is not None and entry.expecting:
+                entry.expecting -= 1
+            s.expect = None
 
     def stale(self, s: Any) -> Optional[defer.Deferred]:
         """If a watched tube of ``s`` holds taken jobs that ``s`` cannot be
@@ -268,7 +274,7 @@ class Taking:
             if len(keep) != len(entry.heap):
                 heapq.heapify(keep)
                 entry.heap = keep
-            if not keep and not entry.expecting:
+            if not keep:  # (a session that never asks keeps no timer going)
                 del self.by_tube[name]
         if jobs:
             self._return(jobs)

@@ -82,6 +82,7 @@ class Reserving:
                 d = taking.stale(s)
                 if d is not None:  # taken jobs that may not be the best go back first
                     return d.addCallback(lambda _: self._reserve_now(s, timeout))
+            taking.asked(s)
         s.expect = None
         return self._reserve_now(s, timeout)
 
