@@ -304,8 +304,9 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 if state == -1:
                     took.append((job_id, tube) + tuple(rest))
                     continue
-                n = next(n for n in askers[job_id] if state != 1 or (
-                    items[n][2] == rest[4] and owner in (0, items[n][1].conn_id)))
+                n = next((n for n in askers[job_id] if state != 1 or (
+                    items[n][2] == rest[4] and owner in (0, items[n][1].conn_id))),
+                    askers[job_id][0])
                 out[n] = (tube, state, remaining)
             if marks:
                 self.taking.took(took, marks)

@@ -133,10 +133,10 @@ STATEMENTS: Dict[str, str] = {
         d AS (
             DELETE FROM {{s}}.jobs j
             WHERE j.id = ANY($1::bigint[])
-              AND (j.state <> 1 OR (j.owner_node = $3::bigint AND EXISTS (
-                      SELECT 1 FROM unnest($1::bigint[], $2::bigint[], $5::bigint[]) u(id, conn, tok)
-                      WHERE u.id = j.id AND u.tok = j.reserves
-                        AND (u.conn = j.owner_conn OR j.owner_conn = 0))))
+              AND (j.state <> 1 OR (j.owner_node = $3::bigint
+                   AND (j.id, j.reserves) IN (SELECT * FROM unnest($1::bigint[], $5::int[]))
+                   AND (j.owner_conn = 0 OR (j.id, j.owner_conn) IN (
+                           SELECT * FROM unnest($1::bigint[], $2::bigint[])))))
             RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
         k AS MATERIALIZED (
             SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
