@@ -240,6 +240,8 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 if mark is not None:
                     conns[n] = -1
                     marks[tubes[n]] = mark
+        if marks:
+            self.taking.started()
         d = self.db.execute("put_many", [
             text_array(list(tubes)), int_array(list(pris)), int_array(list(delays)),
             int_array(list(ttrs)), bytea_array(list(bodies)), int_array(conns), self.node_id,
@@ -262,10 +264,13 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                         self.taking.forgo(item[5])
                 out.append((job_id, handed))
             if marks:
+                self.taking.ended()
                 self.taking.took(took, marks)
             return out
 
         def failed(failure: Any) -> Any:
+            if marks:
+                self.taking.ended(failed=True)
             for s in takers:
                 if s is not None:
                     s.attempting = False
@@ -286,6 +291,8 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             kept.add(s.use.name)
             kept.update(t.name for t in s.watch)
         tubes, counts, marks = self.taking.wants(items)
+        if marks:
+            self.taking.started()
         d = self.db.execute("delete_many", [int_array([i for i, _, _ in items]),
                                             int_array([s.conn_id for _, s, _ in items]),
                                             self.node_id, text_array(sorted(kept)),
@@ -309,10 +316,13 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                     askers[job_id][0])
                 out[n] = (tube, state, remaining)
             if marks:
+                self.taking.ended()
                 self.taking.took(took, marks)
             return out
 
         def failed(failure: Any) -> Any:
+            if marks:
+                self.taking.ended(failed=True)
             for _, s, _ in items:
                 if s.expect is not None and s.expect in marks:
                     self.taking.forgo(s)  # nothing was taken for it

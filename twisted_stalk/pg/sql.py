@@ -164,6 +164,14 @@ STATEMENTS: Dict[str, str] = {
         UNION ALL
         SELECT took.id, took.tube, -1::smallint, 0::bigint, NULL::boolean, took.body,
                took.ttr, took.pri, took.left, took.reserves FROM took""",
+    # Jobs of node $1's take that it does not know of ($2: the ids it knows,
+    # taken or handed out from its take) go back: a take whose answer was
+    # lost with its connection, or whose give-back failed.  Returns their tubes.
+    "return_lost_takes": """
+        UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
+        WHERE j.state = 1 AND j.owner_node = $1::bigint AND j.owner_conn = 0
+          AND j.id <> ALL($2::bigint[])
+        RETURNING j.tube""",
     # Taken jobs the node did not hand out go back as they were: $1 ids, $2
     # their reservations, $3 node.  Returns their tubes.
     "return_taken": """

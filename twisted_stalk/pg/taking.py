@@ -15,7 +15,9 @@ not asked for go back to ready, in one statement, after ``stalk_take_hold``
 seconds, and at once when the node holds (a graceful stop), when the tube is
 paused, when the jobs' order may no longer be beanstalkd's (below), when a
 session that was to ask closes; if the node dies they are reclaimed with its
-other reservations.
+other reservations.  A take whose answer was lost (its connection broke as
+it committed) or whose give-back failed is healed by the next heartbeat
+after it (``return_lost_takes``: the node's take jobs it does not know of).
 
 A put whose own session will reserve it (its last puts were each followed
 by a reserve, and it watches the one tube it uses, as a closed loop does) is
@@ -81,6 +83,9 @@ class Taking:
         self._call: Any = None
         #: Jobs taken, handed out without a statement, given back (counters).
         self.taken = self.handed = self.returned = 0
+        #: Statements out that take; a take or give-back failed (look: :meth:`heal`).
+        self.out = 0
+        self.unsure = False
 
     # ------------------------------------------------------------ the delete's side
 
@@ -288,11 +293,41 @@ class Taking:
         if not jobs:
             return defer.succeed(None)
         self.returned += len(jobs)
-        if e.node_id is None or not e.db.up:
-            return defer.succeed(None)  # reclaimed with the node, or by TTR
+        if e.node_id is None:
+            return defer.succeed(None)
+        # (While the database is away this waits for it, as a command does.)
         d = e.db.execute("return_taken", [int_array([j for j, _ in jobs]),
                                           int_array([t for _, t in jobs]), e.node_id])
-        return d.addCallbacks(e._tubes_ready, e._failed)
+
+        def failed(failure: Any) -> None:
+            self.unsure = True  # heal() gives them back
+            e._failed(failure)
+        return d.addCallbacks(e._tubes_ready, failed)
+
+    def started(self) -> None:
+        """A statement that takes went out."""
+        self.out += 1
+
+    def ended(self, failed: bool = False) -> None:
+        """It answered (``failed``: it may have committed unseen)."""
+        self.out -= 1
+        self.unsure = self.unsure or failed
+
+    def heal(self) -> None:
+        """After a failure, when no take is out (the heartbeat calls this):
+        this node's take jobs it does not know of go back to ready."""
+        e = self.engine
+        if not self.unsure or self.out or e.node_id is None or not e.db.up:
+            return
+        self.unsure = False
+        known = [item[1] for entry in self.by_tube.values() for item in entry.heap]
+        known += [job_id for s in e.sessions for job_id in s.reserved]
+        e.db.execute("return_lost_takes", [e.node_id, int_array(known)]).addCallbacks(
+            e._tubes_ready, self._heal_failed)
+
+    def _heal_failed(self, failure: Any) -> None:
+        self.unsure = True
+        self.engine._failed(failure)
 
     def stop(self) -> None:
         if self._call is not None and self._call.active():
