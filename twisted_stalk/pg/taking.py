@@ -313,16 +313,17 @@ class Taking:
         self.out -= 1
         self.unsure = self.unsure or failed
 
-    def heal(self) -> None:
+    def heal(self) -> Optional[defer.Deferred]:
         """After a failure, when no take is out (the heartbeat calls this):
-        this node's take jobs it does not know of go back to ready."""
+        this node's take jobs it does not know of go back to ready (a
+        Deferred that fires once they are; None: nothing to do)."""
         e = self.engine
         if not self.unsure or self.out or e.node_id is None or not e.db.up:
-            return
+            return None
         self.unsure = False
         known = [item[1] for entry in self.by_tube.values() for item in entry.heap]
         known += [job_id for s in e.sessions for job_id in s.reserved]
-        e.db.execute("return_lost_takes", [e.node_id, int_array(known)]).addCallbacks(
+        return e.db.execute("return_lost_takes", [e.node_id, int_array(known)]).addCallbacks(
             e._tubes_ready, self._heal_failed)
 
     def _heal_failed(self, failure: Any) -> None:
