@@ -351,7 +351,7 @@ class Bench:
                              .replace("$2::bigint[]", f"ARRAY{[0] * len(chunk)}::bigint[]")
                              .replace("$3::bigint", "0::bigint")
                              .replace("$4::text[]", "ARRAY[]::text[]")
-                             .replace("$5::bigint[]", f"ARRAY{[0] * len(chunk)}::bigint[]")
+                             .replace("$5::int[]", f"ARRAY{[0] * len(chunk)}::int[]")
                              .replace("$6::text[]", "ARRAY[]::text[]")
                              .replace("$7::bigint[]", "ARRAY[]::bigint[]"))
                     plan = [r[0] for r in self.conn.execute(

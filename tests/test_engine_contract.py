@@ -79,3 +79,35 @@ def test_the_postgresql_engine_takes_jobs_in_the_order_script(pg_engine):
         finally:
             stop()
     assert answers[0] == answers[1]
+
+
+def test_a_take_the_node_lost_track_of_is_given_back(pg_engine):
+    """A take whose answer was lost (its connection broke as it committed)
+    leaves jobs reserved by the node's take that the node does not know of:
+    after such a failure, ``heal`` (the next heartbeat) gives them back, and
+    keeps those it knows of, taken or handed out."""
+    from twisted_stalk.core import outcomes as o
+    from twisted_stalk.core.job import JobRecord
+    h, stop = _pg(pg_engine)
+    try:
+        e = h.engine
+        worker, other = h.open(), h.open()
+        for n in range(5):
+            h(e.put(other, 0, 0, 60, b"%d\r\n" % n))
+        job = h(e.reserve(worker))
+        for _ in range(3):
+            h(e.delete(worker, job.id))
+            job = h(e.reserve(worker))
+        assert e.taking.handed == 1  # the fourth reserve came from the take
+        assert h(e.delete(worker, job.id)) is o.DELETED  # and took the fourth job
+        lost = [item[1] for entry in e.taking.by_tube.values() for item in entry.heap]
+        assert len(lost) == 1
+        e.taking.by_tube.clear()  # as if the statement's answer had not come
+        assert h(e.reserve_with_timeout(other, 0)) is o.TIMED_OUT  # hidden
+        e.taking.unsure = True
+        h(e.taking.heal())
+        again = h(e.reserve_with_timeout(other, 0))
+        assert isinstance(again, JobRecord) and again.id == lost[0]
+        assert h(e.delete(other, again.id)) is o.DELETED
+    finally:
+        stop()

@@ -181,7 +181,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
     def return_reservations(self, s: PgSession) -> None:
         """A closing session's jobs go back to ready (in the background)."""
         self._by_conn.pop(s.conn_id, None)
-        self.taking.closed(s)
+        self.taking.forgo(s)
         if s.is_worker:
             self._give_back(s)
 
@@ -204,7 +204,8 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             return self._refused(refused)
         t = s.use
         s.deleted = False  # its delete was not followed by a reserve (taking.py)
-        d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2]))
+        s.put_before = True
+        d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2], s))
 
         def inserted(result: Tuple[int, bool]) -> int:
             job_id, handed = result
@@ -213,8 +214,9 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             self._has_jobs(t)
             if delay:
                 self._delayed_due_in(delay)
-            elif not handed:
-                self._ready_by_name(t.name, told=True)  # put_many told the others
+            elif not handed:  # put_many told the others
+                self.taking.ready_behind(t, pri, job_id,
+                                         lambda: self._ready_by_name(t.name, told=True))
             return job_id
         return d.addCallbacks(inserted, self._internal_error)
 
@@ -222,31 +224,59 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         """Run a batch of puts (batch.py): (job id, handed over) per item.
 
         The batch's best jobs of each tube are offered to that tube's waiting
-        reserves on this node (:meth:`_takers`); the statement hands each over
-        unless a ready job as good is in the database (see ``put_many``)."""
-        tubes, pris, delays, ttrs, bodies = zip(*items)
+        reserves on this node (:meth:`_takers`), and a put whose own session
+        will reserve it to the node's take (taking.py); the statement hands
+        each over unless a ready job as good is in the database (see
+        ``put_many``)."""
+        tubes, pris, delays, ttrs, bodies, sessions = zip(*items)
         takers = self._takers(items)
+        conns = [0] * len(items)
+        marks: Dict[bytes, Any] = {}
+        for n, (s, producer) in enumerate(zip(takers, sessions)):
+            if s is not None:
+                conns[n] = s.conn_id
+            elif self.taking.hold and producer.put_streak:
+                mark = self.taking.wants_put(producer, delays[n])
+                if mark is not None:
+                    conns[n] = -1
+                    marks[tubes[n]] = mark
+        if marks:
+            self.taking.started()
         d = self.db.execute("put_many", [
             text_array(list(tubes)), int_array(list(pris)), int_array(list(delays)),
-            int_array(list(ttrs)), bytea_array(list(bodies)),
-            int_array([0 if s is None else s.conn_id for s in takers]), self.node_id,
+            int_array(list(ttrs)), bytea_array(list(bodies)), int_array(conns), self.node_id,
             None if self._alone else self.channel.encode()])
 
         def answers(rows: Any) -> List[Tuple[int, bool]]:
             out = []
-            for (job_id, _, handed), item, s in zip(rows, items, takers):
+            took = []
+            for (job_id, _, handed), item, s, conn in zip(rows, items, takers, conns):
                 if s is not None:
                     s.attempting = False
                     if handed:  # (id, body, ttr, pri, tube, time left, reservation)
                         self._handed(s, (job_id, item[4], item[3], item[1], item[0],
                                          float(item[3]), 1))
+                elif conn < 0:
+                    if handed:  # (id, tube, body, ttr, pri, time left, reservation)
+                        took.append((job_id, item[0], item[4], item[3], item[1],
+                                     float(item[3]), 1))
+                    else:
+                        self.taking.forgo(item[5])
                 out.append((job_id, handed))
+            if marks:
+                self.taking.ended()
+                self.taking.took(took, marks)
             return out
 
         def failed(failure: Any) -> Any:
+            if marks:
+                self.taking.ended(failed=True)
             for s in takers:
                 if s is not None:
                     s.attempting = False
+            for s, conn in zip(sessions, conns):
+                if conn < 0:
+                    self.taking.forgo(s)
             return failure
         return d.addCallbacks(answers, failed)
 
@@ -261,6 +291,8 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             kept.add(s.use.name)
             kept.update(t.name for t in s.watch)
         tubes, counts, marks = self.taking.wants(items)
+        if marks:
+            self.taking.started()
         d = self.db.execute("delete_many", [int_array([i for i, _, _ in items]),
                                             int_array([s.conn_id for _, s, _ in items]),
                                             self.node_id, text_array(sorted(kept)),
@@ -279,17 +311,21 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 if state == -1:
                     took.append((job_id, tube) + tuple(rest))
                     continue
-                n = next(n for n in askers[job_id] if state != 1 or (
-                    items[n][2] == rest[4] and owner in (0, items[n][1].conn_id)))
+                n = next((n for n in askers[job_id] if state != 1 or (
+                    items[n][2] == rest[4] and owner in (0, items[n][1].conn_id))),
+                    askers[job_id][0])
                 out[n] = (tube, state, remaining)
             if marks:
+                self.taking.ended()
                 self.taking.took(took, marks)
             return out
 
         def failed(failure: Any) -> Any:
+            if marks:
+                self.taking.ended(failed=True)
             for _, s, _ in items:
                 if s.expect is not None and s.expect in marks:
-                    self.taking.closed(s)  # nothing was taken for it
+                    self.taking.forgo(s)  # nothing was taken for it
             return failure
         return d.addCallbacks(answers, failed)
 
@@ -420,7 +456,12 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             if delay:
                 self._delayed_due_in(delay)
             else:
-                self._ready_by_name(row[0])
+                t = self.tubes.get(row[0])
+                if t is None:
+                    self._ready_by_name(row[0])
+                else:
+                    self.taking.ready_behind(t, pri, job_id,
+                                             lambda: self._ready_by_name(row[0]))
             return RELEASED
         return self._holder_statement(s, job_id, "release", [pri, delay], released)
 

@@ -68,7 +68,8 @@ STATEMENTS: Dict[str, str] = {
         RETURNING j.id""",
     # Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4 TTRs,
     # $5 bodies, $6 the connection of this node ($7) waiting to be handed each
-    # job (0: none).  A job is handed over (inserted reserved by ($7, conn))
+    # job (0: none; -1: the node's take, connection 0, for the put's own
+    # session's next reserve: taking.py).  A job is handed over (inserted reserved by ($7, conn))
     # only if no ready job of its tube is as good (pri <= its own: those have
     # smaller ids) and the tube is not paused, so priorities stay global; the
     # node picks the best jobs of the batch for its waiting reserves.  The
@@ -83,8 +84,8 @@ STATEMENTS: Dict[str, str] = {
             FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
                         $6::bigint[]) WITH ORDINALITY AS u(tube, pri, delay, ttr, body, conn, n)),
         h AS MATERIALIZED (
-            SELECT x.id, x.conn FROM x, c
-            WHERE x.conn > 0
+            SELECT x.id, greatest(x.conn, 0) AS conn FROM x, c
+            WHERE x.conn <> 0
               AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
                               WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri)
               AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
@@ -132,10 +133,10 @@ STATEMENTS: Dict[str, str] = {
         d AS (
             DELETE FROM {{s}}.jobs j
             WHERE j.id = ANY($1::bigint[])
-              AND (j.state <> 1 OR (j.owner_node = $3::bigint AND EXISTS (
-                      SELECT 1 FROM unnest($1::bigint[], $2::bigint[], $5::bigint[]) u(id, conn, tok)
-                      WHERE u.id = j.id AND u.tok = j.reserves
-                        AND (u.conn = j.owner_conn OR j.owner_conn = 0))))
+              AND (j.state <> 1 OR (j.owner_node = $3::bigint
+                   AND (j.id, j.reserves) IN (SELECT * FROM unnest($1::bigint[], $5::int[]))
+                   AND (j.owner_conn = 0 OR (j.id, j.owner_conn) IN (
+                           SELECT * FROM unnest($1::bigint[], $2::bigint[])))))
             RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
         k AS MATERIALIZED (
             SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
@@ -163,6 +164,14 @@ STATEMENTS: Dict[str, str] = {
         UNION ALL
         SELECT took.id, took.tube, -1::smallint, 0::bigint, NULL::boolean, took.body,
                took.ttr, took.pri, took.left, took.reserves FROM took""",
+    # Jobs of node $1's take that it does not know of ($2: the ids it knows,
+    # taken or handed out from its take) go back: a take whose answer was
+    # lost with its connection, or whose give-back failed.  Returns their tubes.
+    "return_lost_takes": """
+        UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL
+        WHERE j.state = 1 AND j.owner_node = $1::bigint AND j.owner_conn = 0
+          AND j.id <> ALL($2::bigint[])
+        RETURNING j.tube""",
     # Taken jobs the node did not hand out go back as they were: $1 ids, $2
     # their reservations, $3 node.  Returns their tubes.
     "return_taken": """

@@ -15,7 +15,15 @@ not asked for go back to ready, in one statement, after ``stalk_take_hold``
 seconds, and at once when the node holds (a graceful stop), when the tube is
 paused, when the jobs' order may no longer be beanstalkd's (below), when a
 session that was to ask closes; if the node dies they are reclaimed with its
-other reservations.
+other reservations.  A take whose answer was lost (its connection broke as
+it committed) or whose give-back failed is healed by the next heartbeat
+after it (``return_lost_takes``: the node's take jobs it does not know of).
+
+A put whose own session will reserve it (its last puts were each followed
+by a reserve, and it watches the one tube it uses, as a closed loop does) is
+taken the same way by the put's statement (``put_many``), where no ready job
+of the tube is as good (so priorities stay global); it never becomes ready
+in the database, and its session's reserve is answered by the node.
 
 Order, on one node exactly beanstalkd's: the taken jobs of a tube were its
 best ready jobs when the statement ran, and they are handed out best first
@@ -75,6 +83,9 @@ class Taking:
         self._call: Any = None
         #: Jobs taken, handed out without a statement, given back (counters).
         self.taken = self.handed = self.returned = 0
+        #: Statements out that take; a take or give-back failed (look: :meth:`heal`).
+        self.out = 0
+        self.unsure = False
 
     # ------------------------------------------------------------ the delete's side
 
@@ -92,17 +103,31 @@ class Taking:
             t = s.watch[0]
             if t.waiting:
                 continue
-            s.expect = t.name
             counts[t.name] = counts.get(t.name, 0) + 1
-            marks[t.name] = (t, t.events)
-            entry = self.by_tube.get(t.name)
-            if entry is not None:
-                entry.expecting += 1
-            else:
-                self.by_tube[t.name] = entry = _Taken(t, t.events)
-                entry.expecting = 1
+            marks[t.name] = self._expect(s, t)
         names = list(counts)
         return names, [counts[n] for n in names], marks
+
+    def wants_put(self, s: Any, delay: int) -> Optional[Tuple[Any, int]]:
+        """Whether session ``s``'s put is to be taken for its own next reserve
+        (its last puts were each followed by a reserve, it watches the one
+        tube it uses, where no reserve of the node waits): the tube's record
+        and ``events`` now, or None."""
+        t = s.use
+        if (not self.hold or self.engine.held or delay or s.put_streak < STREAK
+                or s.expect is not None or s.closed or len(s.watch) != 1
+                or s.watch[0] is not t or t.waiting):
+            return None
+        return self._expect(s, t)
+
+    def _expect(self, s: Any, t: Any) -> Tuple[Any, int]:
+        """``s`` is to reserve on ``t`` what is taken for it now."""
+        s.expect = t.name
+        entry = self.by_tube.get(t.name)
+        if entry is None:
+            self.by_tube[t.name] = entry = _Taken(t, t.events)
+        entry.expecting += 1
+        return t, t.events
 
     def took(self, rows: List[Tuple[Any, ...]], marks: Dict[bytes, Tuple[Any, int]]) -> None:
         """A delete batch took ``rows`` (id, tube, body, ttr, pri, left,
@@ -116,10 +141,12 @@ class Taking:
             tube, mark = marks[name]
             entry = self.by_tube.get(name)
             if (e.held or tube.events != mark or e.tubes.get(name) is not tube
-                    or tube.waiting or entry is None):
+                    or tube.waiting):
                 back.append((row[0], row[6]))
                 continue
-            if entry.tube is not tube or entry.mark != mark:
+            if entry is None:
+                self.by_tube[name] = entry = _Taken(tube, mark)
+            elif entry.tube is not tube or entry.mark != mark:
                 if entry.heap:  # older takes whose order no longer holds
                     back.extend((r[1], r[3][6]) for r in entry.heap)
                     entry.heap = []
@@ -137,11 +164,7 @@ class Taking:
     def hand(self, s: Any) -> Optional[Any]:
         """The job for session ``s``'s reserve from the take, or None.  Taken
         jobs that may no longer be the best go back (see :meth:`stale`)."""
-        if s.expect is not None:
-            entry = self.by_tube.get(s.expect)
-            if entry is not None and entry.expecting:
-                entry.expecting -= 1
-            s.expect = None
+        self.asked(s)
         if len(s.watch) != 1:
             return None
         t = s.watch[0]
@@ -156,6 +179,19 @@ class Taking:
         job = e._job(row)
         e._hold(s, job, row[5] - (e._now() - taken_at))
         return job
+
+    def ready_behind(self, t: Any, pri: int, job_id: int, made_ready: Any) -> None:
+        """Job ``job_id`` of priority ``pri`` became ready in tube ``t``
+        through this node (a put or release answered): ``made_ready()`` moves
+        the tube's ``events``, which makes its taken jobs invalid, unless this
+        job comes after every one of them (priority, then id): then they are
+        still the tube's best and stay valid."""
+        entry = self.by_tube.get(t.name)
+        keep = (entry is not None and entry.heap and entry.tube is t
+                and entry.mark == t.events and max(entry.heap)[:2] < (pri, job_id))
+        made_ready()
+        if keep:
+            entry.mark = t.events
 
     def claim(self, job_id: int) -> Optional[Tuple[Any, ...]]:
         """Take job ``job_id`` out of the node's take (a ``delete`` or
@@ -173,6 +209,14 @@ class Taking:
     def unclaim(self, row: Tuple[Any, ...]) -> None:
         """A claimed job's statement failed: it goes back to ready."""
         self._return([(row[0], row[6])])
+
+    def asked(self, s: Any) -> None:
+        """Session ``s`` reserves: what was taken for it is no longer expected."""
+        if s.expect is not None:
+            entry = self.by_tube.get(s.expect)
+            if entry is not None and entry.expecting:
+                entry.expecting -= 1
+            s.expect = None
 
     def stale(self, s: Any) -> Optional[defer.Deferred]:
         """If a watched tube of ``s`` holds taken jobs that ``s`` cannot be
@@ -196,9 +240,10 @@ class Taking:
                 entry.heap = []
         return self._return(jobs)
 
-    def closed(self, s: Any) -> None:
-        """Session ``s`` closed: the job its delete took goes back if no
-        other session is to ask for it."""
+    def forgo(self, s: Any) -> None:
+        """Session ``s`` will not ask for what was taken for it (it closed,
+        or nothing was taken): a job taken for it goes back if no other
+        session is to ask for it."""
         if s.expect is None:
             return
         entry = self.by_tube.get(s.expect)
@@ -234,7 +279,7 @@ class Taking:
             if len(keep) != len(entry.heap):
                 heapq.heapify(keep)
                 entry.heap = keep
-            if not keep and not entry.expecting:
+            if not keep:  # (a session that never asks keeps no timer going)
                 del self.by_tube[name]
         if jobs:
             self._return(jobs)
@@ -248,11 +293,42 @@ class Taking:
         if not jobs:
             return defer.succeed(None)
         self.returned += len(jobs)
-        if e.node_id is None or not e.db.up:
-            return defer.succeed(None)  # reclaimed with the node, or by TTR
+        if e.node_id is None:
+            return defer.succeed(None)
+        # (While the database is away this waits for it, as a command does.)
         d = e.db.execute("return_taken", [int_array([j for j, _ in jobs]),
                                           int_array([t for _, t in jobs]), e.node_id])
-        return d.addCallbacks(e._tubes_ready, e._failed)
+
+        def failed(failure: Any) -> None:
+            self.unsure = True  # heal() gives them back
+            e._failed(failure)
+        return d.addCallbacks(e._tubes_ready, failed)
+
+    def started(self) -> None:
+        """A statement that takes went out."""
+        self.out += 1
+
+    def ended(self, failed: bool = False) -> None:
+        """It answered (``failed``: it may have committed unseen)."""
+        self.out -= 1
+        self.unsure = self.unsure or failed
+
+    def heal(self) -> Optional[defer.Deferred]:
+        """After a failure, when no take is out (the heartbeat calls this):
+        this node's take jobs it does not know of go back to ready (a
+        Deferred that fires once they are; None: nothing to do)."""
+        e = self.engine
+        if not self.unsure or self.out or e.node_id is None or not e.db.up:
+            return None
+        self.unsure = False
+        known = [item[1] for entry in self.by_tube.values() for item in entry.heap]
+        known += [job_id for s in e.sessions for job_id in s.reserved]
+        return e.db.execute("return_lost_takes", [e.node_id, int_array(known)]).addCallbacks(
+            e._tubes_ready, self._heal_failed)
+
+    def _heal_failed(self, failure: Any) -> None:
+        self.unsure = True
+        self.engine._failed(failure)
 
     def stop(self) -> None:
         if self._call is not None and self._call.active():

@@ -390,6 +390,8 @@ class Upkeep:
             if ok and self._failures:
                 log.info("database reachable again")
                 self._failures = 0
+            if ok:
+                self.taking.heal()
             self._deliver()
 
         def failed(failure: Any) -> None:

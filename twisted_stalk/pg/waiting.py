@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class PgSession(Session):
     """A client of the PostgreSQL engine: a core session plus its number on this node."""
 
-    __slots__ = ("conn_id", "attempting", "deleted", "streak", "expect")
+    __slots__ = ("conn_id", "attempting", "deleted", "streak", "put_before", "put_streak",
+                 "expect")
 
     def __init__(self, frontend: Any, default: Any, conn_id: int) -> None:
         super().__init__(frontend, default)
@@ -49,6 +50,9 @@ class PgSession(Session):
         #: followed by a reserve; the tube its delete took a job for (taking.py).
         self.deleted = False
         self.streak = 0
+        #: The same for puts followed by a reserve.
+        self.put_before = False
+        self.put_streak = 0
         self.expect: Optional[bytes] = None
 
 
@@ -67,7 +71,8 @@ class Reserving:
         if not s.is_worker:
             self._set_worker(s)
         s.streak = s.streak + 1 if s.deleted else 0
-        s.deleted = False
+        s.put_streak = s.put_streak + 1 if s.put_before else 0
+        s.deleted = s.put_before = False
         taking = self.taking
         if taking.by_tube:
             if not self.held and not s.attempting:
@@ -77,6 +82,7 @@ class Reserving:
                 d = taking.stale(s)
                 if d is not None:  # taken jobs that may not be the best go back first
                     return d.addCallback(lambda _: self._reserve_now(s, timeout))
+            taking.asked(s)
         s.expect = None
         return self._reserve_now(s, timeout)
 
@@ -247,7 +253,7 @@ class Reserving:
         if self.held or not self.waiting_count:
             return takers
         by_tube: dict = {}
-        for n, (name, _, delay, _, _) in enumerate(puts):
+        for n, (name, _, delay, _, _, _) in enumerate(puts):
             if not delay:
                 by_tube.setdefault(name, []).append(n)
         for name, ns in by_tube.items():

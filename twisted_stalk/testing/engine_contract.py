@@ -387,9 +387,11 @@ def take_order_script(h: Harness) -> List[Any]:
     """A worker deleting then reserving, with puts, releases, buries and
     kicks, a pause, a delay, a delete of a ready job and other sessions'
     reserves (one of them watching two tubes) coming between its delete and
-    its next reserve: what each command answered, jobs named by their bodies.
-    (An engine that takes a worker's next job with its delete, as the
-    PostgreSQL one does, must answer as one that does not.)"""
+    its next reserve; then a client putting then reserving on its own tube,
+    with other sessions' puts and reserves and a pause between: what each
+    command answered, jobs named by their bodies.  (An engine that takes a
+    worker's next job with its delete or a client's put for its own reserve,
+    as the PostgreSQL one does, must answer as one that does not.)"""
     e = h.engine
     w, other, both, producer = h.open(), h.open(), h.open(), h.open()
     for s in (w, other, both):
@@ -440,6 +442,33 @@ def take_order_script(h: Harness) -> List[Any]:
         step()
     while isinstance(reserve(w), JobRecord):
         log.append(h(e.delete(w, ids[log[-1][:-2]])))
+    # A client that puts then reserves on its own tube (a closed loop), with
+    # other sessions' puts and reserves, a pause and a worse put between.
+    loop = h.open()
+    h(e.use(loop, b"loop"))
+    h(e.watch(loop, b"loop"))
+    h(e.ignore(loop, b"default"))
+    h(e.use(producer, b"loop"))
+    h(e.watch(other, b"loop"))
+    between = [
+        lambda: None, lambda: None, lambda: None,
+        lambda: put(0, b"better"),
+        lambda: put(500, b"worse"),
+        lambda: None,
+        lambda: reserve(other),
+        lambda: log.append(h(e.release(other, ids[b"other's"], 50, 0))),
+        lambda: log.append(h(e.pause_tube(producer, b"loop", 1))),
+        lambda: log.append(h(e.pause_tube(producer, b"loop", 0))),
+        lambda: None, lambda: None,
+    ]
+    for n, step in enumerate(between):
+        ids[b"l%d" % n] = h(e.put(loop, 100, 0, 60, b"l%d\r\n" % n))
+        step()
+        job = reserve(loop)
+        if isinstance(job, JobRecord):
+            log.append(h(e.delete(loop, job.id)))
+    while isinstance(reserve(loop), JobRecord):
+        log.append(h(e.delete(loop, ids[log[-1][:-2]])))
     return log
 
 
