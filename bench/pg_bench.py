@@ -214,7 +214,8 @@ class Bench:
         return pgmeter.take(self.conn, self.cluster.proc.pid, nodes)
 
     def engine(self, schema: str) -> str:
-        return self.cluster.dsn() + f" stalk_schema={schema} stalk_pool={self.args.pool}"
+        return (self.cluster.dsn() + f" stalk_schema={schema} stalk_pool={self.args.pool}"
+                + (f" {self.args.settings}" if self.args.settings else ""))
 
     def ours(self, name: str, row: str, gen: str) -> Optional[dict]:
         stalkd = [sys.executable, "-m", "twisted_stalk_cli.stalkd", "-l", "127.0.0.1",
@@ -379,6 +380,8 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--cap", type=float, default=15.0, help="seconds per generator run at most")
     ap.add_argument("--pool", type=int, default=4, help="stalk_pool of each node")
+    ap.add_argument("--settings", default="",
+                    help="more engine settings for our nodes, e.g. 'stalk_take_hold=0'")
     ap.add_argument("--graphile", default="0.17", help="graphile-worker version to install")
     ap.add_argument("--no-explain", dest="explain", action="store_false")
     ap.add_argument("--pipeline", type=int, default=0,
