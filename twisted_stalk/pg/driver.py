@@ -22,9 +22,14 @@ twistd's default) without threads or asyncio.
 Values go out as text (numbers, arrays) or binary (``bytea``); results come
 back in binary and are decoded by column type (:func:`decode`).
 
-On PyPy psycopg uses its pure-Python (``ctypes``) binding over the system's
-libpq; :func:`fit_pypy_ctypes` makes it work on PyPy releases whose ``ctypes``
-cannot hold a weak reference (importing this module applies it).
+The libpq binding (:data:`BINDING`): psycopg's :mod:`psycopg.pq` (compiled on
+CPython), or on PyPy this package's own :mod:`.libpq` (cffi, ABI mode), which
+keeps the same members: psycopg's binding on PyPy is its pure-Python
+(``ctypes``) one, which PyPy runs slowly (docs/performance.md, "The engine on
+PyPy").  ``TWISTED_STALK_PG_LIBPQ=psycopg`` or ``=cffi`` chooses one anywhere.
+psycopg's ``ctypes`` binding still serves the start-up's blocking connections
+on PyPy; :func:`fit_pypy_ctypes` makes it work on PyPy releases whose
+``ctypes`` cannot hold a weak reference (importing this module applies it).
 """
 from __future__ import annotations
 
@@ -41,15 +46,38 @@ from twisted.internet.interfaces import IReadDescriptor, IWriteDescriptor
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-_OK = pq.ConnStatus.OK
-_TUPLES_OK = pq.ExecStatus.TUPLES_OK
-_COMMAND_OK = pq.ExecStatus.COMMAND_OK
-_PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
-_POLL_OK = pq.PollingStatus.OK
-_POLL_FAILED = pq.PollingStatus.FAILED
-_POLL_READING = pq.PollingStatus.READING
-_POLL_WRITING = pq.PollingStatus.WRITING
-_SQLSTATE = pq.DiagnosticField.SQLSTATE
+# libpq's numbers, which psycopg's enums equal (and :mod:`.libpq` returns).
+_OK = 0             # CONNECTION_OK
+_BAD = 1            # CONNECTION_BAD
+_COMMAND_OK = 1     # PGRES_COMMAND_OK
+_TUPLES_OK = 2      # PGRES_TUPLES_OK
+_PIPELINE_SYNC = 10  # PGRES_PIPELINE_SYNC
+_POLL_FAILED = 0    # PGRES_POLLING_FAILED
+_POLL_READING = 1
+_POLL_WRITING = 2
+_POLL_OK = 3
+_SQLSTATE = ord("C")  # PG_DIAG_SQLSTATE
+
+#: The environment variable that chooses the binding: ``psycopg`` or ``cffi``.
+BINDING_VARIABLE = "TWISTED_STALK_PG_LIBPQ"
+
+
+def choose_binding(wanted: Optional[str] = None) -> Tuple[str, Any]:
+    """The libpq binding's name and ``PGconn`` class: ``wanted`` (default: the
+    environment's :data:`BINDING_VARIABLE`), else :mod:`.libpq` on PyPy when it
+    loads, else psycopg's."""
+    if wanted is None:
+        wanted = os.environ.get(BINDING_VARIABLE, "")
+    if wanted not in ("", "psycopg", "cffi"):
+        raise ValueError(f"{BINDING_VARIABLE}={wanted!r}: psycopg or cffi")
+    if wanted == "cffi" or (not wanted and platform.python_implementation() == "PyPy"):
+        try:
+            from . import libpq
+            return "cffi", libpq.PGconn
+        except (ImportError, OSError):
+            if wanted:
+                raise
+    return "psycopg", pq.PGconn
 
 
 
@@ -105,6 +133,9 @@ def fit_pypy_ctypes() -> bool:
 
 fit_pypy_ctypes()
 
+#: The binding the driver's connections use (:func:`choose_binding`).
+BINDING, PGconn = choose_binding()
+
 _int8 = struct.Struct(">q").unpack
 _int4 = struct.Struct(">i").unpack
 _int2 = struct.Struct(">h").unpack
@@ -145,7 +176,7 @@ class PgConnectionLost(PgError):
 Rows = List[Tuple[Any, ...]]
 
 
-def decode(res: "pq.PGresult") -> Rows:
+def decode(res: Any) -> Rows:
     """The rows of a binary-format result, each value decoded by its column type."""
     n = res.ntuples
     if not n:
@@ -203,7 +234,7 @@ class PgConnection:
         self.on_notify = on_notify
         self.on_lost = on_lost
         self.connect_timeout = connect_timeout
-        self.pgconn: Optional[pq.PGconn] = None
+        self.pgconn: Optional[Any] = None
         self._fd = -1
         #: (device, inode) of the libpq socket that ``_fd`` duplicates.
         self._key: Optional[Tuple[int, int]] = None
@@ -223,11 +254,11 @@ class PgConnection:
         """Open the connection and prepare the statements; fires with self."""
         d = self._connecting = defer.Deferred()
         try:
-            self.pgconn = pq.PGconn.connect_start(self.conninfo.encode())
+            self.pgconn = PGconn.connect_start(self.conninfo.encode())
         except Exception as e:  # pragma: no cover - out of memory in libpq
             self._connecting = None
             return defer.fail(PgConnectionLost(str(e)))
-        if self.pgconn.status == pq.ConnStatus.BAD:
+        if self.pgconn.status == _BAD:
             self._connecting = None
             return defer.fail(PgConnectionLost(self._message()))
         self._timeout = self.reactor.callLater(self.connect_timeout, self._connect_timed_out)
@@ -472,14 +503,18 @@ class PgConnection:
             return
         status = res.status
         if status == _TUPLES_OK:
-            d.callback(decode(res))
+            rows = decode(res)
+            res.clear()
+            d.callback(rows)
         elif status == _COMMAND_OK:
+            res.clear()
             d.callback([])
         else:
             message = res.error_message
             if isinstance(message, bytes):
                 message = message.decode("utf-8", "replace")
             state = res.error_field(_SQLSTATE)
+            res.clear()
             d.errback(PgError(message.strip() or str(status),
                               state.decode() if state else None))
 
@@ -512,4 +547,4 @@ class PgConnection:
             self.on_lost(self)
 
 
-__all__ = ["PgConnectionLost", "DECODERS", "PgConnection", "PgError", "Rows", "decode"]
+__all__ = ["BINDING", "BINDING_VARIABLE", "PgConnectionLost", "DECODERS", "choose_binding", "PgConnection", "PgError", "Rows", "decode"]
