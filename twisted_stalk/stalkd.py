@@ -417,6 +417,7 @@ def _serve(bound: Optional[tuple[_socket.socket, int]], where: tuple[str, int],
     import socket
     if not isinstance(sock, socket.socket):  # bound with _socket (bind_listener)
         sock = socket.socket(family, socket.SOCK_STREAM, 0, sock.detach())
+        sock.setblocking(False)  # (PyPy's wrapper does not read it from the descriptor)
     if early.drain_requested:
         ops.enter_drain(factory)
     ops.install_drain_signal(factory)
