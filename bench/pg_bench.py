@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PostgreSQL engine's rows of issue 22, beside Graphile Worker, on one cluster.
+"""The PostgreSQL engine's benchmark rows, beside Graphile Worker, on one cluster.
 
 One throwaway PostgreSQL 15 cluster (tests/pgcluster.py; fsync on,
 ``synchronous_commit=on``, ``pg_stat_statements`` loaded), and on it, one

@@ -1,5 +1,5 @@
 # -*- test-case-name: tests.test_pg_wire,tests.test_engine_contract -*-
-"""A worker's delete carries its next job (issue 27).
+"""A worker's delete carries its next job.
 
 A worker that deletes its job and then reserves the next costs two
 statements and two commits per job.  When a session's pattern shows that it
