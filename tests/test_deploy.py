@@ -61,7 +61,7 @@ def test_the_steps_and_the_units_agree():
         auth = argv[argv.index("--web-auth") + 1]
         assert f"--file {auth}\n" in steps and f"chown root:stalk {auth}\n" in steps
         assert f"chmod 0640 {auth}\n" in steps
-        # A person who logs in from a browser, not only a token (issue 29).
+        # A person who logs in from a browser, not only a token.
         assert f'twisted_stalk.web.auth add "${{ADMIN:-admin}}" --file {auth}\n' in steps
         # systemctl reload: the server reads its credentials again.
         assert settings["ExecReload"] == "/bin/kill -HUP $MAINPID"

@@ -198,7 +198,7 @@ def _logged(h, path, body):
 
 
 def test_each_action_has_its_own_wording_in_the_log(h):
-    """Issue 29: "ci pause emails: 1 of 1 jobs" said neither how long nor, for a
+    """It said "ci pause emails: 1 of 1 jobs" said neither how long nor, for a
     put, which job; "1 jobs".  Each action now says what it did."""
     c, ids = _fill(h, n=3)
     assert _logged(h, "tubes/single/jobs", {"body": "x"}) == \

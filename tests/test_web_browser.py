@@ -519,7 +519,7 @@ def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser, alic
 
 
 def test_the_put_forms_priority_shows_every_digit_at_1280_and_400px(tmp_path, browser, alice):
-    """Issue 29: the priority field showed ``214748364`` for the default
+    """The priority field showed ``214748364`` for the default
     2147483648.  The input's value as displayed: its text fits the field (no
     scrolling inside it), for the default and for the largest priority."""
     base, w = alice
@@ -548,7 +548,7 @@ def test_the_put_forms_priority_shows_every_digit_at_1280_and_400px(tmp_path, br
 
 
 def test_a_person_added_while_the_server_runs_logs_in_from_the_browser(tmp_path, browser):
-    """Issue 29: after docs/deploy.md only a bearer token existed, and a person
+    """After docs/deploy.md only a bearer token existed, and a person
     added with the credentials tool could log in only after a restart.  Now:
     the tool, then SIGHUP (systemctl reload), then the login page."""
     import signal

@@ -62,7 +62,7 @@ def test_actions_and_logins_are_logged_without_verbose(tmp_path):
         assert _post(api + "login", {"user": "alice", "password": "wonderland"})[0] == 200
         assert "alice logged in from 127.0.0.1" in _log_line(server, "logged in")
 
-        # Each action in its own words (issue 29: "put single: 1 of 1 jobs").
+        # Each action in its own words (it said "put single: 1 of 1 jobs").
         status, answer = _post(api + "jobs/delete", {"ids": [1, 2]}, TOKEN)
         assert (status, answer["task"]["done"]) == (200, 2)
         assert _log_line(server, " deleted ").endswith(

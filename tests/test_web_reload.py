@@ -1,7 +1,7 @@
 """The console's credentials file changes while the server runs: the
 credentials tool keeps the file's owner, group and mode, and the server reads
 it again on SIGHUP (``systemctl reload``, the units' ``ExecReload=``), saying
-so in one line, or in one line why not (keeping what it had).  Issue 29: after
+so in one line, or in one line why not (keeping what it had).  After
 docs/deploy.md, adding a person meant ``auth add``, a chown and chmod again, and
 a restart."""
 from __future__ import annotations
