@@ -10,6 +10,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from ..protocol.constants import SAFETY_MARGIN
 
+#: Stale deadline entries a heap may hold beyond twice its live ones before
+#: they are dropped (a touch, a release or a delete leaves its entry behind).
+STALE_SLACK = 32
+
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Protocol
 else:  # interfaces, for the type checker and the reader
@@ -75,6 +79,16 @@ class Session:
                 if wake is None or margin < wake:
                     wake = margin
         return wake
+
+    def move_deadline(self, job_id: int, deadline: float) -> None:
+        """A job this session holds has a new deadline (a touch; a TTR sweep
+        that could not end it): the heap learns it, if the session holds
+        more than one job (else the job's own deadline is the soonest), and
+        drops its stale entries once they outnumber the live ones."""
+        if len(self.reserved) > 1:
+            heapq.heappush(self.ttr_heap, (deadline, job_id))
+            if len(self.ttr_heap) > 2 * len(self.reserved) + STALE_SLACK:
+                self.drop_stale_deadlines()
 
     def drop_stale_deadlines(self) -> None:
         """Keep in :attr:`ttr_heap` only the entries of jobs this session

@@ -57,7 +57,7 @@ from .outcomes import (
     TIMED_OUT,
     Outcome,
 )
-from .session import Session
+from .session import STALE_SLACK, Session
 
 heappush = heapq.heappush
 heappop = heapq.heappop
@@ -419,7 +419,7 @@ class SessionRules:
             for other in reserved.values():
                 heappush(heap, (other.deadline_at, other.id))
         heappush(heap, (deadline, job_id))
-        if len(heap) > 2 * len(reserved) + 32:
+        if len(heap) > 2 * len(reserved) + STALE_SLACK:
             live = [e for e in heap if e[1] == job_id and e[0] == deadline
                     or (e[1] in reserved and reserved[e[1]].deadline_at == e[0])]
             heapq.heapify(live)

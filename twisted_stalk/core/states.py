@@ -114,10 +114,7 @@ class JobStates:
         heappush(ttrs, (deadline, job.id, s))
         if len(ttrs) > 2 * self.reserved_count + 32:
             self.ttr_heap = self._live_deadlines(ttrs, RESERVED)
-        if len(s.reserved) > 1:
-            heappush(s.ttr_heap, (deadline, job.id))
-            if len(s.ttr_heap) > 2 * len(s.reserved) + 32:
-                s.drop_stale_deadlines()
+        s.move_deadline(job.id, deadline)
 
     def _detach(self, job: JobRecord, s: Optional[Session] = None) -> None:
         """Take ``job`` out of its state; ``s`` holds it if it is reserved."""

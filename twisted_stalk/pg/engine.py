@@ -25,7 +25,6 @@ delete takes for its next reserve (:mod:`.taking`).
 """
 from __future__ import annotations
 
-import heapq
 import socket
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -481,8 +480,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             if job is not None:
                 job.deadline_at = self._now() + row[0]
                 self._schedule_ttr(s, job)
-                if len(s.reserved) > 1:
-                    heapq.heappush(s.ttr_heap, (job.deadline_at, job_id))
+                s.move_deadline(job_id, job.deadline_at)
             return TOUCHED
         return self._holder_statement(s, job_id, "touch", [], touched)
 

@@ -156,14 +156,12 @@ class Upkeep:
         (plus some slack) the stale ones are dropped at once.  So the heap
         stays within about twice the reservations this node holds, at an
         amortized constant cost per reservation.  The session's own heap
-        (:meth:`~twisted_stalk.core.session.Session.soonest_deadline`) is
+        (:meth:`~twisted_stalk.core.session.Session.move_deadline`) is
         kept within twice its reservations the same way."""
         heap = self.ttr_heap
         heapq.heappush(heap, (job.deadline_at, job.id, s))
         if len(heap) > self._ttr_bound:
             self._compact_ttrs()
-        if len(s.ttr_heap) > 2 * len(s.reserved) + _TTR_SLACK:
-            s.drop_stale_deadlines()  # the session's own, for DEADLINE_SOON: touches add to it
         # A little after the deadline, so the database agrees it has passed.
         self.arm(job.deadline_at + 0.002)
 
@@ -250,8 +248,7 @@ class Upkeep:
                     # Still ours past its deadline (a row lock made the sweep
                     # skip it): look again shortly, not at once.
                     job.deadline_at = now + max(left, 0.05)
-                    if len(s.reserved) > 1:  # (DEADLINE_SOON: its old entry is stale)
-                        heapq.heappush(s.ttr_heap, (job.deadline_at, job_id))
+                    s.move_deadline(job_id, job.deadline_at)  # (for DEADLINE_SOON)
                     self._schedule_ttr(s, job)
             self._deliver()
         return d.addCallbacks(held, self._failed)
