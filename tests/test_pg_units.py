@@ -591,6 +591,14 @@ def test_the_ttr_heap_holds_the_live_reservations_not_one_entry_per_reservation(
         stop()
 
 
+def _hold_two(h, s, first_ttr: int, second_ttr: int):
+    """Put two jobs with these TTRs and reserve both for ``s``; their ids."""
+    e = h.engine
+    h(e.put(s, 0, 0, first_ttr, b"a\r\n"))
+    h(e.put(s, 0, 0, second_ttr, b"b\r\n"))
+    return h(e.reserve(s)).id, h(e.reserve(s)).id
+
+
 def test_a_session_touching_one_of_its_jobs_keeps_its_deadlines_small(pg_engine):
     """Each touch gives a job a new deadline; the old entries in the node's
     and the session's heaps go stale and are dropped, and the session's
@@ -600,9 +608,7 @@ def test_a_session_touching_one_of_its_jobs_keeps_its_deadlines_small(pg_engine)
     try:
         e = h.engine
         s = h.open()
-        h(e.put(s, 0, 0, 100, b"a\r\n"))
-        h(e.put(s, 0, 0, 50, b"b\r\n"))
-        a, b = h(e.reserve(s)).id, h(e.reserve(s)).id
+        a, b = _hold_two(h, s, 100, 50)
         for _ in range(200):
             assert h(e.touch(s, a)) is o.TOUCHED
         assert len(s.ttr_heap) <= 2 * 2 + 64 + 1, len(s.ttr_heap)
@@ -626,9 +632,7 @@ def test_a_reservation_the_sweep_skipped_keeps_its_sessions_deadline_soon(pg_eng
     try:
         e = h.engine
         s = h.open()
-        h(e.put(s, 0, 0, 1, b"soon\r\n"))
-        h(e.put(s, 0, 0, 100, b"later\r\n"))
-        soon, later = h(e.reserve(s)).id, h(e.reserve(s)).id
+        soon, later = _hold_two(h, s, 1, 100)
         with psycopg.connect(parse(pg_engine).conninfo) as lock:
             lock.execute(f"SELECT 1 FROM {e.config.schema}.jobs WHERE id = %s FOR UPDATE",
                          [soon])

@@ -188,6 +188,14 @@ class Screen:
     def wait_for(self, needle, timeout=10):
         return self.wait(lambda text: needle in text, timeout, repr(needle))
 
+    def put(self, body, inserted):
+        """``put`` at the prompt with a one-line ``body``; waits for ``INSERTED <inserted>``."""
+        self.type("put")
+        self.keys("Enter")
+        self.type(body)
+        self.keys("Enter", "Enter")
+        self.wait_for(f"INSERTED {inserted}")
+
     def close(self):
         subprocess.run([TMUX, "-S", self.socket, "kill-server"], capture_output=True, timeout=10)
 
@@ -289,11 +297,7 @@ def test_lost_connection_is_reported_with_the_returned_jobs(reference_or_ours, s
     the toolbar went on counting the lost reservation down)."""
     server = reference_or_ours
     s = screen(server, 100)
-    s.type("put")
-    s.keys("Enter")
-    s.type("x")
-    s.keys("Enter", "Enter")
-    s.wait_for("INSERTED 1")
+    s.put("x", inserted=1)
     s.type("reserve")
     s.keys("Enter")
     s.wait(lambda text: toolbar_countdown(text) == ["1"], what="#1 counting down")

@@ -168,11 +168,7 @@ def test_tab_offers_no_job_deleted_since(ours, screen):
     waits for, and the menu that typing opened is corrected by it."""
     s = screen(ours, 100)
     for n in (1, 2, 3):
-        s.type("put")
-        s.keys("Enter")
-        s.type(f"job {n}")
-        s.keys("Enter", "Enter")
-        s.wait_for(f"INSERTED {n}")
+        s.put(f"job {n}", inserted=n)
     s.type("delete 3")  # deleted here
     s.keys("Enter")
     s.wait_for("DELETED")
@@ -336,11 +332,7 @@ def test_tab_still_offers_a_job_another_client_holds_after_not_found(ours, scree
     other.connect()
     try:
         s = screen(ours, 100)
-        s.type("put")
-        s.keys("Enter")
-        s.type("held")
-        s.keys("Enter", "Enter")
-        s.wait_for("INSERTED 1")
+        s.put("held", inserted=1)
         assert other.call(b"reserve\r\n").line == b"RESERVED 1 4"
         for command in ("delete 1", "touch 1"):
             s.type(command)
