@@ -453,6 +453,38 @@ def test_job_page_json_hex_and_the_way_back(tmp_path, browser, alice):
     assert w.ask(b"peek %d\r\n" % page2) == b"NOT_FOUND\r\n"
 
 
+#: Makes the page see every successful ``jobs/delete`` as the server's "still
+#: running" answer (202), as it gets one when the action outlasts its slice.
+_DELETE_ANSWERS_STILL_RUNNING = """
+const real = window.fetch;
+window.fetch = async (url, options) => {
+  const response = await real(url, options);
+  if (!String(url).endsWith("/jobs/delete") || response.status !== 200) return response;
+  const data = await response.json();
+  data.task.state = "running";
+  data.task.finished = null;
+  return new Response(JSON.stringify(data),
+                      { status: 202, headers: { "Content-Type": "application/json" } });
+};
+"""
+
+
+def test_a_delete_that_ends_after_its_answer_still_goes_back(tmp_path, browser, alice):
+    """A loaded server answers a job's delete with "still running" (202) when
+    the action outlasts its few-millisecond slice; the job page used to stay
+    on the deleted job.  It follows the task and goes back when it ends."""
+    base, w = alice
+    job_id = _put(w, b"slow", [b"one"])[0]
+    _fresh(browser, base, f"#/job/{job_id}")
+    _log_in(browser)
+    _wait(browser, lambda d: _text(d, '#job-stats dd[data-field="id"]') == str(job_id))
+    browser.execute_script(_DELETE_ANSWERS_STILL_RUNNING)
+    _click(browser, "#job-actions button[data-action=delete]")
+    _click(browser, "#job-actions button[data-action=confirm-delete]")
+    _wait(browser, lambda d: _hash(d) == "#/tube/slow")
+    assert w.ask(b"peek %d\r\n" % job_id) == b"NOT_FOUND\r\n"
+
+
 def test_overview_host_charts_plurals_and_a_400px_window(tmp_path, browser, alice):
     base, w = alice
     job_id = _put(w, b"emails", [b"x" * 300 + b" " + HTML_BODY])[0]

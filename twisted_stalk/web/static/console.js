@@ -8,6 +8,7 @@ const S = {
   view: null,        // {refresh: async fn} of the page shown
   busy: false,       // a refresh is in flight (one request at a time)
   task: null,        // the running action being followed
+  taskDone: null,    // {done, view}: what to do when it ends, on the view that asked
   lastTube: null,    // {name, hash} of the last tube page shown (a job's back link)
 };
 
@@ -139,7 +140,10 @@ async function act(path, body, done) {
   }
   const task = data.task;
   if (data._status === 202) {
+    // Still running: the page follows it, and ``done`` runs when it ends
+    // (unless it failed, or the reader has gone to another view meanwhile).
     S.task = task;
+    S.taskDone = done ? { done, view: S.view } : null;
     showTask(task);
     return task;
   }
@@ -169,8 +173,14 @@ function finishTask(task) {
 
 async function followTask() {
   const data = await api("GET", "tasks/" + S.task.id);
-  if (data.task.state === "running" || !data.task.finished) showTask(data.task);
-  else finishTask(data.task);
+  if (data.task.state === "running" || !data.task.finished) {
+    showTask(data.task);
+    return;
+  }
+  const after = S.taskDone;
+  S.taskDone = null;
+  finishTask(data.task);
+  if (after && data.task.state !== "failed" && after.view === S.view) after.done(data.task);
 }
 
 // --------------------------------------------------------------- polling
