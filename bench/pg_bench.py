@@ -33,8 +33,9 @@ Rows (ours are driven by the shared C load generator ``bstalk_load``;
 The anchor, ``insert-loop``: on the same cluster, one connection committing
 one-row INSERTs in a loop (autocommit, a 100-byte body, into a two-column
 table made for it), for ``--insert-secs`` seconds (bounded by ``--cap``),
-run just before our first wake-20 or latency row.  It is PostgreSQL's own
-``pgbench -c 1 -n -M prepared`` with a one-line custom script, found beside
+run just before the first wake-20 or latency row of a system on the
+database.  It is PostgreSQL's own ``pgbench -c 1 -n -M prepared`` with a
+one-line custom script, found beside
 the cluster's ``initdb`` (Debian installs it with the server): a client in C
 with prepared statements, so the loop is the cluster's commit path and
 little else, the most one connection can commit here.  Where there is no
