@@ -148,6 +148,27 @@ def test_a_woken_connection_then_runs_the_input_it_buffered():
                           ("worker", b"USING default\r\n")]
 
 
+def test_a_long_pipelined_read_runs_a_turn_of_commands_then_lets_the_others_in():
+    """64 kB of ``stats`` in one read used to run all 9,000 commands before any
+    other client: a read runs TURN_COMMANDS commands a reactor turn, the rest
+    (and what arrives meanwhile) on the next turns, replies in order."""
+    from twisted_stalk.server.flow import TURN_COMMANDS
+    log, greedy, other = _worker_and_producer()
+    clock = greedy.factory.reactor
+    greedy.dataReceived(b"list-tube-used\r\n" * (2 * TURN_COMMANDS + 5))
+    assert [w for w in log.writes if w[0] == "worker"] == [
+        ("worker", b"USING default\r\n" * TURN_COMMANDS)]
+    greedy.dataReceived(b"use mine\r\n")  # arrives behind the rest, runs after it
+    other.dataReceived(b"list-tube-used\r\n")  # not behind the greedy one's read
+    assert log.writes[-1] == ("producer", b"USING default\r\n")
+    clock.advance(0)
+    clock.advance(0)
+    clock.advance(0)
+    replies = b"".join(data for name, data in log.writes if name == "worker")
+    assert replies == b"USING default\r\n" * (2 * TURN_COMMANDS + 5) + b"USING mine\r\n"
+    assert not clock.getDelayedCalls()
+
+
 def test_a_front_end_keeps_replies_in_order_when_the_engine_answers_later():
     clock = Clock()
     engine = ToyEngine(clock)  # answers a turn of the clock later
@@ -198,5 +219,7 @@ def test_replies_a_client_does_not_read_stop_its_input():
     proto.dataReceived(b"peek 1\r\n" * 100)
     assert t.value() == b""  # nothing run while stalled
     proto.resumeProducing()
+    for _ in range(4):  # TURN_COMMANDS a reactor turn
+        clock.advance(0)
     assert t.value().count(b"FOUND 1 5000") == 100
     assert MAX_UNSENT >= 64 * 1024

@@ -110,7 +110,9 @@ def test_a_stats_flood_does_not_slow_other_clients(server):
     # Answering all 100,000 took 2.3 s of CPU here, and the round trips
     # waited behind it; the server stops once the client's socket is full.
     assert used < 1.2, used
-    assert sum(latencies) < 2 * sum(unhindered) + 500, (latencies, unhindered)
+    # And no round trip waits for a whole read of the flood (9,000 commands,
+    # 0.7-1.3 s): the flood's connection runs 32 commands a reactor turn.
+    assert max(latencies) < 2 * max(unhindered) + 250, (latencies, unhindered)
 
 
 def _quietly(f, *args) -> None:

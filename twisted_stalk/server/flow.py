@@ -15,6 +15,11 @@ dispatched command by command until one of these holds it (``_halt``):
 * **stalled**: more than ``MAX_UNSENT`` bytes of replies wait for the client
   (Twisted calls :meth:`FlowControl.pauseProducing`, then
   :meth:`FlowControl.resumeProducing` once they are written);
+* **yielding**: one read ran :data:`TURN_COMMANDS` commands; the rest runs on
+  the reactor's next turn (:meth:`FlowControl._yield_turn`), so a client that
+  pipelines thousands of costly commands (64 kB of ``stats``) cannot keep the
+  others waiting for the whole read, as beanstalkd, which runs a client's
+  commands one event at a time, does not;
 * **closing**.
 
 Input that arrives meanwhile is buffered (up to
@@ -40,6 +45,8 @@ log = Logger(namespace="twisted_stalk.protocol")
 
 #: Puts a connection may have outstanding in one chain (then input waits).
 MAX_CHAIN = 256
+#: Commands one connection runs in a reactor turn before the others get theirs.
+TURN_COMMANDS = 32
 
 
 class FlowControl:
@@ -58,8 +65,10 @@ class FlowControl:
         self._blocked = False
         #: True while too many replies are unsent.
         self._stalled = False
-        #: True while no input may be dispatched: closing, blocked or stalled
-        #: (one flag for the hot loop to test).
+        #: True from a read that used its turn until the reactor's next turn.
+        self._yielding = False
+        #: True while no input may be dispatched: closing, blocked, stalled or
+        #: yielding (one flag for the hot loop to test).
         self._halt = False
         #: True while the transport is not being read.
         self._paused_reading = False
@@ -145,9 +154,26 @@ class FlowControl:
         self._write(render(outcome))
         self._unblock()
 
+    def _yield_turn(self) -> None:
+        """This read has run its turn's commands: hold the rest (buffered like
+        input during any hold) until the reactor's next turn."""
+        self._yielding = self._halt = True
+        self.factory.reactor.callLater(0, self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._yielding = False
+        self._halt = self._closing or self._blocked or self._stalled
+        if self._paused_reading and not (self._blocked or self._stalled):
+            self._paused_reading = False
+            self.transport.resumeProducing()
+        if self._buf or self._eof:
+            self.resume()
+
     def _unblock(self) -> None:
         self._blocked = False
-        self._halt = self._closing or self._stalled
+        self._halt = self._closing or self._stalled or self._yielding
+        if self._yielding:
+            return  # the next turn runs what waits
         if self._paused_reading and not self._stalled:
             self._paused_reading = False
             self.transport.resumeProducing()
@@ -190,7 +216,9 @@ class FlowControl:
         if not self._stalled:
             return
         self._stalled = False
-        self._halt = self._closing or self._blocked
+        self._halt = self._closing or self._blocked or self._yielding
+        if self._yielding:
+            return  # the next turn runs what waits
         if self._paused_reading and not self._blocked:
             self._paused_reading = False
             self.transport.resumeProducing()
@@ -201,4 +229,4 @@ class FlowControl:
         pass
 
 
-__all__ = ["FlowControl", "MAX_BUFFERED_WHILE_WAITING"]
+__all__ = ["FlowControl", "MAX_BUFFERED_WHILE_WAITING", "TURN_COMMANDS"]

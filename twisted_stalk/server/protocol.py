@@ -43,7 +43,7 @@ from ..protocol.commands import (
 from ..protocol.constants import BAD_FORMAT, MAX_LINE, MAX_LINE_CONTENT, TIMED_OUT, UNKNOWN_COMMAND
 from . import _fastio
 from ._fastpath import FastPaths
-from .flow import MAX_BUFFERED_WHILE_WAITING, FlowControl
+from .flow import MAX_BUFFERED_WHILE_WAITING, TURN_COMMANDS, FlowControl
 from .output import FLUSH_EVERY, FLUSH_SIZE, MAX_UNSENT, ReplyOutput
 from .render import LINES, render_table
 
@@ -194,6 +194,7 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         end = len(buf)
         out = self._out
         lines = _LINES
+        ran = 0
         self._reading = True
         try:
             while pos < end:
@@ -265,6 +266,11 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
                     entry(self)  # a command without arguments
                 if self._halt:
                     break
+                if self._chain is None:  # (a chain's puts only join a batch: MAX_CHAIN)
+                    ran += 1
+                    if ran >= TURN_COMMANDS and pos < end:
+                        self._yield_turn()  # the rest on the reactor's next turn
+                        break
         finally:
             self._reading = False
             if self._chain is not None:
