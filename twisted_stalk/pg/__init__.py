@@ -104,7 +104,8 @@ def open_node(text: str, reactor: Any, max_job_size: int, facts: Optional[Facts]
 
 
 def init_schema(text: str) -> str:
-    """``--engine-init``: create or migrate the schema, and say what was done."""
+    """``--engine-init``: create or migrate the schema, and say what was done
+    (a second line: what waits until no older node is registered)."""
     problem = driver_problem()
     if problem:
         raise EngineError(problem)
@@ -114,14 +115,16 @@ def init_schema(text: str) -> str:
     from .schema import SchemaError, migrate
     try:
         config = parse(text)
-        found, now = migrate(startup_conninfo(config), config.schema)
+        found, now, waiting = migrate(startup_conninfo(config), config.schema)
     except (ValueError, SchemaError) as e:
         raise EngineError(f"--engine: {e}")
     except psycopg.Error as e:
         raise EngineError(cannot_use(e, config))
     if found == now:
-        return f"schema {config.schema} is at version {now}"
-    return f"schema {config.schema}: version {found} -> {now}"
+        done = f"schema {config.schema} is at version {now}"
+    else:
+        done = f"schema {config.schema}: version {found} -> {now}"
+    return done if waiting is None else done + "\n" + waiting
 
 
 __all__ = ["ENGINE_WITH_BINLOG", "EngineError", "driver_problem", "init_schema", "one_line", "open_node",
