@@ -123,9 +123,8 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         import psycopg
 
         from .schema import VERSION, migrate, quoted
-        waiting = migrate(self.config.conninfo, self.config.schema).waiting
-        if waiting:
-            log.warn("{line}", line=waiting)
+        for line in migrate(self.config.conninfo, self.config.schema).notes(self.config.schema):
+            log.warn("{line}", line=line)
         s = quoted(self.config.schema)
         with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
             row = conn.execute(

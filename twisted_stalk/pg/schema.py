@@ -154,6 +154,15 @@ class Migrated(NamedTuple):
     now: int
     #: Why a version's retirements wait (one line naming an older node), or None.
     waiting: Optional[str] = None
+    #: The versions whose retirements were applied now.
+    finished: Tuple[int, ...] = ()
+
+    def notes(self, schema: str) -> List[str]:
+        """What a person is told besides the versions: what was dropped now
+        (not for a new schema, which had nothing older), what waits."""
+        said = [f"schema {schema}: version {version} finished: what only older versions "
+                f"used is dropped" for version in (self.finished if self.found else ())]
+        return said + ([self.waiting] if self.waiting else [])
 
 
 def migrate(conninfo: str, schema: str, upto: int = VERSION) -> Migrated:
@@ -188,14 +197,16 @@ def migrate(conninfo: str, schema: str, upto: int = VERSION) -> Migrated:
                 conn.execute(f"UPDATE {s}.schema_version SET finished = false "
                              f"WHERE version = %s", (version,))
         now = max(found, min(upto, VERSION))
-        waiting = _retire(conn, schema) if now >= 2 else None  # (``finished`` is version 2's)
+        finished: List[int] = []
+        waiting = _retire(conn, schema, finished) if now >= 2 else None  # (the column is 2's)
         conn.commit()
-    return Migrated(found, now, waiting)
+    return Migrated(found, now, waiting, tuple(finished))
 
 
-def _retire(conn: Any, schema: str) -> Optional[str]:
-    """Apply the retirements no registered node still needs, oldest first;
-    the line saying why the next one waits, or None."""
+def _retire(conn: Any, schema: str, finished: List[int]) -> Optional[str]:
+    """Apply the retirements no registered node still needs, oldest first
+    (their versions added to ``finished``); the line saying why the next one
+    waits, or None."""
     s = quoted(schema)
     pending = conn.execute(f"SELECT version FROM {s}.schema_version WHERE NOT finished "
                            f"ORDER BY version").fetchall()
@@ -215,6 +226,7 @@ def _retire(conn: Any, schema: str) -> Optional[str]:
             conn.execute(statement.format(s=s))
         conn.execute(f"UPDATE {s}.schema_version SET finished = true "
                      f"WHERE version = %s", (version,))
+        finished.append(version)
     return None
 
 
