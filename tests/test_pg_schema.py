@@ -221,3 +221,27 @@ def test_a_version_2_node_starting_beside_a_version_1_node_keeps_the_old_indexes
     assert said[1].endswith("version 2 finished: what only older versions used is dropped")
     with psycopg.connect(config.conninfo, autocommit=True) as conn:
         assert _indexes(conn, config.schema) == V2_INDEXES
+
+
+def test_the_drop_waits_no_longer_than_a_moment_for_a_busy_jobs_table(pg_cluster, monkeypatch):
+    """Dropping an index waits for every statement on the table and holds up
+    the later ones: behind a long transaction it gives up after
+    RETIRE_LOCK_WAIT, says so, and the next --engine-init does it."""
+    from twisted_stalk.pg import schema as versions
+    monkeypatch.setattr(versions, "RETIRE_LOCK_WAIT", 0.2)
+    dsn = pg_cluster.dsn()
+    versions.migrate(dsn, "busy", upto=1)
+    with psycopg.connect(dsn) as reader:
+        reader.execute("SELECT count(*) FROM busy.jobs")  # a transaction left open
+        started = time.monotonic()
+        done = versions.migrate(dsn, "busy")
+        assert time.monotonic() - started < 5
+        assert done.finished == () and done.waiting == (
+            "schema busy: version 2 keeps the indexes of version 1: the jobs table stayed "
+            "in use for 0.2 s (a long transaction?): run --engine-init again")
+        reader.rollback()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert _indexes(conn, "busy") == V1_INDEXES | V2_INDEXES
+    assert versions.migrate(dsn, "busy") == (2, 2, None, (2,))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert _indexes(conn, "busy") == V2_INDEXES

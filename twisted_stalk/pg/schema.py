@@ -133,6 +133,10 @@ RETIRE: Dict[int, List[str]] = {
     ],
 }
 
+#: Seconds a retirement waits for the tables it changes (then it waits for
+#: the next --engine-init or node start).
+RETIRE_LOCK_WAIT = 2.0
+
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -207,6 +211,8 @@ def _retire(conn: Any, schema: str, finished: List[int]) -> Optional[str]:
     """Apply the retirements no registered node still needs, oldest first
     (their versions added to ``finished``); the line saying why the next one
     waits, or None."""
+    import psycopg
+
     s = quoted(schema)
     pending = conn.execute(f"SELECT version FROM {s}.schema_version WHERE NOT finished "
                            f"ORDER BY version").fetchall()
@@ -222,8 +228,17 @@ def _retire(conn: Any, schema: str, finished: List[int]) -> Optional[str]:
                     f"{version - 1} while node {node} ({host or '?'}, pid {pid}, version {theirs}, "
                     f"last heard {max(0, int(ago))} s ago) is registered: run --engine-init "
                     f"again once every node runs version {version}")
-        for statement in RETIRE.get(version, []):
-            conn.execute(statement.format(s=s))
+        try:
+            with conn.transaction():  # (a savepoint)
+                # Dropping an index waits for every statement on the table and
+                # makes every later one wait behind it: not for long.
+                conn.execute(f"SET LOCAL lock_timeout = {int(RETIRE_LOCK_WAIT * 1000)}")
+                for statement in RETIRE.get(version, []):
+                    conn.execute(statement.format(s=s))
+        except psycopg.errors.LockNotAvailable:
+            return (f"schema {schema}: version {version} keeps the indexes of version "
+                    f"{version - 1}: the jobs table stayed in use for {RETIRE_LOCK_WAIT:g} s "
+                    f"(a long transaction?): run --engine-init again")
         conn.execute(f"UPDATE {s}.schema_version SET finished = true "
                      f"WHERE version = %s", (version,))
         finished.append(version)
