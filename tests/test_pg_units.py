@@ -464,8 +464,9 @@ def test_the_engine_connections_carry_the_session_settings(pg_engine):
     try:
         for conn in h.engine.db.up:
             rows = h(conn.query(
-                "SELECT current_setting('enable_seqscan'), current_setting('jit')"))
-            assert rows == [(b"off", b"off")]
+                "SELECT current_setting('enable_seqscan'), current_setting('enable_bitmapscan'),"
+                " current_setting('jit')"))
+            assert rows == [(b"off", b"off", b"off")]
     finally:
         stop()
 
