@@ -30,6 +30,21 @@ Rows (ours are driven by the shared C load generator ``bstalk_load``;
   measure a queue).  Graphile: one client adding a job and waiting until a
   worker has run it.
 
+The anchor, ``insert-loop``: on the same cluster, one connection committing
+one-row INSERTs in a loop (autocommit, a 100-byte body, into a two-column
+table made for it), for ``--insert-secs`` seconds (bounded by ``--cap``),
+run just before the first wake-20 or latency row of a system on the
+database.  It is PostgreSQL's own ``pgbench -c 1 -n -M prepared`` with a
+one-line custom script, found beside
+the cluster's ``initdb`` (Debian installs it with the server): a client in C
+with prepared statements, so the loop is the cluster's commit path and
+little else, the most one connection can commit here.  Where there is no
+``pgbench`` a psycopg loop stands in (prepared too; its rate then includes
+Python's cost per statement, and the anchor row says which ran).  Its jobs/s
+is commits/s; its p50 the median INSERT (commit included) from pgbench's
+per-transaction log; its node CPU is the client's.  Below the table each
+database system's wake-20 jobs/s and latency p50 are given as ratios to it.
+
 Per row, besides jobs/s and the median latency: commits, statements, WAL
 bytes, PostgreSQL CPU and node CPU per job (see bench/pgmeter.py for how
 each is read), and for the engine the statements that took the most time.
@@ -39,6 +54,7 @@ as it is and without its per-row ``EXISTS``.
     python bench/pg_bench.py                            # everything
     python bench/pg_bench.py --targets pg-1 --rows closed,drain --no-explain
     python bench/pg_bench.py --targets pg-1 --rows drain --drain-workers 96 --no-explain
+    python bench/pg_bench.py --targets pg-1 --rows wake-20,latency --no-explain
 
 Bounded in time (``--cap`` seconds per generator run) and in jobs;
 loopback and a unix socket only; every server, the cluster and the npm
@@ -47,9 +63,11 @@ folder are gone at the end.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -80,6 +98,12 @@ ROWS: Dict[str, Tuple[str, int, int, str, List[str]]] = {
 #: Graphile Worker's rows: the command sent to bench/pg_bench_graphile.js.
 GRAPHILE = {"drain": "drain 20000", "closed": "closed 5000 50", "enqueue": "enqueue 20000 50",
             "latency": "latency 500"}
+#: The anchor: its table (made for it), its statement, its seconds by default.
+LOOP_TABLE = "insert_loop"
+LOOP_BODY = "x" * 100
+LOOP_SECS = 5.0
+#: The rows given as ratios to the anchor (only for systems on the database).
+ANCHORED = ("wake-20", "latency")
 #: Seconds the servers idle before a snapshot (backends publish their
 #: transaction counts at most once a second).
 SETTLE = 1.2
@@ -119,6 +143,108 @@ def wait_listening(port: int, proc: subprocess.Popen, wait: float = 30.0) -> Non
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"server on {port} did not start")
+
+
+def pgbench_path(cluster: Cluster) -> Optional[str]:
+    """PostgreSQL's ``pgbench`` beside the cluster's ``initdb``, or None."""
+    path = os.path.join(cluster.bindir, "pgbench")
+    return path if os.access(path, os.X_OK) else None
+
+
+def prepare_loop(cluster: Cluster) -> None:
+    """A fresh, empty table for the anchor: an identity key and a body."""
+    cluster.sql(f"{pgmeter.MARK} DROP TABLE IF EXISTS {LOOP_TABLE}")
+    cluster.sql(f"{pgmeter.MARK} CREATE TABLE {LOOP_TABLE} "
+                "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text NOT NULL)")
+
+
+def run_loop(cluster: Cluster, seconds: float = 0.0, transactions: int = 0,
+             client: str = "auto") -> dict:
+    """One connection committing one-row INSERTs into the anchor's table
+    (made by :func:`prepare_loop`), autocommit, for ``transactions`` of them
+    or else ``seconds``.  ``client``: ``pgbench``, ``psycopg`` or ``auto``
+    (pgbench where it is installed).  Returns ``jobs`` (commits), ``rate``
+    (commits/s), ``p50`` (ms), ``errors``, ``client`` (which ran) and
+    ``client_cpu`` (its CPU seconds)."""
+    pgbench = pgbench_path(cluster) if client in ("auto", "pgbench") else None
+    if client == "pgbench" and pgbench is None:
+        raise RuntimeError("no pgbench beside the cluster's initdb")
+    if pgbench is None:
+        return _psycopg_loop(cluster, seconds, transactions)
+    folder = tempfile.mkdtemp(prefix="stalk-bench-loop-")
+    try:
+        script = os.path.join(folder, "insert.sql")
+        with open(script, "w") as f:
+            f.write(f"INSERT INTO {LOOP_TABLE} (body) VALUES ('{LOOP_BODY}');\n")
+        bound = ["-t", str(transactions)] if transactions else [
+            "-T", str(max(1, round(seconds)))]
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(
+            [pgbench, "-n", "-c", "1", "-j", "1", "-M", "prepared", "-f", script, "-l",
+             "--log-prefix", os.path.join(folder, "log")] + bound + [cluster.dsn()],
+            capture_output=True, text=True, cwd=folder,
+            timeout=(seconds or transactions / 10) + 60)
+        now = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise RuntimeError(f"pgbench failed: {done.stderr[-500:]}")
+        tps = re.search(r"^tps = ([\d.]+)", done.stdout, re.M)
+        processed = re.search(r"actually processed: (\d+)", done.stdout)
+        failed = re.search(r"number of failed transactions: (\d+)", done.stdout)
+        latencies = []  # client transaction time_us script epoch epoch_us, one line each
+        for log in glob.glob(os.path.join(folder, "log.*")):
+            with open(log) as f:
+                latencies += [int(line.split()[2]) for line in f if line.strip()]
+        if not (tps and processed and latencies):
+            raise RuntimeError(f"pgbench said nothing to read: {done.stdout[-500:]}")
+        return {"jobs": int(processed.group(1)), "rate": float(tps.group(1)),
+                "p50": median(latencies) / 1000,
+                "errors": int(failed.group(1)) if failed else 0, "client": "pgbench",
+                "client_cpu": (now.ru_utime + now.ru_stime) - (used.ru_utime + used.ru_stime)}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _psycopg_loop(cluster: Cluster, seconds: float, transactions: int) -> dict:
+    """:func:`run_loop` where there is no pgbench: the same loop in Python."""
+    import psycopg
+    latencies = []
+    sql = f"INSERT INTO {LOOP_TABLE} (body) VALUES (%s)"
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        cpu, start = time.process_time(), time.perf_counter()
+        deadline = start + seconds
+        while len(latencies) < transactions if transactions else (
+                time.perf_counter() < deadline):
+            t = time.perf_counter()
+            conn.execute(sql, (LOOP_BODY,), prepare=True)
+            latencies.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+    return {"jobs": len(latencies), "rate": len(latencies) / elapsed,
+            "p50": 1000 * median(latencies) if latencies else None, "errors": 0,
+            "client": "psycopg", "client_cpu": cpu}
+
+
+def median(values: List[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def anchor_lines(anchor: dict, results: List[Tuple[str, str, Optional[dict]]]) -> List[str]:
+    """Each database system's wake-20 jobs/s and latency p50 against the
+    anchor's commits/s and p50, one line each (memory has none)."""
+    lines = []
+    for name, row, r in results:
+        if name == "memory" or row not in ANCHORED or not r:
+            continue
+        if row == "wake-20" and r.get("rate") and anchor.get("rate"):
+            lines.append(f"- {name} wake-20 / one-connection INSERT loop: "
+                         f"{r['rate']:,.0f} / {anchor['rate']:,.0f} per second = "
+                         f"{r['rate'] / anchor['rate']:.2f}x")
+        if row == "latency" and r.get("p50") and anchor.get("p50"):
+            lines.append(f"- {name} latency p50 / one INSERT commit's p50: "
+                         f"{r['p50']:.2f} / {anchor['p50']:.2f} ms = "
+                         f"{r['p50'] / anchor['p50']:.2f}x")
+    return lines
 
 
 class Target:
@@ -261,6 +387,21 @@ class Bench:
             r["rate"] = None  # paced
         return r
 
+    def insert_loop(self, seconds: float) -> dict:
+        """The anchor row: :func:`run_loop` between two snapshots; its node
+        CPU is the client's (pgbench's, or this process's for psycopg)."""
+        prepare_loop(self.cluster)
+        time.sleep(SETTLE)
+        before = self.snapshot([])
+        r = run_loop(self.cluster, seconds=seconds)
+        time.sleep(SETTLE)
+        after = self.snapshot([])
+        r.update(pgmeter.per_job(before, after, r["jobs"]))
+        r["node_cpu"] = 1e6 * r.pop("client_cpu") / max(r["jobs"], 1)
+        self.tops.append((r["client"], "insert-loop", pgmeter.top_statements(
+            before, after, r["jobs"], {"insert": f"INSERT INTO {LOOP_TABLE} (body) VALUES ($1)"})))
+        return r
+
     def graphile(self, rows: List[str]) -> Dict[str, dict]:
         """Graphile Worker's rows (empty without node and npm)."""
         if not (shutil.which("node") and shutil.which("npm")):
@@ -386,6 +527,9 @@ def main() -> None:
     ap.add_argument("--no-explain", dest="explain", action="store_false")
     ap.add_argument("--pipeline", type=int, default=0,
                     help="our rows: commands in flight per connection (wake-20: the producer's)")
+    ap.add_argument("--insert-secs", type=float, default=LOOP_SECS,
+                    help="the one-connection INSERT loop's seconds, run before the first "
+                    "wake-20 or latency row (bounded by --cap; 0: none)")
     ap.add_argument("--drain-workers", type=int, default=ROWS["drain"][1],
                     help="our drain row: worker connections")
     args = ap.parse_args()
@@ -410,14 +554,34 @@ def main() -> None:
               f"{fmt(r, 'commits', '.3f')} | {fmt(r, 'xacts', '.3f')} | "
               f"{fmt(r, 'statements', '.2f')} | {fmt(r, 'wal', ',.0f')} | "
               f"{fmt(r, 'pg_cpu', '.0f')} | {fmt(r, 'node_cpu', '.0f')} |", flush=True)
+
+    anchor: Optional[dict] = None
+    shown: List[Tuple[str, str, Optional[dict]]] = []
+
+    def anchor_first(name: str, row: str) -> None:
+        nonlocal anchor
+        if (anchor is None and args.insert_secs > 0 and name != "memory"
+                and row in ANCHORED):
+            anchor = bench.insert_loop(min(args.insert_secs, args.cap))
+            show(f"one connection, {anchor['client']}", "insert-loop", anchor)
     try:
         for name in args.targets.split(","):
             if name == "graphile":
+                if "latency" in rows and shutil.which("node") and shutil.which("npm"):
+                    anchor_first(name, "latency")
                 for row, r in bench.graphile(rows).items():
                     show(f"Graphile Worker {bench.graphile_version}", row, r)
+                    shown.append((name, row, r))
                 continue
             for row in rows:
-                show(name, row, bench.ours(name, row, gen))
+                anchor_first(name, row)
+                r = bench.ours(name, row, gen)
+                show(name, row, r)
+                shown.append((name, row, r))
+        if anchor is not None:
+            print(f"\n## Against one connection's INSERT loop ({anchor['client']}: "
+                  f"{anchor['rate']:,.0f} commits/s, p50 {anchor['p50']:.2f} ms)\n")
+            print("\n".join(anchor_lines(anchor, shown)) or "- no row to compare")
         print("\n## Top statements by execution time (µs per job; calls per job)\n")
         for name, row, top in bench.tops:
             print(f"- {name} {row}: " + "; ".join(

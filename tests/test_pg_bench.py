@@ -1,7 +1,10 @@
-"""The PostgreSQL benchmark's arithmetic (bench/pgmeter.py, bench/pg_bench.py): no database."""
+"""The PostgreSQL benchmark (bench/pgmeter.py, bench/pg_bench.py): its arithmetic without a
+database; its one-connection INSERT loop, and the ratios to it, on a real cluster."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 
 import pytest
@@ -68,3 +71,59 @@ def test_merge_adds_the_generators_rates_and_keeps_the_worse_latency():
     r = pg_bench.merge(results, "reserve-delete")
     assert r == {"jobs": 220, "rate": 2500.0, "p50": 0.9, "p99": 1.8, "errors": 0}
     assert pg_bench.merge([results[0], {}], "reserve-delete") is None  # one generator failed
+
+
+def test_anchor_lines_give_wake_20_and_latency_as_ratios_to_the_loop_and_skip_memory():
+    anchor = {"rate": 1250.0, "p50": 0.4}
+    lines = pg_bench.anchor_lines(anchor, [
+        ("pg-1", "drain", {"rate": 5000.0, "p50": 2.0}),
+        ("pg-1", "wake-20", {"rate": 1000.0, "p50": 0.9}),
+        ("pg-1", "latency", {"rate": None, "p50": 1.6}),
+        ("pg-2", "wake-20", None),  # the row failed
+        ("memory", "wake-20", {"rate": 20000.0, "p50": 0.05})])
+    assert lines == [
+        "- pg-1 wake-20 / one-connection INSERT loop: 1,000 / 1,250 per second = 0.80x",
+        "- pg-1 latency p50 / one INSERT commit's p50: 1.60 / 0.40 ms = 4.00x"]
+
+
+@pytest.mark.parametrize("client", ["auto", "psycopg"])
+def test_insert_loop_commits_one_row_per_transaction_on_a_real_cluster(pg_cluster, client):
+    pg_bench.prepare_loop(pg_cluster)
+    r = pg_bench.run_loop(pg_cluster, transactions=60, client=client)
+    expected = "pgbench" if client == "auto" and pg_bench.pgbench_path(pg_cluster) else "psycopg"
+    assert r["client"] == expected
+    assert r["jobs"] == 60 and r["errors"] == 0
+    assert r["rate"] > 0 and r["p50"] > 0 and r["client_cpu"] >= 0
+    assert pg_cluster.sql(f"SELECT count(*), min(length(body)) FROM {pg_bench.LOOP_TABLE}") \
+        == [(60, 100)]
+
+
+def test_the_script_prints_the_loop_row_and_wake_20_as_a_ratio_to_it(tmp_path):
+    """The whole script, one wake-20 row bounded to a second."""
+    from pgcluster import unavailable
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    try:
+        gen = pg_bench.generator()
+    except SystemExit as e:
+        pytest.skip(str(e))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, os.path.join(root, "bench", "pg_bench.py"), "--targets", "pg-1",
+         "--rows", "wake-20", "--cap", "1", "--insert-secs", "1", "--no-explain"],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+        env=dict(os.environ, BSTALK_LOAD=gen, PYTHONPATH=root))
+    assert done.returncode == 0, done.stderr[-2000:]
+    loop = re.search(r"^\| one connection, (pgbench|psycopg) \| insert-loop \| ([\d,]+) \| "
+                     r"([\d.]+) \| ([\d.]+) \|", done.stdout, re.M)
+    assert loop, done.stdout
+    rate = float(loop.group(2).replace(",", ""))
+    assert rate > 0 and float(loop.group(3)) > 0
+    assert 0.99 <= float(loop.group(4)) <= 1.01  # one commit per INSERT
+    wake = re.search(r"^- pg-1 wake-20 / one-connection INSERT loop: ([\d,]+) / ([\d,]+) "
+                     r"per second = ([\d.]+)x$", done.stdout, re.M)
+    assert wake, done.stdout
+    assert wake.group(2) == loop.group(2)
+    assert float(wake.group(3)) == pytest.approx(
+        float(wake.group(1).replace(",", "")) / rate, rel=0.01, abs=0.01)

@@ -94,6 +94,9 @@ def test_a_stats_flood_does_not_slow_other_clients(server):
     w = Wire(server.connect())
     w.ask(b"use other\r\n")
     w.ask(b"watch other\r\n")
+    # The same round trips without the flood first: on a loaded machine, or
+    # over the PostgreSQL engine (three commits each), they take longer.
+    unhindered = [round_trip_ms(w) for _ in range(20)]
     cpu0 = cpu_seconds(server.proc.pid)
     abuser = server.connect()
     # A blocking sendall: it stops when the server stops reading us.
@@ -107,7 +110,7 @@ def test_a_stats_flood_does_not_slow_other_clients(server):
     # Answering all 100,000 took 2.3 s of CPU here, and the round trips
     # waited behind it; the server stops once the client's socket is full.
     assert used < 1.2, used
-    assert sum(latencies) < 1000, latencies
+    assert sum(latencies) < 2 * sum(unhindered) + 500, (latencies, unhindered)
 
 
 def _quietly(f, *args) -> None:
