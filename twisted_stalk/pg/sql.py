@@ -133,7 +133,8 @@ STATEMENTS: Dict[str, str] = {
             SELECT x.id, greatest(x.conn, 0) AS conn FROM x, c
             WHERE x.conn <> 0
               AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
-                              WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri)
+                              WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri
+                              OFFSET 0)  -- a probe per job (_keeps)
               AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
                               WHERE p.name = x.tube AND p.unpause_at > c.now)),
         ins AS (
@@ -406,7 +407,8 @@ STATEMENTS: Dict[str, str] = {
     "ready_among": f"""
         WITH {_NOW}
         SELECT w.name FROM unnest($1::text[]) AS w(name)
-        WHERE EXISTS (SELECT 1 FROM {{s}}.jobs x WHERE x.state = 0 AND x.tube = w.name)
+        WHERE EXISTS (SELECT 1 FROM {{s}}.jobs x WHERE x.state = 0 AND x.tube = w.name
+                      OFFSET 0)  -- a probe per tube (_keeps)
           AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
                           WHERE p.name = w.name AND p.unpause_at > c.now)""",
     # Other live nodes' figures and tube references; then the retired counters.
@@ -433,15 +435,18 @@ STATEMENTS: Dict[str, str] = {
     # Delayed jobs whose time came: ready.  Returns their tubes.
     "promote": f"""
         WITH {_NOW},
-        x AS (SELECT id FROM {{s}}.jobs, c WHERE state = 2 AND deadline_at <= c.now
+        x AS (SELECT id FROM {{s}}.jobs WHERE state = 2 AND deadline_at <= (SELECT now FROM c)
               ORDER BY deadline_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
         UPDATE {{s}}.jobs j SET state = 0 FROM x WHERE j.id = x.id
         RETURNING j.tube""",
-    # Reservations whose TTR ran out: ready, counted once (whoever runs it first).
+    # Reservations whose TTR ran out: ready, counted once (whoever runs it
+    # first).  (The time as a scalar subquery, here and in promote, so that it
+    # bounds the index scan: joined with ``c``, a generic plan read every held
+    # job and compared each.)
     "expire": f"""
         WITH {_NOW},
-        x AS (SELECT id, owner_node, owner_conn FROM {{s}}.jobs, c
-              WHERE state = 1 AND deadline_at <= c.now
+        x AS (SELECT id, owner_node, owner_conn FROM {{s}}.jobs
+              WHERE state = 1 AND deadline_at <= (SELECT now FROM c)
               ORDER BY deadline_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
         UPDATE {{s}}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
                                 timeouts = j.timeouts + 1
