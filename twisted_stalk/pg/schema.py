@@ -253,4 +253,5 @@ def drop(conninfo: str, schema: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {quoted(schema)} CASCADE")
 
 
-__all__ = ["MIGRATIONS", "Migrated", "RETIRE", "SchemaError", "VERSION", "drop", "migrate", "quoted"]
+__all__ = ["MIGRATIONS", "Migrated", "RETIRE", "RETIRE_LOCK_WAIT", "SchemaError", "VERSION", "drop",
+           "migrate", "quoted"]
