@@ -245,3 +245,35 @@ def test_the_drop_waits_no_longer_than_a_moment_for_a_busy_jobs_table(pg_cluster
     assert versions.migrate(dsn, "busy") == (2, 2, None, (2,))
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert _indexes(conn, "busy") == V2_INDEXES
+
+
+#: Statements that read many rows by design (a tube's jobs of a state, every
+#: held job, every job): bench/pg_plans.py's table has 800 of a tube's jobs
+#: in a state and 200 held jobs.
+READS_MANY = {"kick", "give_back", "reclaim", "orphans", "return_lost_takes", "leave",
+              "tubes_with_jobs", "counts_all", "tube_counts", "counts_tube", "list_jobs",
+              "page_total"}
+
+
+def test_every_other_statement_reads_a_few_pages_in_a_plan_made_while_the_table_was_tiny(
+        pg_cluster):
+    """bench/pg_plans.py makes each statement's generic plan on 30 jobs and
+    runs it on 40,000: the statements that find jobs by id, by deadline or as
+    a tube's first touch a few buffers (release, touch, expire, put_many's
+    hand-off check each read every held or ready job before), and only the
+    inspection counts read the table from end to end."""
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, os.path.join(root, "bench", "pg_plans.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = {}
+    for line in done.stdout.splitlines():
+        name = line.split()[0]
+        found = re.search(r"hit=(\d+)", line)
+        seen[name] = (int(found.group(1)) if found else 0, " seq " in line)
+    assert {"release", "touch", "expire", "put_many", "delete_many"} <= set(seen)
+    heavy = {name: buffers for name, (buffers, _) in seen.items()
+             if buffers > 40 and name not in READS_MANY and not name.startswith("page_")}
+    assert heavy == {}
+    assert {name for name, (_, seq) in seen.items() if seq} == {"counts_all", "tube_counts"}
