@@ -35,9 +35,9 @@ Tables (version 2):
     Counters of nodes that are gone, kept so that totals do not go back.
 
 Indexes of ``jobs`` (version 2), one per way a job is looked up, each
-partial, so that a job in one state is in one index besides the primary key:
-a ready put or a release writes two index entries, a reserve or a touch two
-(version 1 wrote three and four):
+partial, so that a ready, held or buried job is in one index besides the
+primary key: a ready put or a release to ready writes two index entries, a
+reserve or a touch two (version 1 wrote three and four):
 
 ``jobs_ready`` (tube, pri, id), ready jobs
     the next job of a tube (reserve, peek-ready, a tube's counts);
