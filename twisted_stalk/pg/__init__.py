@@ -104,7 +104,9 @@ def open_node(text: str, reactor: Any, max_job_size: int, facts: Optional[Facts]
 
 
 def init_schema(text: str) -> str:
-    """``--engine-init``: create or migrate the schema, and say what was done."""
+    """``--engine-init``: create or migrate the schema, and say what was done
+    (further lines: what older versions used and is dropped now, or what
+    waits until no older node is registered, and which node that is)."""
     problem = driver_problem()
     if problem:
         raise EngineError(problem)
@@ -114,14 +116,16 @@ def init_schema(text: str) -> str:
     from .schema import SchemaError, migrate
     try:
         config = parse(text)
-        found, now = migrate(startup_conninfo(config), config.schema)
+        done = migrate(startup_conninfo(config), config.schema)
     except (ValueError, SchemaError) as e:
         raise EngineError(f"--engine: {e}")
     except psycopg.Error as e:
         raise EngineError(cannot_use(e, config))
-    if found == now:
-        return f"schema {config.schema} is at version {now}"
-    return f"schema {config.schema}: version {found} -> {now}"
+    if done.found == done.now:
+        said = f"schema {config.schema} is at version {done.now}"
+    else:
+        said = f"schema {config.schema}: version {done.found} -> {done.now}"
+    return "\n".join([said] + done.notes(config.schema))
 
 
 __all__ = ["ENGINE_WITH_BINLOG", "EngineError", "driver_problem", "init_schema", "one_line", "open_node",

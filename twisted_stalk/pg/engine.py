@@ -122,13 +122,14 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         """Create or migrate the schema and register this node (blocking: at startup)."""
         import psycopg
 
-        from .schema import migrate, quoted
-        migrate(self.config.conninfo, self.config.schema)
+        from .schema import VERSION, migrate, quoted
+        for line in migrate(self.config.conninfo, self.config.schema).notes(self.config.schema):
+            log.warn("{line}", line=line)
         s = quoted(self.config.schema)
         with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
             row = conn.execute(
-                f"INSERT INTO {s}.nodes (id, started_at, heartbeat_at, hostname, pid) "
-                f"SELECT nextval('{s}.node_ids'), c.e, c.e, %s, %s "
+                f"INSERT INTO {s}.nodes (id, started_at, heartbeat_at, hostname, pid, version) "
+                f"SELECT nextval('{s}.node_ids'), c.e, c.e, %s, %s, {VERSION} "
                 f"FROM (SELECT extract(epoch FROM clock_timestamp())::float8 AS e) c "
                 f"RETURNING id",
                 (socket.gethostname(), self.facts.pid())).fetchone()

@@ -21,7 +21,7 @@ import hashlib
 from typing import Dict
 
 from .notices import JobsReady
-from .schema import quoted
+from .schema import VERSION, quoted
 
 #: Session settings of the statement connections (made before preparing).
 #: Each statement that touches jobs finds them through an index, by design,
@@ -32,14 +32,21 @@ from .schema import quoted
 #: through the primary key).  With sequential scans off the planner takes an
 #: index wherever there is one; the inspection counts, which read every job,
 #: have none to take (``tube_counts`` groups in an order no index gives) and
-#: still scan.  JIT is off: it never pays for these statements, and a plan
-#: that keeps a disabled sequential scan would look costly enough to start it.
+#: still scan.  Bitmap scans are off too: the held jobs are read whole through
+#: their deadline index where a connection closes or a tube's jobs are
+#: counted (schema.py), and that index keeps an entry for every reservation
+#: since the last vacuum; a plain index scan marks the dead ones it meets so
+#: that the next scan skips them (0.8 ms, then 0.04, after 3,000 reservations),
+#: a bitmap scan reads them all every time.  No statement reads enough rows
+#: for a bitmap to pay.  JIT is off: it never pays for these statements, and
+#: a plan that keeps a disabled sequential scan would look costly enough to
+#: start it.
 #: Generic plans always: left to choose, PostgreSQL planned ``delete_many``
 #: afresh at every execution (its custom plans, costed with the arrays'
 #: contents, always looked cheaper than the generic one), 440 µs of planning
 #: for 42 µs of execution, the largest part of the database's CPU per job
 #: when workers wait for jobs one at a time (``wake-20``).
-SESSION: Dict[str, str] = {"enable_seqscan": "off", "jit": "off",
+SESSION: Dict[str, str] = {"enable_seqscan": "off", "enable_bitmapscan": "off", "jit": "off",
                            "plan_cache_mode": "force_generic_plan"}
 
 _NOW = "c AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)"
@@ -62,6 +69,39 @@ _GIVE_UP = """
 
 #: Columns that make a JobRecord, in order (see engine._job).
 JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
+
+#: A job found by id is held: ``state + 0``, so that no plan reads every held
+#: job through their index to find it.  PostgreSQL keeps the generic plan of
+#: a prepared statement, and one made while that index was (nearly) empty
+#: took it for the cheapest way to the row (SESSION).
+_HELD = "j.state + 0 = 1"
+
+#: The states in the order :func:`_keeps` asks them: the common ones first,
+#: held jobs (read through the deadline index) last.
+_STATES = (0, 3, 2, 1)
+
+
+def _keeps(tube: str, also: str = "") -> str:
+    """Whether tube ``tube`` (an SQL expression) keeps a job (``also``: a
+    further condition on it, ``o``): one EXISTS per state, each through that
+    state's index (schema.py: there is no index of jobs by tube alone),
+    asked in turn until one finds a job.  ``OFFSET 0`` keeps each a probe of
+    the tube: without it the planner may instead read every job of the
+    state once into a hash, a plan that a generic plan made while the table
+    was small would keep (SESSION)."""
+    return "(" + " OR ".join(
+        f"EXISTS (SELECT 1 FROM {{s}}.jobs o WHERE o.state = {st} AND o.tube = {tube}{also}"
+        f" OFFSET 0)" for st in _STATES) + ")"
+
+
+def _of_tube(tube: str, gate: str) -> str:
+    """The jobs of tube ``tube`` in the states ``gate`` lets through (a
+    format of ``{st}``, e.g. ``$2::smallint = {st}``), as a subquery: one
+    branch per state, each through that state's index; the gate of the
+    others makes them end before they read anything."""
+    return "(" + " UNION ALL ".join(
+        f"SELECT * FROM {{s}}.jobs WHERE state = {st} AND tube = {tube} AND {gate.format(st=st)}"
+        for st in _STATES) + ")"
 
 STATEMENTS: Dict[str, str] = {
     # -------------------------------------------------------------- put
@@ -93,7 +133,8 @@ STATEMENTS: Dict[str, str] = {
             SELECT x.id, greatest(x.conn, 0) AS conn FROM x, c
             WHERE x.conn <> 0
               AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
-                              WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri)
+                              WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri
+                              OFFSET 0)  -- a probe per job (_keeps)
               AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
                               WHERE p.name = x.tube AND p.unpause_at > c.now)),
         ins AS (
@@ -146,8 +187,7 @@ STATEMENTS: Dict[str, str] = {
             RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
         k AS MATERIALIZED (
             SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
-                   THEN EXISTS (SELECT 1 FROM {{s}}.jobs o WHERE o.tube = t.tube
-                                AND o.id NOT IN (SELECT id FROM d)) END AS keeps
+                   THEN {_keeps("t.tube", " AND o.id NOT IN (SELECT id FROM d)")} END AS keeps
             FROM (SELECT DISTINCT tube FROM d) t),
         took AS (
             UPDATE {{s}}.jobs j
@@ -180,11 +220,11 @@ STATEMENTS: Dict[str, str] = {
         RETURNING j.tube""",
     # Taken jobs the node did not hand out go back as they were: $1 ids, $2
     # their reservations, $3 node.  Returns their tubes.
-    "return_taken": """
-        UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
-                              reserves = j.reserves - 1
-        FROM unnest($1::bigint[], $2::bigint[]) AS u(id, tok)
-        WHERE j.id = u.id AND j.reserves = u.tok AND j.state = 1
+    "return_taken": f"""
+        UPDATE {{s}}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
+                                reserves = j.reserves - 1
+        WHERE j.id = ANY($1::bigint[]) AND {_HELD}
+          AND (j.id, j.reserves) IN (SELECT * FROM unnest($1::bigint[], $2::int[]))
           AND j.owner_node = $3::bigint AND j.owner_conn = 0
         RETURNING j.tube""",
     # An id for a put that is refused (beanstalkd takes one for those too).
@@ -244,14 +284,13 @@ STATEMENTS: Dict[str, str] = {
     # $1 id, $2 node, $3 connection: the holder must match; release, bury and
     # touch also carry the reservation (``reserves`` when the holder got the
     # job) as their last parameter, checked as in ``delete_many`` (fencing).
-    "delete": """
+    "delete": f"""
         WITH d AS (
-            DELETE FROM {s}.jobs
+            DELETE FROM {{s}}.jobs
             WHERE id = $1::bigint AND (state <> 1 OR (owner_node = $2::bigint
                                                      AND owner_conn = $3::bigint))
             RETURNING tube, state)
-        SELECT d.tube, d.state,
-               EXISTS (SELECT 1 FROM {s}.jobs o WHERE o.tube = d.tube AND o.id <> $1::bigint)
+        SELECT d.tube, d.state, {_keeps("d.tube", " AND o.id <> $1::bigint")}
         FROM d""",
     "release": f"""
         WITH {_NOW}
@@ -260,28 +299,28 @@ STATEMENTS: Dict[str, str] = {
             delay = $5::bigint, deadline_at = c.now + $5::bigint,
             owner_node = NULL, owner_conn = NULL, releases = j.releases + 1
         FROM c
-        WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
+        WHERE j.id = $1::bigint AND {_HELD} AND j.owner_node = $2::bigint
           AND j.owner_conn IN ($3::bigint, 0) AND j.reserves = $6::bigint
         RETURNING j.tube, j.deadline_at""",
-    "bury": """
-        UPDATE {s}.jobs j
-        SET state = 3, pri = $4::bigint, buried_seq = nextval('{s}.bury_seq'),
+    "bury": f"""
+        UPDATE {{s}}.jobs j
+        SET state = 3, pri = $4::bigint, buried_seq = nextval('{{s}}.bury_seq'),
             owner_node = NULL, owner_conn = NULL, buries = j.buries + 1
-        WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
+        WHERE j.id = $1::bigint AND {_HELD} AND j.owner_node = $2::bigint
           AND j.owner_conn IN ($3::bigint, 0) AND j.reserves = $5::bigint
         RETURNING j.tube""",
     "touch": f"""
         WITH {_NOW}
         UPDATE {{s}}.jobs j SET deadline_at = c.now + j.ttr
         FROM c
-        WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
+        WHERE j.id = $1::bigint AND {_HELD} AND j.owner_node = $2::bigint
           AND j.owner_conn IN ($3::bigint, 0) AND j.reserves = $4::bigint
         RETURNING j.ttr""",
     # A reservation that nobody will hear of (its wait ended) goes back as it was.
-    "unreserve": """
-        UPDATE {s}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
+    "unreserve": f"""
+        UPDATE {{s}}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
                               reserves = j.reserves - 1
-        WHERE j.id = $1::bigint AND j.state = 1 AND j.owner_node = $2::bigint
+        WHERE j.id = $1::bigint AND {_HELD} AND j.owner_node = $2::bigint
           AND j.owner_conn = $3::bigint
         RETURNING j.tube""",
     # A closed connection's reservations go back to ready: those under its
@@ -326,16 +365,18 @@ STATEMENTS: Dict[str, str] = {
                j.deadline_at - c.now, j.reserves, j.timeouts, j.releases, j.buries, j.kicks
         FROM {{s}}.jobs j, c WHERE j.id = $1::bigint""",
     "job": "SELECT id, body, ttr, pri, tube, 0::float8 FROM {s}.jobs j WHERE id = $1::bigint",
-    # Counts per state of one tube ($1), then its pause and the time left.
+    # Counts per state of one tube ($1), each through its state's index,
+    # then its pause and the time left.
     "counts_tube": f"""
         WITH {_NOW}
-        SELECT count(*) FILTER (WHERE state = 0 AND pri < 1024),
-               count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1),
-               count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3),
+        SELECT r.urgent, r.ready,
+               (SELECT count(*) FROM {{s}}.jobs WHERE state = 1 AND tube = $1::text),
+               (SELECT count(*) FROM {{s}}.jobs WHERE state = 2 AND tube = $1::text),
+               (SELECT count(*) FROM {{s}}.jobs WHERE state = 3 AND tube = $1::text),
                (SELECT p.pause FROM {{s}}.tubes p WHERE p.name = $1::text AND p.unpause_at > c.now),
                (SELECT p.unpause_at - c.now FROM {{s}}.tubes p WHERE p.name = $1::text)
-        FROM c LEFT JOIN {{s}}.jobs j ON j.tube = $1::text
-        GROUP BY c.now""",
+        FROM c, (SELECT count(*) FILTER (WHERE pri < 1024) AS urgent, count(*) AS ready
+                 FROM {{s}}.jobs WHERE state = 0 AND tube = $1::text) r""",
     "counts_all": """
         SELECT count(*) FILTER (WHERE state = 0 AND pri < 1024),
                count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1),
@@ -343,25 +384,31 @@ STATEMENTS: Dict[str, str] = {
         FROM {s}.jobs""",
     # Counts per tube and state (inspection: metrics, console).
     # (Grouped by state first: no index gives that order, so the planner
-    # reads the table once rather than the whole jobs_tube index; SESSION.)
+    # reads the table once rather than a whole index; SESSION.)
     "tube_counts": """
         SELECT tube, state, count(*) FILTER (WHERE pri < 1024), count(*)
         FROM {s}.jobs GROUP BY state, tube""",
-    # The tubes that hold jobs (a skip scan of the jobs_tube index).
-    "tubes_with_jobs": """
-        WITH RECURSIVE t(name) AS (
-            (SELECT tube FROM {s}.jobs ORDER BY tube LIMIT 1)
+    # The tubes that hold jobs: a skip scan of each index that leads with
+    # the tube (ready, delayed, buried), and the tubes of the held jobs.
+    "tubes_with_jobs": "WITH RECURSIVE " + ",".join(f"""
+        t{st}(name) AS (
+            (SELECT tube FROM {{s}}.jobs WHERE state = {st} ORDER BY tube LIMIT 1)
             UNION ALL
-            SELECT (SELECT tube FROM {s}.jobs WHERE tube > t.name ORDER BY tube LIMIT 1)
-            FROM t WHERE t.name IS NOT NULL)
-        SELECT name FROM t WHERE name IS NOT NULL""",
-    "tube_has_jobs": "SELECT EXISTS (SELECT 1 FROM {s}.jobs WHERE tube = $1::text)",
+            SELECT (SELECT tube FROM {{s}}.jobs WHERE state = {st} AND tube > t.name
+                    ORDER BY tube LIMIT 1)
+            FROM t{st} t WHERE t.name IS NOT NULL)""" for st in (0, 2, 3)) + """
+        SELECT name FROM t0 WHERE name IS NOT NULL
+        UNION SELECT name FROM t2 WHERE name IS NOT NULL
+        UNION SELECT name FROM t3 WHERE name IS NOT NULL
+        UNION SELECT tube FROM {s}.jobs WHERE state = 1""",
+    "tube_has_jobs": f"SELECT {_keeps('$1::text')}",
     # Which of $1 (tubes this node's reserves wait on) hold a ready job and
     # are not paused: a wake-up for them was lost (the heartbeat's check).
     "ready_among": f"""
         WITH {_NOW}
         SELECT w.name FROM unnest($1::text[]) AS w(name)
-        WHERE EXISTS (SELECT 1 FROM {{s}}.jobs x WHERE x.state = 0 AND x.tube = w.name)
+        WHERE EXISTS (SELECT 1 FROM {{s}}.jobs x WHERE x.state = 0 AND x.tube = w.name
+                      OFFSET 0)  -- a probe per tube (_keeps)
           AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
                           WHERE p.name = w.name AND p.unpause_at > c.now)""",
     # Other live nodes' figures and tube references; then the retired counters.
@@ -379,23 +426,27 @@ STATEMENTS: Dict[str, str] = {
         WITH {_NOW}
         SELECT p.name, p.unpause_at - c.now FROM {{s}}.tubes p, c WHERE p.unpause_at > c.now""",
     # A tube nobody uses any more loses its pause (as beanstalkd forgets the tube).
-    "forget_tube": """
-        DELETE FROM {s}.tubes t WHERE t.name = $1::text
-          AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE tube = $1::text)
-          AND NOT EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.id <> $2::bigint AND n.tubes ? $1::text)""",
+    "forget_tube": f"""
+        DELETE FROM {{s}}.tubes t WHERE t.name = $1::text
+          AND NOT {_keeps("$1::text")}
+          AND NOT EXISTS (SELECT 1 FROM {{s}}.nodes n WHERE n.id <> $2::bigint
+                          AND n.tubes ? $1::text)""",
     # ------------------------------------------------------------- deadlines
     # Delayed jobs whose time came: ready.  Returns their tubes.
     "promote": f"""
         WITH {_NOW},
-        x AS (SELECT id FROM {{s}}.jobs, c WHERE state = 2 AND deadline_at <= c.now
+        x AS (SELECT id FROM {{s}}.jobs WHERE state = 2 AND deadline_at <= (SELECT now FROM c)
               ORDER BY deadline_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
         UPDATE {{s}}.jobs j SET state = 0 FROM x WHERE j.id = x.id
         RETURNING j.tube""",
-    # Reservations whose TTR ran out: ready, counted once (whoever runs it first).
+    # Reservations whose TTR ran out: ready, counted once (whoever runs it
+    # first).  (The time as a scalar subquery, here and in promote, so that it
+    # bounds the index scan: joined with ``c``, a generic plan read every held
+    # job and compared each.)
     "expire": f"""
         WITH {_NOW},
-        x AS (SELECT id, owner_node, owner_conn FROM {{s}}.jobs, c
-              WHERE state = 1 AND deadline_at <= c.now
+        x AS (SELECT id, owner_node, owner_conn FROM {{s}}.jobs
+              WHERE state = 1 AND deadline_at <= (SELECT now FROM c)
               ORDER BY deadline_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
         UPDATE {{s}}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
                                 timeouts = j.timeouts + 1
@@ -405,16 +456,18 @@ STATEMENTS: Dict[str, str] = {
     "still_held": f"""
         WITH {_NOW}
         SELECT j.id, j.deadline_at - c.now FROM {{s}}.jobs j, c
-        WHERE j.id = ANY($1::bigint[]) AND j.state = 1 AND j.owner_node = $2::bigint""",
-    # When the next delayed job is due (seconds from now), or NULL.
+        WHERE j.id = ANY($1::bigint[]) AND {_HELD} AND j.owner_node = $2::bigint""",
+    # When the next delayed job is due (seconds from now), or NULL: the first
+    # entry of the delayed jobs' index (the order only it gives).
     "next_delayed": f"""
         WITH {_NOW}
-        SELECT min(deadline_at) - (SELECT now FROM c) FROM {{s}}.jobs WHERE state = 2""",
+        SELECT (SELECT deadline_at FROM {{s}}.jobs WHERE state = 2
+                ORDER BY deadline_at, id LIMIT 1) - c.now FROM c""",
     # ------------------------------------------------------------- nodes
     "register": f"""
         WITH {_NOW}
-        INSERT INTO {{s}}.nodes (id, started_at, heartbeat_at, hostname, pid)
-        SELECT nextval('{{s}}.node_ids'), c.now, c.now, $1::text, $2::int FROM c
+        INSERT INTO {{s}}.nodes (id, started_at, heartbeat_at, hostname, pid, version)
+        SELECT nextval('{{s}}.node_ids'), c.now, c.now, $1::text, $2::int, {VERSION} FROM c
         RETURNING id, started_at""",
     # $1 node, $2 figures, $3 tube references: the row, or nothing if this
     # node was given up on (its reservations are gone).
@@ -466,14 +519,15 @@ STATEMENTS: Dict[str, str] = {
     # ------------------------------------------------------------- wake-ups
     "notify": "SELECT pg_notify($1::text, x) FROM unnest($2::text[]) AS x",
     # ------------------------------------------------------------- extensions
-    "list_jobs": """
-        SELECT id FROM {s}.jobs WHERE tube = $1::text AND state = $2::smallint
+    "list_jobs": f"""
+        SELECT id FROM {_of_tube("$1::text", "$2::smallint = {st}")} j
         ORDER BY CASE WHEN $2::smallint = 0 THEN pri END,
                  CASE WHEN $2::smallint = 3 THEN buried_seq END,
                  CASE WHEN $2::smallint IN (1, 2) THEN deadline_at END, id
         LIMIT $3::bigint""",
-    "flush": """
-        DELETE FROM {s}.jobs j WHERE j.tube = $1::text AND j.state = ANY($2::smallint[])
+    "flush": f"""
+        DELETE FROM {{s}}.jobs j
+        WHERE j.id IN (SELECT id FROM {_of_tube("$1::text", "{st} = ANY($2::smallint[])")} x)
         RETURNING j.id, j.owner_node, j.owner_conn""",
 }
 
@@ -495,10 +549,10 @@ for _sort, _order in SORTS.items():
         STATEMENTS[f"page_{_sort}_{_name}"] = f"""
             WITH {_NOW}
             SELECT {JOB}, j.state, j.delay, c.now - j.created_at
-            FROM {{s}}.jobs j, c WHERE j.tube = $1::text AND j.state = $2::smallint
+            FROM {_of_tube("$1::text", "$2::smallint = {st}")} j, c
             ORDER BY {_order.format(d=_d, r=_r)} OFFSET $3::bigint LIMIT $4::bigint"""
-STATEMENTS["page_total"] = """
-    SELECT count(*) FROM {s}.jobs WHERE tube = $1::text AND state = $2::smallint"""
+STATEMENTS["page_total"] = f"""
+    SELECT count(*) FROM {_of_tube("$1::text", "$2::smallint = {st}")} j"""
 # $1 tube, $2 after id, $3 span, $4 needle: a bounded step of a body search.
 STATEMENTS["search"] = f"""
     WITH {_NOW}
