@@ -59,7 +59,7 @@ from .notifications import Notifications
 from .sql import SESSION, channel, statements
 from .listing import Listing
 from .stats import Stats
-from .util import gather
+from .util import Delegated, gather
 from .tubes import NodeTube, TubeRegistry
 from .taking import Taking
 from .upkeep import Upkeep
@@ -71,12 +71,24 @@ log = Logger(namespace="twisted_stalk.pg")
 _MAX_ID = 2**63 - 1
 
 
-class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
+class PgEngine(Reserving, Upkeep, Listing, TubeRegistry, SessionRules):
     """One node's engine on a PostgreSQL queue (see the module docstring)."""
 
     #: A connection's pipelined puts run while its earlier ones are out
     #: (server/flow.py: a chain), so one read's puts share a batch statement.
     pipelined_puts = True
+
+    # The seam's stats and inspection are the stats part's (stats.py).
+    stats = Delegated("statistics", Stats)
+    stats_tube = Delegated("statistics", Stats)
+    stats_job = Delegated("statistics", Stats)
+    list_tubes = Delegated("statistics", Stats)
+    tube_names = Delegated("statistics", Stats)
+    tube_stats = Delegated("statistics", Stats)
+    tube_figures = Delegated("statistics", Stats)
+    memory = Delegated("statistics", Stats)
+    server_stats = Delegated("statistics", Stats)
+    job_stats = Delegated("statistics", Stats)
 
     def __init__(self, reactor: Any, config: EngineConfig,
                  max_job_size: int = DEFAULT_MAX_JOB_SIZE, facts: Optional[Facts] = None) -> None:
@@ -110,6 +122,8 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         self._epoch = 0
         self._init_tubes()
         self._init_upkeep()
+        #: The stats part (stats.py).
+        self.statistics = Stats(self)
         self._puts = Batcher(reactor, self._put_many, after=self._deliver_handoffs)
         self._deletes = Batcher(reactor, self._delete_many)
         self._reserves = Batcher(reactor, self._reserve_many)
@@ -217,7 +231,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 self.taking.ready_behind(t, pri, job_id,
                                          lambda: self._ready_by_name(t.name, told=True))
             return job_id
-        return d.addCallbacks(inserted, self._internal_error)
+        return d.addCallbacks(inserted, self.internal_error)
 
     def _put_many(self, items: List[Any]) -> defer.Deferred:
         """Run a batch of puts (batch.py): (job id, handed over) per item.
@@ -331,7 +345,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
     def _refused(self, outcome: Outcome) -> defer.Deferred:
         """A refused put still takes a job id, as in beanstalkd."""
         return self.db.execute("take_id").addCallbacks(lambda _: outcome,
-                                                       self._internal_error)
+                                                       self.internal_error)
 
     # ------------------------------------------------------------ reserves
 
@@ -361,7 +375,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             if not s.is_worker:
                 self._set_worker(s)
             return self._reserved(s, rows[0]) or NOT_FOUND
-        return d.addCallbacks(done, self._internal_error)
+        return d.addCallbacks(done, self.internal_error)
 
     # ------------------------------------------------------------ the holder's commands
 
@@ -402,7 +416,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         def failed(failure: Any) -> Any:
             if claimed is not None:
                 self.taking.unclaim(claimed)
-            return self._internal_error(failure)
+            return self.internal_error(failure)
         return d.addCallbacks(deleted, failed)
 
     def drop_tube_if_unused(self, t: NodeTube) -> None:
@@ -445,7 +459,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 s.reserved.pop(job_id, None)  # its TTR ran out, or its node was given up on
                 return NOT_FOUND
             return then(rows[0])
-        return d.addCallbacks(done, self._internal_error)
+        return d.addCallbacks(done, self.internal_error)
 
     def release(self, s: PgSession, job_id: int, pri: int, delay: int) -> Any:
         self.cmd_counts[RELEASE] += 1
@@ -495,7 +509,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 self._ready_by_name(name, len(rows))
             return len(rows)
         return self.db.execute("kick", [name, bound]).addCallbacks(kicked,
-                                                                  self._internal_error)
+                                                                  self.internal_error)
 
     def kick_job(self, s: PgSession, job_id: int) -> Any:
         if job_id > _MAX_ID:
@@ -506,7 +520,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             self._ready_by_name(rows[0][0])
             return KICKED
         return self.db.execute("kick_job", [job_id]).addCallbacks(kicked,
-                                                                 self._internal_error)
+                                                                 self.internal_error)
 
     # ------------------------------------------------------------ peeks
 
@@ -516,7 +530,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 return NOT_FOUND
             job_id, body = rows[0]
             return self._job((job_id, body, 0, 0, b"", 0.0))
-        return self.db.execute(name, params).addCallbacks(found, self._internal_error)
+        return self.db.execute(name, params).addCallbacks(found, self.internal_error)
 
     def peek(self, s: PgSession, job_id: int) -> Any:
         self.cmd_counts[PEEK] += 1
@@ -542,7 +556,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             return NOT_FOUND
         def found(rows: Any) -> Any:
             return self._job(rows[0]) if rows else NOT_FOUND
-        return self.db.execute("job", [job_id]).addCallbacks(found, self._internal_error)
+        return self.db.execute("job", [job_id]).addCallbacks(found, self.internal_error)
 
     # ------------------------------------------------------------ pause
 
@@ -567,19 +581,19 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             self._pause_ends_in(t, left if delay else 0)
             self._note(PauseEnds(self.node_id, name, left if delay else 0))
             return PAUSED
-        return d.addCallback(exists).addErrback(self._internal_error)
+        return d.addCallback(exists).addErrback(self.internal_error)
 
     def _tube_exists(self, name: bytes) -> defer.Deferred:
         """Whether tube ``name`` exists: known here, holding jobs, or used by another node."""
         t = self.tubes.get(name)
         if t is not None and not (t.unsure and not t.referenced):
             return defer.succeed(True)
-        d = gather([self.db.execute("tube_has_jobs", [name]), self._read_fresh()])
+        d = gather([self.db.execute("tube_has_jobs", [name]), self.statistics.read_fresh()])
 
         def exists(results: Any) -> bool:
             jobs = bool(results[0][0][0])
             self._settle(name, jobs)
-            return jobs or name in self.tubes or name in self._elsewhere()
+            return jobs or name in self.tubes or name in self.statistics.elsewhere()
         return d.addCallback(exists)
 
 

@@ -24,7 +24,7 @@ class Listing:
                 return NOT_FOUND
             return self.db.execute("list_jobs", [name, STATE_BY_NAME[state], limit]
                                    ).addCallback(lambda rows: [r[0] for r in rows])
-        return self._tube_exists(name).addCallback(listed).addErrback(self._internal_error)
+        return self._tube_exists(name).addCallback(listed).addErrback(self.internal_error)
 
     def flush_tube(self, s: PgSession, name: bytes,
                    states: Iterable[str] = UNRESERVED_STATES) -> Any:
@@ -45,7 +45,7 @@ class Listing:
                         holder.reserved.pop(job_id, None)
             return self.db.execute("tube_has_jobs", [name]).addCallback(
                 lambda r: self._after_flush(name, bool(r[0][0]), len(rows)))
-        return self._tube_exists(name).addCallback(flush).addErrback(self._internal_error)
+        return self._tube_exists(name).addCallback(flush).addErrback(self.internal_error)
 
     def _after_flush(self, name: bytes, remaining: bool, count: int) -> int:
         t = self.tubes.get(name)
@@ -68,7 +68,7 @@ class Listing:
         d = gather([self.db.execute("page_total", [name, code]),
                     self.db.execute(statement, [name, code, max(0, offset), limit])])
         return d.addCallbacks(lambda r: (r[0][0][0], [self._listed(row) for row in r[1]]),
-                              self._internal_error)
+                              self.internal_error)
 
     def search_bodies(self, name: bytes, needle: bytes, after_id: int, span: int) -> Any:
         """One bounded step of a body search (a Deferred): ``(jobs, next_after)``."""
@@ -81,7 +81,7 @@ class Listing:
             rows, last = results
             end = after_id + span
             return [self._listed(row) for row in rows], (None if end >= last[0][0] else end)
-        return d.addCallbacks(found, self._internal_error)
+        return d.addCallbacks(found, self.internal_error)
 
     def _listed(self, row: Any) -> Any:
         """A JobRecord for a console listing: (JOB columns..., state, delay, age)."""

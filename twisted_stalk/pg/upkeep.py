@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from ..core.outcomes import INTERNAL_ERROR
 from ..protocol.commands import COUNTED_COMMANDS
 from ..wording import counted
 from .batch import text_array
@@ -90,16 +91,6 @@ class Upkeep:
         #: Since when (local clock) this node's heartbeats have all succeeded.
         self._healthy_since: Optional[float] = None
         self._heartbeat: Optional[task.LoopingCall] = None
-        #: Other live nodes: id -> (figures, tube figures), as of the last read.
-        self.others: Dict[int, Tuple[Dict[str, int], Dict[str, List[int]]]] = {}
-        #: Notices heard from other nodes, and how many had been heard when the
-        #: last read of ``nodes`` went out (-1: none read yet); see :attr:`_alone`.
-        self._heard = 0
-        self._heard_at_read = -1
-        #: Counters of nodes that are gone.
-        self.retired: Dict[str, int] = {}
-        #: Job counts of the whole queue as of the last heartbeat (inspection).
-        self.counts: Tuple[int, ...] = (0, 0, 0, 0, 0)
         self._failures = 0
 
     # ------------------------------------------------------------ the timer
@@ -301,9 +292,8 @@ class Upkeep:
 
     @property
     def _alone(self) -> bool:
-        """No other node is known (see the module docstring): the last read of
-        ``nodes`` found none, and no other node's notice came since it went out."""
-        return not self.others and self._heard == self._heard_at_read
+        """No other node is known (see the module docstring; stats.py keeps what it knows)."""
+        return self.statistics.alone
 
     def _notify(self, notes: List[Notice]) -> None:
         self.db.execute("notify", [self.channel.encode(),
@@ -314,7 +304,7 @@ class Upkeep:
         notice = decode(payload)
         if notice is None or notice.node == self.node_id:
             return
-        self._heard += 1
+        self.statistics.noticed()
         if isinstance(notice, NodeHere):
             return
         if isinstance(notice, JobsReady):
@@ -400,6 +390,7 @@ class Upkeep:
     def _sweeps(self, since: int) -> defer.Deferred:
         """The heartbeat's reads and sweeps, pipelined."""
         db = self.db
+        st = self.statistics
         steps = []
         healthy = self._healthy_since
         if healthy is not None and self._now() - healthy >= self.config.dead_after:
@@ -413,20 +404,20 @@ class Upkeep:
             db.execute("promote").addCallback(self._tubes_ready),
             db.execute("next_delayed").addCallback(self._next_delayed),
             db.execute("paused").addCallback(self._paused),
-            db.execute("others", [self.node_id]).addCallback(self._read_others, self._heard),
-            db.execute("retired").addCallback(self._read_retired),
+            db.execute("others", [self.node_id]).addCallback(st.read_others, st.heard),
+            db.execute("retired").addCallback(st.read_retired),
             db.execute("tubes_with_jobs").addCallback(
-                lambda rows: self.reconcile([r[0] for r in rows], self._elsewhere(), since)),
+                lambda rows: self.reconcile([r[0] for r in rows], st.elsewhere(), since)),
         ]
         self._expire()
         if self._beats % 10 == 0 or self._beats - self._reclaimed_at <= 10:
             # A dead node's last statements may commit after its reservations
             # were given back: look for reservations of no node for a while.
             steps.append(db.execute("orphans").addCallback(self._tubes_ready))
-        if self._inspected():
+        if st.inspected():
             # Counting reads every job: only for a node whose figures are read.
-            steps.append(db.execute("counts_all").addCallback(self._read_counts))
-            steps.append(db.execute("tube_counts").addCallback(self._read_tube_counts))
+            steps.append(db.execute("counts_all").addCallback(st.read_counts))
+            steps.append(db.execute("tube_counts").addCallback(st.read_tube_counts))
         waited = [t.name for t in self.tube_list if t.waiting]
         if waited:
             steps.append(db.execute("ready_among", [text_array(waited)]).addCallback(
@@ -500,45 +491,16 @@ class Upkeep:
                     heapq.heappush(self.pause_heap, (at, name))
                     self.arm(at)
 
-    def _read_others(self, rows: Any, heard: int) -> None:
-        """The other nodes' rows, read when ``heard`` notices had come."""
-        self.others = {node: (json.loads(figures), json.loads(tubes))
-                       for node, figures, tubes in rows}
-        self._heard_at_read = heard
-
-    def _read_retired(self, rows: Any) -> None:
-        self.retired = {key.decode(): value for key, value in rows}
-
-    def _elsewhere(self) -> List[bytes]:
-        """Tubes other nodes' sessions use, watch or wait on."""
-        names = set()
-        for _, tubes in self.others.values():
-            for name, figures in tubes.items():
-                if figures[0] or figures[1] or figures[2]:
-                    names.add(name.encode("ascii"))
-        return sorted(names)
-
-    def _read_counts(self, rows: Any) -> None:
-        if rows:
-            self.counts = tuple(rows[0][:5])
-
-    def _read_tube_counts(self, rows: Any) -> None:
-        fresh: Dict[bytes, List[int]] = {}
-        for name, state, urgent, n in rows:
-            counts = fresh.setdefault(name, [0, 0, 0, 0, 0])
-            counts[1 + state] = n
-            if state == 0:
-                counts[0] = urgent
-        for t in self.tube_list:
-            c = fresh.get(t.name, [0, 0, 0, 0, 0])
-            (t.urgent_count, t.ready_count, t.reserved_count, t.delayed_count,
-             t.buried_count) = c
-
     def _failed(self, failure: Any) -> None:
         """A background statement failed (the database is away): log it once."""
         self._failures += 1
         if self._failures == 1:
             log.warn("database statement failed: {why}", why=failure.getErrorMessage())
+
+    def internal_error(self, failure: Any) -> Any:
+        """A command's statement failed: log it (once), answer INTERNAL_ERROR."""
+        self._failed(failure)
+        return INTERNAL_ERROR
 
 
 __all__ = ["Upkeep"]

@@ -21,4 +21,26 @@ def unwrap(failure: Any) -> Any:
     return sub if sub is not None else failure
 
 
-__all__ = ["gather", "unwrap"]
+class Delegated:
+    """A member of the engine that lives in one of its parts:
+    ``engine.name`` is ``engine.<part>.name``.  Read on the class, it is the
+    part's function (so the seam's signatures can be checked); read on an
+    engine, the part's bound method, kept in the engine's ``__dict__`` at
+    the first read, so later calls cost what a method's do."""
+
+    def __init__(self, part: str, cls: type) -> None:
+        self.part = part
+        self.cls = cls
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return getattr(self.cls, self.name)
+        bound = instance.__dict__[self.name] = getattr(getattr(instance, self.part), self.name)
+        return bound
+
+
+__all__ = ["Delegated", "gather", "unwrap"]
