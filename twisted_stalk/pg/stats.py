@@ -34,7 +34,7 @@ from ..core.job import STATE_NAMES
 from ..core.outcomes import NOT_FOUND
 from ..core.readmodel import MemoryUse, TubeFigures
 from ..protocol.yaml import StatPairs
-from .util import gather
+from .util import MAX_ID, gather
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.journal import Journal
@@ -271,7 +271,7 @@ class Stats:
 
     def job_stats(self, job_id: int) -> Any:
         """A job's stats pairs, read from the database (a Deferred)."""
-        if job_id > 2**63 - 1:
+        if job_id > MAX_ID:
             return NOT_FOUND
         def build(rows: Any) -> Any:
             if not rows:

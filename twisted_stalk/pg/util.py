@@ -6,6 +6,9 @@ from typing import Any, List
 
 from twisted.internet import defer
 
+#: Job ids are bigints: a larger id (the protocol allows up to 2**64 - 1) names no job.
+MAX_ID = 2**63 - 1
+
 
 def gather(deferreds: List[defer.Deferred]) -> defer.Deferred:
     """``gatherResults`` as a plain Deferred: the wire front end recognises an
@@ -43,4 +46,4 @@ class Delegated:
         return bound
 
 
-__all__ = ["Delegated", "gather", "unwrap"]
+__all__ = ["Delegated", "MAX_ID", "gather", "unwrap"]
