@@ -18,10 +18,13 @@ release, bury, touch and delete).  Those commands (``use``, ``watch``,
 methods answer at once.  Closing a session gives its reservations back in
 the background.
 
-The other parts: reserves and wake-ups (:mod:`.waiting`), timers, heartbeat
-and notifications between nodes (:mod:`.upkeep`), stats (:mod:`.stats`),
-tubes (:mod:`.tubes`), listings (:mod:`.listing`), the jobs a worker's
-delete takes for its next reserve (:mod:`.taking`).
+The engine owns its parts, each an object built with it that declares what
+it uses of it (a ``...Host`` protocol in its module; docs/architecture.md
+draws the arrows): reserves and wake-ups (:mod:`.waiting`), timers,
+heartbeat and notifications between nodes (:mod:`.upkeep`), stats
+(:mod:`.stats`), peeks and listings (:mod:`.listing`), the jobs a worker's
+delete takes for its next reserve (:mod:`.taking`).  The tubes
+(:mod:`.tubes`) and the session rules (``core.sessions``) are its bases.
 """
 from __future__ import annotations
 
