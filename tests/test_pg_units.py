@@ -447,7 +447,7 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
         assert h(e.release(s, job_id, 0, 0)) is o.RELEASED
         h.advance(0.05)
         assert channels() == [None, None]
-        e._event(NodeHere(e.node_id + 1).encode().encode())
+        e.upkeep.event(NodeHere(e.node_id + 1).encode().encode())
         h(e.put(s, 0, 0, 60, b"y\r\n"))
         job_id = h(e.reserve(s)).id
         assert h(e.release(s, job_id, 0, 0)) is o.RELEASED
@@ -502,13 +502,19 @@ def test_the_log_line_for_silent_nodes_puts_its_counts_in_the_right_number():
 
     from twisted_stalk.pg.upkeep import Upkeep
 
-    class Node:
-        _beats = 7
-        _reclaimed_at = -100
-
-        def _tubes_ready(self, rows):
+    class Reserver:
+        def tubes_ready(self, rows):
             self.ready = rows
 
+    class Engine:
+        reactor = None
+        reserver = Reserver()
+
+        def _now(self):
+            return 0.0
+
+    node = Upkeep(Engine())
+    node._beats = 7
     lines = []
 
     def observe(event):
@@ -517,16 +523,16 @@ def test_the_log_line_for_silent_nodes_puts_its_counts_in_the_right_number():
 
     globalLogPublisher.addObserver(observe)
     try:
-        node = Node()
-        Upkeep._reclaimed(node, [(None,), ("emails",)])  # a node's row, then a job's tube
-        Upkeep._reclaimed(node, [(None,), (None,), ("emails",), ("emails",), ("other",)])
+        node._reclaimed([(None,), ("emails",)])  # a node's row, then a job's tube
+        node._reclaimed([(None,), (None,), ("emails",), ("emails",), ("other",)])
     finally:
         globalLogPublisher.removeObserver(observe)
     assert lines == ["gave up on 1 silent node: 1 reservation back to ready, their "
                      "database sessions ended",
                      "gave up on 2 silent nodes: 3 reservations back to ready, their "
                      "database sessions ended"]
-    assert node.ready == [("emails",), ("emails",), ("other",)] and node._reclaimed_at == 7
+    assert node.engine.reserver.ready == [("emails",), ("emails",), ("other",)]
+    assert node._reclaimed_at == 7
 
 
 def test_a_nodes_session_name_is_what_postgresql_keeps():
@@ -606,8 +612,8 @@ def test_the_ttr_heap_holds_the_live_reservations_not_one_entry_per_reservation(
                 job = h(e.reserve(worker))
             assert h(e.delete(worker, job.id)) is o.DELETED
         # Without compaction: 211, one per reservation.
-        assert len(e.ttr_heap) <= 2 * 1 + 64 + 1, len(e.ttr_heap)
-        assert [entry[1] for entry in e.ttr_heap if entry[2] is holder] == [held]  # kept
+        assert len(e.upkeep.ttr_heap) <= 2 * 1 + 64 + 1, len(e.upkeep.ttr_heap)
+        assert [entry[1] for entry in e.upkeep.ttr_heap if entry[2] is holder] == [held]  # kept
         if time.monotonic() < due - 0.3:  # (unless the loop was that slow)
             h.advance(max(0.0, due - 0.3 - time.monotonic()))
             assert held in holder.reserved and e.job_timeouts == 0
@@ -640,7 +646,7 @@ def test_a_session_touching_one_of_its_jobs_keeps_its_deadlines_small(pg_engine)
         for _ in range(200):
             assert h(e.touch(s, a)) is o.TOUCHED
         assert len(s.ttr_heap) <= 2 * 2 + 64 + 1, len(s.ttr_heap)
-        assert len(e.ttr_heap) <= 2 * 2 + 64 + 1, len(e.ttr_heap)
+        assert len(e.upkeep.ttr_heap) <= 2 * 2 + 64 + 1, len(e.upkeep.ttr_heap)
         assert s.soonest_deadline() == s.reserved[b].deadline_at
         assert h(e.delete(s, b)) is o.DELETED
         assert s.soonest_deadline() == s.reserved[a].deadline_at

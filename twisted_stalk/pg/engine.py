@@ -18,10 +18,13 @@ release, bury, touch and delete).  Those commands (``use``, ``watch``,
 methods answer at once.  Closing a session gives its reservations back in
 the background.
 
-The other parts: reserves and wake-ups (:mod:`.waiting`), timers, heartbeat
-and notifications between nodes (:mod:`.upkeep`), stats (:mod:`.stats`),
-tubes (:mod:`.tubes`), listings (:mod:`.listing`), the jobs a worker's
-delete takes for its next reserve (:mod:`.taking`).
+The engine owns its parts, each an object built with it that declares what
+it uses of it (a ``...Host`` protocol in its module; docs/architecture.md
+draws the arrows): reserves and wake-ups (:mod:`.waiting`), timers,
+heartbeat and notifications between nodes (:mod:`.upkeep`), stats
+(:mod:`.stats`), peeks and listings (:mod:`.listing`), the jobs a worker's
+delete takes for its next reserve (:mod:`.taking`).  The tubes
+(:mod:`.tubes`) and the session rules (``core.sessions``) are its bases.
 """
 from __future__ import annotations
 
@@ -32,8 +35,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from ..core.counters import (
-    BURY, DELETE, KICK, PAUSE_TUBE, PEEK, PEEK_BURIED, PEEK_DELAYED, PEEK_READY, RELEASE,
-    RESERVE, RESERVE_WITH_TIMEOUT, TOUCH,
+    BURY, DELETE, KICK, PAUSE_TUBE, RELEASE, RESERVE, RESERVE_WITH_TIMEOUT, TOUCH,
 )
 from ..core.facts import Facts
 from ..core.journal import NullJournal
@@ -59,24 +61,52 @@ from .notifications import Notifications
 from .sql import SESSION, channel, statements
 from .listing import Listing
 from .stats import Stats
-from .util import gather
+from .util import MAX_ID, Delegated, gather
 from .tubes import NodeTube, TubeRegistry
 from .taking import Taking
 from .upkeep import Upkeep
-from .waiting import PgSession, Reserving
+from .waiting import PgSession, Reserver
 
 log = Logger(namespace="twisted_stalk.pg")
 
-#: Job ids are bigints: a larger id (the protocol allows up to 2**64 - 1) names no job.
-_MAX_ID = 2**63 - 1
 
+class PgEngine(TubeRegistry, SessionRules):
+    """One node's engine on a PostgreSQL queue (see the module docstring).
 
-class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
-    """One node's engine on a PostgreSQL queue (see the module docstring)."""
+    Its parts, each built with the engine and declaring what it uses of it
+    (a ``...Host`` protocol in its module): :attr:`statistics` (stats.py),
+    :attr:`upkeep` (upkeep.py), :attr:`taking` (taking.py), :attr:`reserver`
+    (waiting.py), :attr:`listing` (listing.py).  The seam's members that
+    live in a part are delegated to it (:class:`~.util.Delegated`)."""
 
     #: A connection's pipelined puts run while its earlier ones are out
     #: (server/flow.py: a chain), so one read's puts share a batch statement.
     pipelined_puts = True
+
+    # The seam's stats and inspection are the stats part's (stats.py).
+    stats = Delegated("statistics", Stats)
+    stats_tube = Delegated("statistics", Stats)
+    stats_job = Delegated("statistics", Stats)
+    list_tubes = Delegated("statistics", Stats)
+    tube_names = Delegated("statistics", Stats)
+    tube_stats = Delegated("statistics", Stats)
+    tube_figures = Delegated("statistics", Stats)
+    memory = Delegated("statistics", Stats)
+    server_stats = Delegated("statistics", Stats)
+    job_stats = Delegated("statistics", Stats)
+    # The peeks and listings are the listing part's (listing.py).
+    peek = Delegated("listing", Listing)
+    peek_ready = Delegated("listing", Listing)
+    peek_delayed = Delegated("listing", Listing)
+    peek_buried = Delegated("listing", Listing)
+    job = Delegated("listing", Listing)
+    list_jobs = Delegated("listing", Listing)
+    flush_tube = Delegated("listing", Listing)
+    jobs_page = Delegated("listing", Listing)
+    search_bodies = Delegated("listing", Listing)
+    job_holder = Delegated("listing", Listing)
+    # The base's timer hook is the upkeep's (upkeep.py).
+    arm = Delegated("upkeep", Upkeep)
 
     def __init__(self, reactor: Any, config: EngineConfig,
                  max_job_size: int = DEFAULT_MAX_JOB_SIZE, facts: Optional[Facts] = None) -> None:
@@ -90,31 +120,39 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         self.facts = facts or Facts(reactor.seconds())
         self.journal = NullJournal()
         self.channel = channel(config.schema)
-        #: The statement connections (pipelined, reconnected).
-        self.db = Connections(reactor, config.conninfo, statements(config.schema),
-                              size=config.pool, wait=config.wait, on_up=self._resync,
-                              settings=dict(SESSION))
-        #: The LISTEN connection: other nodes' notices.
-        self.notifications = Notifications(reactor, config.conninfo, self.channel,
-                                           on_event=self._event, on_up=self._resync)
         self.node_id: Optional[int] = None
         # Sessions, waits, wake-ups, drain and the connection and command
         # counters (core.sessions.SessionRules).
         self._init_sessions()
-        self._by_conn: Dict[int, PgSession] = {}
-        #: Wake-ups of reserves handed a put's job, sent after the put batch's replies.
-        self._handoffs: List[Any] = []
+        #: This node's sessions by connection number.
+        self.by_conn: Dict[int, PgSession] = {}
         self._next_conn = 0
         self.job_timeouts = 0
         self.total_jobs = 0
         self._epoch = 0
         self._init_tubes()
-        self._init_upkeep()
-        self._puts = Batcher(reactor, self._put_many, after=self._deliver_handoffs)
-        self._deletes = Batcher(reactor, self._delete_many)
-        self._reserves = Batcher(reactor, self._reserve_many)
+        self.statistics = Stats(self)
+        upkeep = self.upkeep = Upkeep(self)
+        #: The statement connections (pipelined, reconnected).
+        self.db = Connections(reactor, config.conninfo, statements(config.schema),
+                              size=config.pool, wait=config.wait, on_up=upkeep.resync,
+                              settings=dict(SESSION))
+        #: The LISTEN connection: other nodes' notices.
+        self.notifications = Notifications(reactor, config.conninfo, self.channel,
+                                           on_event=upkeep.event, on_up=upkeep.resync)
         #: Jobs a worker's delete took for its next reserve (taking.py).
         self.taking = Taking(self, config.take_hold)
+        reserver = self.reserver = Reserver(self)
+        self.listing = Listing(self)
+        # What the commands call per job, looked up once.
+        self.internal_error = upkeep.internal_error
+        self._delayed_due_in = upkeep.delayed_due_in
+        self._ready_by_name = reserver.ready_by_name
+        self._reserve = reserver.reserve
+        self._takers = reserver.takers
+        self._handed = reserver.handed
+        self._puts = Batcher(reactor, self._put_many, after=reserver.deliver_handoffs)
+        self._deletes = Batcher(reactor, self._delete_many)
 
     # ------------------------------------------------------------ life cycle
 
@@ -134,28 +172,27 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 f"RETURNING id",
                 (socket.gethostname(), self.facts.pid())).fetchone()
         self.node_id = row[0]
-        self._name_sessions()
+        self.upkeep.name_sessions()
 
     def start(self) -> defer.Deferred:
         """Connect the statement and LISTEN connections and start the
         heartbeat (after :meth:`register`)."""
-        self._start_heartbeat()
+        self.upkeep.start_heartbeat()
         self.reactor.addSystemEventTrigger("before", "shutdown", self.stop)
         return gather([self.db.start(), self.notifications.start()])
 
     def stop(self) -> defer.Deferred:
         """Leave: give back this node's reservations and unregister, then close."""
-        if self._heartbeat is not None and self._heartbeat.running:
-            self._heartbeat.stop()
+        self.upkeep.stop_heartbeat()
         self.taking.stop()
         self.notifications.stop()
         if self.node_id is None or not self.db.up:
             self.db.stop()
             return defer.succeed(None)
         d = self.db.execute("leave", [self.node_id])
-        d.addCallback(self._tubes_ready)
-        d.addCallback(lambda _: self._send_notes())
-        d.addErrback(self._failed)
+        d.addCallback(self.reserver.tubes_ready)
+        d.addCallback(lambda _: self.upkeep.send_notes())
+        d.addErrback(self.upkeep.failed)
         d.addBoth(lambda _: self.db.stop())
         return d
 
@@ -164,7 +201,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         super().hold()
         self.taking.give_back()
 
-    def _deliver(self) -> None:
+    def deliver(self) -> None:
         """Hand queued wake-ups to the front end (outside any command)."""
         if self.wakeups and self.notify is not None:
             self.notify()
@@ -175,15 +212,15 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         """A new client, numbered on this node; it uses and watches ``default``."""
         self._next_conn += 1
         s = PgSession(frontend, self.default_tube, self._next_conn)
-        self._by_conn[s.conn_id] = s
+        self.by_conn[s.conn_id] = s
         return self._opened(s)
 
     def return_reservations(self, s: PgSession) -> None:
         """A closing session's jobs go back to ready (in the background)."""
-        self._by_conn.pop(s.conn_id, None)
+        self.by_conn.pop(s.conn_id, None)
         self.taking.forgo(s)
         if s.is_worker:
-            self._give_back(s)
+            self.reserver.give_back(s)
 
     def next_deadline(self) -> None:
         """None: this engine keeps its own timers."""
@@ -194,7 +231,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
 
     def _tube_dropped(self, t: NodeTube) -> None:
         if self.node_id is not None and self.db.up:
-            self.db.execute("forget_tube", [t.name, self.node_id]).addErrback(self._failed)
+            self.db.execute("forget_tube", [t.name, self.node_id]).addErrback(self.upkeep.failed)
 
     # ------------------------------------------------------------ put
 
@@ -218,18 +255,19 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 self.taking.ready_behind(t, pri, job_id,
                                          lambda: self._ready_by_name(t.name, told=True))
             return job_id
-        return d.addCallbacks(inserted, self._internal_error)
+        return d.addCallbacks(inserted, self.internal_error)
 
     def _put_many(self, items: List[Any]) -> defer.Deferred:
         """Run a batch of puts (batch.py): (job id, handed over) per item.
 
         The batch's best jobs of each tube are offered to that tube's waiting
-        reserves on this node (:meth:`_takers`), and a put whose own session
+        reserves on this node (``Reserver.takers``), and a put whose own session
         will reserve it to the node's take (taking.py); the statement hands
         each over unless a ready job as good is in the database (see
         ``put_many``)."""
         tubes, pris, delays, ttrs, bodies, sessions = zip(*items)
-        takers = self._takers(items)
+        takers = ([None] * len(items) if self.held or not self.waiting_count
+                  else self._takers(items))
         conns = [0] * len(items)
         marks: Dict[bytes, Any] = {}
         for n, (s, producer) in enumerate(zip(takers, sessions)):
@@ -245,7 +283,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         d = self.db.execute("put_many", [
             text_array(list(tubes)), int_array(list(pris)), int_array(list(delays)),
             int_array(list(ttrs)), bytea_array(list(bodies)), int_array(conns), self.node_id,
-            None if self._alone else self.channel.encode()])
+            None if self.statistics.alone else self.channel.encode()])
 
         def answers(rows: Any) -> List[Tuple[int, bool]]:
             out = []
@@ -332,27 +370,27 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
     def _refused(self, outcome: Outcome) -> defer.Deferred:
         """A refused put still takes a job id, as in beanstalkd."""
         return self.db.execute("take_id").addCallbacks(lambda _: outcome,
-                                                       self._internal_error)
+                                                       self.internal_error)
 
     # ------------------------------------------------------------ reserves
 
     def reserve(self, s: PgSession) -> Any:
         self.cmd_counts[RESERVE] += 1
-        return self._reserve(s, None)
+        return self._reserve(s, None, self.held)
 
     def reserve_with_timeout(self, s: PgSession, timeout: int) -> Any:
         self.cmd_counts[RESERVE_WITH_TIMEOUT] += 1
-        return self._reserve(s, None if timeout < 0 else timeout)
+        return self._reserve(s, None if timeout < 0 else timeout, self.held)
 
     def reserve_job(self, s: PgSession, job_id: int) -> Any:
-        if job_id > _MAX_ID:
+        if job_id > MAX_ID:
             return NOT_FOUND
         claimed = self.taking.claim(job_id) if self.taking.by_tube else None
         if claimed is not None:  # a taken job is ready to this node: it is handed over
             if not s.is_worker:
                 self._set_worker(s)
-            job = self._job(claimed)
-            self._hold(s, job, claimed[5])
+            job = self.reserver.record(claimed)
+            self.reserver.hold(s, job, claimed[5])
             return job
         d = self.db.execute("reserve_job", [job_id, self.node_id, s.conn_id])
 
@@ -361,14 +399,14 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 return NOT_FOUND
             if not s.is_worker:
                 self._set_worker(s)
-            return self._reserved(s, rows[0]) or NOT_FOUND
-        return d.addCallbacks(done, self._internal_error)
+            return self.reserver.reserved(s, rows[0]) or NOT_FOUND
+        return d.addCallbacks(done, self.internal_error)
 
     # ------------------------------------------------------------ the holder's commands
 
     def delete(self, s: PgSession, job_id: int) -> Any:
         self.cmd_counts[DELETE] += 1
-        if job_id > _MAX_ID:
+        if job_id > MAX_ID:
             return NOT_FOUND
         since = self._epoch
         s.deleted = True
@@ -403,7 +441,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         def failed(failure: Any) -> Any:
             if claimed is not None:
                 self.taking.unclaim(claimed)
-            return self._internal_error(failure)
+            return self.internal_error(failure)
         return d.addCallbacks(deleted, failed)
 
     def drop_tube_if_unused(self, t: NodeTube) -> None:
@@ -431,7 +469,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 return
             if t is not None and t.seen <= since:
                 self._settle(name, False)
-        self.db.execute("tube_has_jobs", [name]).addCallbacks(looked, self._failed)
+        self.db.execute("tube_has_jobs", [name]).addCallbacks(looked, self.upkeep.failed)
 
     def _holder_statement(self, s: PgSession, job_id: int, name: str, args: List[Any],
                           then: Any) -> Any:
@@ -446,7 +484,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 s.reserved.pop(job_id, None)  # its TTR ran out, or its node was given up on
                 return NOT_FOUND
             return then(rows[0])
-        return d.addCallbacks(done, self._internal_error)
+        return d.addCallbacks(done, self.internal_error)
 
     def release(self, s: PgSession, job_id: int, pri: int, delay: int) -> Any:
         self.cmd_counts[RELEASE] += 1
@@ -480,7 +518,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             job = s.reserved.get(job_id)
             if job is not None:
                 job.deadline_at = self._now() + row[0]
-                self._schedule_ttr(s, job)
+                self.upkeep.schedule_ttr(s, job)
                 s.move_deadline(job_id, job.deadline_at)
             return TOUCHED
         return self._holder_statement(s, job_id, "touch", [], touched)
@@ -496,10 +534,10 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
                 self._ready_by_name(name, len(rows))
             return len(rows)
         return self.db.execute("kick", [name, bound]).addCallbacks(kicked,
-                                                                  self._internal_error)
+                                                                  self.internal_error)
 
     def kick_job(self, s: PgSession, job_id: int) -> Any:
-        if job_id > _MAX_ID:
+        if job_id > MAX_ID:
             return NOT_FOUND
         def kicked(rows: Any) -> Outcome:
             if not rows:
@@ -507,43 +545,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             self._ready_by_name(rows[0][0])
             return KICKED
         return self.db.execute("kick_job", [job_id]).addCallbacks(kicked,
-                                                                 self._internal_error)
-
-    # ------------------------------------------------------------ peeks
-
-    def _peek(self, name: str, params: List[Any]) -> Any:
-        def found(rows: Any) -> Any:
-            if not rows:
-                return NOT_FOUND
-            job_id, body = rows[0]
-            return self._job((job_id, body, 0, 0, b"", 0.0))
-        return self.db.execute(name, params).addCallbacks(found, self._internal_error)
-
-    def peek(self, s: PgSession, job_id: int) -> Any:
-        self.cmd_counts[PEEK] += 1
-        if job_id > _MAX_ID:
-            return NOT_FOUND
-        return self._peek("peek", [job_id])
-
-    def peek_ready(self, s: PgSession) -> Any:
-        self.cmd_counts[PEEK_READY] += 1
-        return self._peek("peek_ready", [s.use.name])
-
-    def peek_delayed(self, s: PgSession) -> Any:
-        self.cmd_counts[PEEK_DELAYED] += 1
-        return self._peek("peek_delayed", [s.use.name])
-
-    def peek_buried(self, s: PgSession) -> Any:
-        self.cmd_counts[PEEK_BURIED] += 1
-        return self._peek("peek_buried", [s.use.name])
-
-    def job(self, job_id: int) -> Any:
-        """The job (a Deferred), or NOT_FOUND; counts nothing."""
-        if job_id > _MAX_ID:
-            return NOT_FOUND
-        def found(rows: Any) -> Any:
-            return self._job(rows[0]) if rows else NOT_FOUND
-        return self.db.execute("job", [job_id]).addCallbacks(found, self._internal_error)
+                                                                 self.internal_error)
 
     # ------------------------------------------------------------ pause
 
@@ -551,7 +553,7 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
         self.cmd_counts[PAUSE_TUBE] += 1
         if not valid_tube_name(name):
             return BAD_FORMAT
-        d = self._tube_exists(name)
+        d = self.tube_exists(name)
 
         def exists(yes: bool) -> Any:
             if not yes:
@@ -565,22 +567,22 @@ class PgEngine(Reserving, Upkeep, Stats, Listing, TubeRegistry, SessionRules):
             if delay:
                 self.taking.give_back([name])
             t.pause = delay
-            self._pause_ends_in(t, left if delay else 0)
-            self._note(PauseEnds(self.node_id, name, left if delay else 0))
+            self.upkeep.pause_ends_in(t, left if delay else 0)
+            self.upkeep.note(PauseEnds(self.node_id, name, left if delay else 0))
             return PAUSED
-        return d.addCallback(exists).addErrback(self._internal_error)
+        return d.addCallback(exists).addErrback(self.internal_error)
 
-    def _tube_exists(self, name: bytes) -> defer.Deferred:
+    def tube_exists(self, name: bytes) -> defer.Deferred:
         """Whether tube ``name`` exists: known here, holding jobs, or used by another node."""
         t = self.tubes.get(name)
         if t is not None and not (t.unsure and not t.referenced):
             return defer.succeed(True)
-        d = gather([self.db.execute("tube_has_jobs", [name]), self._read_fresh()])
+        d = gather([self.db.execute("tube_has_jobs", [name]), self.statistics.read_fresh()])
 
         def exists(results: Any) -> bool:
             jobs = bool(results[0][0][0])
             self._settle(name, jobs)
-            return jobs or name in self.tubes or name in self._elsewhere()
+            return jobs or name in self.tubes or name in self.statistics.elsewhere()
         return d.addCallback(exists)
 
 

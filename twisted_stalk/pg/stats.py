@@ -12,26 +12,141 @@ are this node's.  With one node every figure is what beanstalkd shows.
 
 The inspection methods (metrics, console) answer at once from what the node
 holds: its own figures and the job counts read at the last heartbeat.
+
+:class:`Stats` is a part of :class:`~.engine.PgEngine`, which delegates
+these methods of the ``Engine`` seam to it.  It also keeps what the node
+knows of the other nodes (their figures, the retired totals, whether any is
+known at all: :attr:`Stats.alone`), which the heartbeat (:mod:`.upkeep`)
+refreshes through its ``read_*`` methods.  What it uses of the engine is
+:class:`StatsHost`.
 """
 from __future__ import annotations
 
+import json
 import time
-from typing import Any, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Protocol as _Interface
 
 from twisted.internet import defer
 
 from ..core.counters import LIST_TUBES, STATS, STATS_JOB, STATS_TUBE
 from ..core.job import STATE_NAMES
-from ..core.outcomes import INTERNAL_ERROR, NOT_FOUND
+from ..core.outcomes import NOT_FOUND
 from ..core.readmodel import MemoryUse, TubeFigures
 from ..protocol.yaml import StatPairs
-from .util import gather
+from .util import MAX_ID, gather
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.journal import Journal
+    from .connections import Connections
+    from .tubes import NodeTube
+
+
+class StatsHost(_Interface):
+    """What :class:`Stats` uses of the engine (its other arrows: none)."""
+
+    db: "Connections"
+    node_id: Optional[int]
+    tubes: Dict[bytes, "NodeTube"]
+    tube_list: List["NodeTube"]
+    cmd_counts: Dict[str, int]
+    journal: "Journal"
+    #: The tube registry's event count (tubes.TubeRegistry).
+    _epoch: int
+
+    def reconcile(self, with_jobs: Iterable[bytes], elsewhere: Iterable[bytes],
+                  since: Optional[int] = None) -> None:
+        """Bring the tube list in line with the database (tubes.TubeRegistry)."""
+
+    def _settle(self, name: bytes, jobs: bool) -> None:
+        """A look found tube ``name`` holds ``jobs`` (tubes.TubeRegistry)."""
+
+    def _server_stat_pairs(self, counts: Tuple[int, int, int, int, int],
+                           binlog: Dict[str, int],
+                           over_nodes: Callable[[str, int, bool], int]) -> StatPairs:
+        """The ``stats`` pairs (core.sessions.SessionRules)."""
+
+    def internal_error(self, failure: Any) -> Any:
+        """A command's statement failed: log it, answer INTERNAL_ERROR."""
 
 
 class Stats:
-    """The stats side of the engine (a part of :class:`~.engine.PgEngine`)."""
+    """The stats side of the engine (see the module docstring)."""
 
-    _inspected_at = 0.0
+    def __init__(self, engine: StatsHost) -> None:
+        self.engine = engine
+        #: Other live nodes: id -> (figures, tube figures), as of the last read.
+        self.others: Dict[int, Tuple[Dict[str, int], Dict[str, List[int]]]] = {}
+        #: Notices heard from other nodes, and how many had been heard when the
+        #: last read of ``nodes`` went out (-1: none read yet); see :attr:`alone`.
+        self.heard = 0
+        self.heard_at_read = -1
+        #: Counters of nodes that are gone.
+        self.retired: Dict[str, int] = {}
+        #: Job counts of the whole queue as of the last heartbeat (inspection).
+        self.counts: Tuple[int, ...] = (0, 0, 0, 0, 0)
+        self.inspected_at = 0.0
+
+    # ------------------------------------------------------------ the other nodes
+
+    @property
+    def alone(self) -> bool:
+        """No other node is known (upkeep.py): the last read of ``nodes``
+        found none, and no other node's notice came since it went out."""
+        return not self.others and self.heard == self.heard_at_read
+
+    def noticed(self) -> None:
+        """A notice of another node came (upkeep.py)."""
+        self.heard += 1
+
+    def read_others(self, rows: Any, heard: int) -> None:
+        """The other nodes' rows, read when ``heard`` notices had come."""
+        self.others = {node: (json.loads(figures), json.loads(tubes))
+                       for node, figures, tubes in rows}
+        self.heard_at_read = heard
+
+    def read_retired(self, rows: Any) -> None:
+        self.retired = {key.decode(): value for key, value in rows}
+
+    def elsewhere(self) -> List[bytes]:
+        """Tubes other nodes' sessions use, watch or wait on."""
+        names = set()
+        for _, tubes in self.others.values():
+            for name, figures in tubes.items():
+                if figures[0] or figures[1] or figures[2]:
+                    names.add(name.encode("ascii"))
+        return sorted(names)
+
+    def read_counts(self, rows: Any) -> None:
+        if rows:
+            self.counts = tuple(rows[0][:5])
+
+    def read_tube_counts(self, rows: Any) -> None:
+        fresh: Dict[bytes, List[int]] = {}
+        for name, state, urgent, n in rows:
+            counts = fresh.setdefault(name, [0, 0, 0, 0, 0])
+            counts[1 + state] = n
+            if state == 0:
+                counts[0] = urgent
+        for t in self.engine.tube_list:
+            c = fresh.get(t.name, [0, 0, 0, 0, 0])
+            (t.urgent_count, t.ready_count, t.reserved_count, t.delayed_count,
+             t.buried_count) = c
+
+    def read_fresh(self) -> defer.Deferred:
+        """Other nodes' figures and the retired totals, read now."""
+        e = self.engine
+        db = e.db
+        return gather([
+            db.execute("others", [e.node_id]).addCallback(self.read_others, self.heard),
+            db.execute("retired").addCallback(self.read_retired),
+        ])
+
+    def inspected(self) -> bool:
+        """True if a front end looked at the server's or the tubes' figures in
+        the last minute: the heartbeat then also refreshes the job counts (a
+        count reads every job, so a node nobody inspects does not count)."""
+        return time.monotonic() - self.inspected_at < 60.0
 
     # ------------------------------------------------------------ sums
 
@@ -56,43 +171,36 @@ class Stats:
                 sums = [a + b for a, b in zip(sums, figures)]
         return sums
 
-    def _read_fresh(self) -> defer.Deferred:
-        """Other nodes' figures and the retired totals, read now."""
-        db = self.db
-        return gather([
-            db.execute("others", [self.node_id]).addCallback(self._read_others, self._heard),
-            db.execute("retired").addCallback(self._read_retired),
-        ])
-
     # ------------------------------------------------------------ the commands
 
     def stats(self, s: Any) -> Any:
-        self.cmd_counts[STATS] += 1
-        db = self.db
-        since = self._epoch
+        e = self.engine
+        e.cmd_counts[STATS] += 1
+        db = e.db
+        since = e._epoch
         d = gather([
             db.execute("counts_all"),
             db.execute("tubes_with_jobs"),
-            self._read_fresh(),
+            self.read_fresh(),
         ])
 
         def build(results: Any) -> StatPairs:
             counts, with_jobs, _ = results
-            self._read_counts(counts)
-            self.reconcile([r[0] for r in with_jobs], self._elsewhere(), since)
+            self.read_counts(counts)
+            e.reconcile([r[0] for r in with_jobs], self.elsewhere(), since)
             return self._stat_pairs()
-        return d.addCallbacks(build, self._internal_error)
+        return d.addCallbacks(build, e.internal_error)
 
     def stats_tube(self, s: Any, name: bytes) -> Any:
-        self.cmd_counts[STATS_TUBE] += 1
-        db = self.db
-        d = gather([db.execute("counts_tube", [name]), self._read_fresh()])
+        e = self.engine
+        e.cmd_counts[STATS_TUBE] += 1
+        d = gather([e.db.execute("counts_tube", [name]), self.read_fresh()])
 
         def build(results: Any) -> Any:
             row = results[0][0]
             urgent, ready, reserved, delayed, buried, pause, left = row
-            self._settle(name, bool(ready or reserved or delayed or buried))
-            t = self.tubes.get(name)
+            e._settle(name, bool(ready or reserved or delayed or buried))
+            t = e.tubes.get(name)
             sums = self._tube_sums(t)
             if t is None and not (ready or reserved or delayed or buried) and not any(sums[:3]):
                 return NOT_FOUND
@@ -104,37 +212,32 @@ class Stats:
                                sums[1], sums[2], sums[4], sums[5], pause,
                                max(0, int(left)) if pause and left is not None else 0
                                ).stat_pairs()
-        return d.addCallbacks(build, self._internal_error)
+        return d.addCallbacks(build, e.internal_error)
 
     def stats_job(self, s: Any, job_id: int) -> Any:
-        self.cmd_counts[STATS_JOB] += 1
+        self.engine.cmd_counts[STATS_JOB] += 1
         return self.job_stats(job_id)
 
     def list_tubes(self, s: Any) -> Any:
-        self.cmd_counts[LIST_TUBES] += 1
-        since = self._epoch
-        d = gather([self.db.execute("tubes_with_jobs"), self._read_fresh()])
+        e = self.engine
+        e.cmd_counts[LIST_TUBES] += 1
+        since = e._epoch
+        d = gather([e.db.execute("tubes_with_jobs"), self.read_fresh()])
 
         def build(results: Any) -> List[bytes]:
-            self.reconcile([r[0] for r in results[0]], self._elsewhere(), since)
+            e.reconcile([r[0] for r in results[0]], self.elsewhere(), since)
             return self.tube_names()
-        return d.addCallbacks(build, self._internal_error)
+        return d.addCallbacks(build, e.internal_error)
 
     # ------------------------------------------------------------ inspection
 
-    def _inspected(self) -> bool:
-        """True if a front end looked at the server's or the tubes' figures in
-        the last minute: the heartbeat then also refreshes the job counts (a
-        count reads every job, so a node nobody inspects does not count)."""
-        return time.monotonic() - self._inspected_at < 60.0
-
     def tube_names(self) -> List[bytes]:
-        return [t.name for t in self.tube_list]
+        return [t.name for t in self.engine.tube_list]
 
     def tube_stats(self, name: bytes) -> Any:
         """A tube's stats from what the node holds (job counts as of the last heartbeat)."""
-        self._inspected_at = time.monotonic()
-        t = self.tubes.get(name)
+        self.inspected_at = time.monotonic()
+        t = self.engine.tubes.get(name)
         if t is None:
             return NOT_FOUND
         return self._figures(t).stat_pairs()
@@ -142,8 +245,8 @@ class Stats:
     def tube_figures(self) -> List[TubeFigures]:
         """Every tube's figures: job counts as of the last heartbeat, the
         rest summed over the nodes (as :meth:`tube_stats`)."""
-        self._inspected_at = time.monotonic()
-        return [self._figures(t) for t in self.tube_list]
+        self.inspected_at = time.monotonic()
+        return [self._figures(t) for t in self.engine.tube_list]
 
     def _figures(self, t: Any) -> TubeFigures:
         using, watching, waiting, total, deletes, pauses = self._tube_sums(t)
@@ -159,15 +262,16 @@ class Stats:
         """The server's stats: job counts as last read, counters summed over
         nodes (for the front ends that show them: the heartbeat keeps the
         counts fresh while they look; ``stats`` reads its own)."""
-        self._inspected_at = time.monotonic()
+        self.inspected_at = time.monotonic()
         return self._stat_pairs()
 
     def _stat_pairs(self) -> StatPairs:
-        return self._server_stat_pairs(self.counts, self.journal.stats(), self._sum)
+        e = self.engine
+        return e._server_stat_pairs(self.counts, e.journal.stats(), self._sum)
 
     def job_stats(self, job_id: int) -> Any:
         """A job's stats pairs, read from the database (a Deferred)."""
-        if job_id > 2**63 - 1:
+        if job_id > MAX_ID:
             return NOT_FOUND
         def build(rows: Any) -> Any:
             if not rows:
@@ -181,11 +285,8 @@ class Stats:
                 ("file", 0), ("reserves", reserves), ("timeouts", timeouts),
                 ("releases", releases), ("buries", buries), ("kicks", kicks),
             ]
-        return self.db.execute("stats_job", [job_id]).addCallbacks(build, self._internal_error)
-
-    def _internal_error(self, failure: Any) -> Any:
-        self._failed(failure)
-        return INTERNAL_ERROR
+        e = self.engine
+        return e.db.execute("stats_job", [job_id]).addCallbacks(build, e.internal_error)
 
 
-__all__ = ["Stats"]
+__all__ = ["Stats", "StatsHost"]

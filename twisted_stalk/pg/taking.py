@@ -45,14 +45,18 @@ their session holds and the statement checks it.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Protocol as _Interface
 
 from twisted.internet import defer
 
 from .batch import int_array
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import PgEngine
+    from .connections import Connections
+    from .tubes import NodeTube
+    from .upkeep import Upkeep
+    from .waiting import Reserver
 
 #: Deletes in a row each followed by a reserve before a session's delete takes a job.
 STREAK = 2
@@ -72,10 +76,26 @@ class _Taken:
         self.expecting = 0
 
 
+class TakingHost(_Interface):
+    """What :class:`Taking` uses of the engine, and through it of the other parts."""
+
+    reactor: Any
+    db: "Connections"
+    node_id: Optional[int]
+    held: bool
+    tubes: Dict[bytes, "NodeTube"]
+    sessions: Set[Any]
+    #: The other parts: the reserver (``tubes_ready``), the upkeep (``failed``).
+    reserver: "Reserver"
+    upkeep: "Upkeep"
+    # The shared base's (core.sessions.SessionRules).
+    _now: Callable[[], float]
+
+
 class Taking:
     """The node's taken jobs (a part of :class:`~.engine.PgEngine`; see the module docstring)."""
 
-    def __init__(self, engine: "PgEngine", hold: float) -> None:
+    def __init__(self, engine: TakingHost, hold: float) -> None:
         self.engine = engine
         #: Seconds a taken job waits to be asked for (0: never take).
         self.hold = hold
@@ -161,9 +181,11 @@ class Taking:
 
     # ------------------------------------------------------------ the reserve's side
 
-    def hand(self, s: Any) -> Optional[Any]:
-        """The job for session ``s``'s reserve from the take, or None.  Taken
-        jobs that may no longer be the best go back (see :meth:`stale`)."""
+    def hand(self, s: Any) -> Optional[Tuple[int, int, float, Tuple[Any, ...]]]:
+        """The job for session ``s``'s reserve from the take, or None: (pri,
+        id, taken at, row) with row (id, body, ttr, pri, tube, time left then,
+        reserves); the reserver makes it ``s``'s.  Taken jobs that may no
+        longer be the best go back (see :meth:`stale`)."""
         self.asked(s)
         if len(s.watch) != 1:
             return None
@@ -173,12 +195,8 @@ class Taking:
             return None
         if entry.tube is not t or entry.mark != t.events:
             return None
-        _, _, taken_at, row = heapq.heappop(entry.heap)
         self.handed += 1
-        e = self.engine
-        job = e._job(row)
-        e._hold(s, job, row[5] - (e._now() - taken_at))
-        return job
+        return heapq.heappop(entry.heap)
 
     def ready_behind(self, t: Any, pri: int, job_id: int, made_ready: Any) -> None:
         """Job ``job_id`` of priority ``pri`` became ready in tube ``t``
@@ -301,8 +319,8 @@ class Taking:
 
         def failed(failure: Any) -> None:
             self.unsure = True  # heal() gives them back
-            e._failed(failure)
-        return d.addCallbacks(e._tubes_ready, failed)
+            e.upkeep.failed(failure)
+        return d.addCallbacks(e.reserver.tubes_ready, failed)
 
     def started(self) -> None:
         """A statement that takes went out."""
@@ -324,11 +342,11 @@ class Taking:
         known = [item[1] for entry in self.by_tube.values() for item in entry.heap]
         known += [job_id for s in e.sessions for job_id in s.reserved]
         return e.db.execute("return_lost_takes", [e.node_id, int_array(known)]).addCallbacks(
-            e._tubes_ready, self._heal_failed)
+            e.reserver.tubes_ready, self._heal_failed)
 
     def _heal_failed(self, failure: Any) -> None:
         self.unsure = True
-        self.engine._failed(failure)
+        self.engine.upkeep.failed(failure)
 
     def stop(self) -> None:
         if self._call is not None and self._call.active():
@@ -336,4 +354,4 @@ class Taking:
         self._call = None
 
 
-__all__ = ["STREAK", "Taking"]
+__all__ = ["STREAK", "Taking", "TakingHost"]

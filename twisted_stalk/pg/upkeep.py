@@ -34,22 +34,39 @@ other (its last read of ``nodes`` found none and no other node's notice
 came since) sends none: a notice costs a commit.  A node that comes, or
 whose LISTEN connection comes back, says ``NodeHere`` first, so the others
 notify again at once rather than after their next heartbeat.
+
+:class:`Upkeep` is a part of :class:`~.engine.PgEngine`; what it uses of
+the engine and the other parts is :class:`UpkeepHost`.  The others call its
+public methods: the reserver ``schedule_ttr``, ``note``, ``failed``; the
+engine the rest.
 """
 from __future__ import annotations
 
 import heapq
 import json
 import socket
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Protocol as _Interface
 
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from ..core.outcomes import INTERNAL_ERROR
 from ..protocol.commands import COUNTED_COMMANDS
 from ..wording import counted
 from .batch import text_array
 from .notices import DelayedDue, JobsReady, NodeHere, Notice, decode, merged, payload_array
 from .sql import session_name, session_tag
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.facts import Facts
+    from .config import EngineConfig
+    from .connections import Connections
+    from .notifications import Notifications
+    from .stats import Stats
+    from .taking import Taking
+    from .tubes import NodeTube
+    from .waiting import Reserver
 
 log = Logger(namespace="twisted_stalk.pg")
 
@@ -65,14 +82,66 @@ def _timed(entry: Tuple[float, int, Any]) -> bool:
     return job is not None and job.deadline_at == deadline and not s.closed
 
 
+class UpkeepHost(_Interface):
+    """What :class:`Upkeep` uses of the engine, and through it of the other parts."""
+
+    reactor: Any
+    config: "EngineConfig"
+    db: "Connections"
+    notifications: "Notifications"
+    channel: str
+    node_id: Optional[int]
+    facts: "Facts"
+    tubes: Dict[bytes, "NodeTube"]
+    tube_list: List["NodeTube"]
+    sessions: Set[Any]
+    by_conn: Dict[int, Any]
+    wait_heap: List[Tuple[float, int, Any]]
+    cmd_counts: Dict[str, int]
+    job_timeouts: int
+    total_jobs: int
+    total_connections: int
+    current_connections: int
+    producers: int
+    workers: int
+    waiting_count: int
+    #: The other parts: the reserver (``jobs_ready``, ``tubes_ready``), the
+    #: stats part (what the node knows of the others), the take.
+    reserver: "Reserver"
+    statistics: "Stats"
+    taking: "Taking"
+    # The shared base's (core.sessions.SessionRules, tubes.TubeRegistry).
+    _now: Callable[[], float]
+    _epoch: int
+
+    def _waits_due(self, now: float) -> None:
+        """End the waiting reserves due by ``now``."""
+
+    def deliver(self) -> None:
+        """Hand queued wake-ups to the front end."""
+
+    def job_holder(self, job_id: int) -> Any:
+        """The session of this node holding ``job_id``, or None."""
+
+    def reconcile(self, with_jobs: Iterable[bytes], elsewhere: Iterable[bytes],
+                  since: Optional[int] = None) -> None:
+        """Bring the tube list in line with the database."""
+
+    def referenced_tubes(self) -> Dict[str, List[int]]:
+        """This node's figures per tube."""
+
+
 class Upkeep:
     """Timers, heartbeat and notifications (a part of :class:`~.engine.PgEngine`)."""
 
-    def _init_upkeep(self) -> None:
+    def __init__(self, engine: UpkeepHost) -> None:
+        self.engine = engine
+        self.reactor = engine.reactor
+        self._now = engine._now
         #: (deadline_at, job id, session) of the reservations this node times;
         #: an entry goes stale when its job is deleted, released, buried,
         #: touched or given back, and the heap is compacted once it holds
-        #: more than ``_ttr_bound`` entries (see :meth:`_schedule_ttr`).
+        #: more than ``_ttr_bound`` entries (see :meth:`schedule_ttr`).
         self.ttr_heap: List[Tuple[float, int, Any]] = []
         self._ttr_bound = _TTR_SLACK
         self.pause_heap: List[Tuple[float, bytes]] = []
@@ -90,16 +159,6 @@ class Upkeep:
         #: Since when (local clock) this node's heartbeats have all succeeded.
         self._healthy_since: Optional[float] = None
         self._heartbeat: Optional[task.LoopingCall] = None
-        #: Other live nodes: id -> (figures, tube figures), as of the last read.
-        self.others: Dict[int, Tuple[Dict[str, int], Dict[str, List[int]]]] = {}
-        #: Notices heard from other nodes, and how many had been heard when the
-        #: last read of ``nodes`` went out (-1: none read yet); see :attr:`_alone`.
-        self._heard = 0
-        self._heard_at_read = -1
-        #: Counters of nodes that are gone.
-        self.retired: Dict[str, int] = {}
-        #: Job counts of the whole queue as of the last heartbeat (inspection).
-        self.counts: Tuple[int, ...] = (0, 0, 0, 0, 0)
         self._failures = 0
 
     # ------------------------------------------------------------ the timer
@@ -117,27 +176,29 @@ class Upkeep:
             self._timer = self.reactor.callLater(delay, self._fire)
 
     def _fire(self) -> None:
+        e = self.engine
         self._timer = None
         self._timer_at = float("inf")
         now = self._now()
-        self._waits_due(now)
+        e._waits_due(now)
         self._ttrs_due(now)
         pauses = self.pause_heap
         while pauses and pauses[0][0] <= now:
             _, name = heapq.heappop(pauses)
-            t = self.tubes.get(name)
+            t = e.tubes.get(name)
             if t is not None:
-                self._jobs_ready(t, len(t.waiting))
+                e.reserver.jobs_ready(t, len(t.waiting))
         if self._delay_at is not None and self._delay_at <= now:
             self._delay_at = None
             self._promote()
-        self._deliver()
+        e.deliver()
         self._rearm()
 
     def _rearm(self) -> None:
+        e = self.engine
         candidates = []
-        if self.wait_heap:
-            candidates.append(self.wait_heap[0][0])
+        if e.wait_heap:
+            candidates.append(e.wait_heap[0][0])
         if self.ttr_heap:
             candidates.append(self.ttr_heap[0][0])
         if self.pause_heap:
@@ -147,7 +208,7 @@ class Upkeep:
         if candidates:
             self.arm(min(candidates))
 
-    def _schedule_ttr(self, s: Any, job: Any) -> None:
+    def schedule_ttr(self, s: Any, job: Any) -> None:
         """Time the reservation of ``job`` by ``s`` (at its ``deadline_at``).
 
         Entries are not removed when a reservation ends (a delete would have
@@ -172,14 +233,15 @@ class Upkeep:
         self.ttr_heap = live
         self._ttr_bound = 2 * len(live) + _TTR_SLACK
 
-    def _delayed_due_in(self, seconds: float, tell: bool = True) -> None:
+    def delayed_due_in(self, seconds: float, tell: bool = True) -> None:
         """A delayed job is due ``seconds`` from now (tell other nodes)."""
+        e = self.engine
         at = self._now() + max(0.0, seconds) + 0.002
         if self._delay_at is None or at < self._delay_at:
             self._delay_at = at
             self.arm(at)
         if tell:
-            self._note(DelayedDue(self.node_id, max(0.0, seconds)))
+            self.note(DelayedDue(e.node_id, max(0.0, seconds)))
 
     # ------------------------------------------------------------ sweeps
 
@@ -196,32 +258,33 @@ class Upkeep:
     def _expire(self, due: Optional[Dict[int, Any]] = None) -> None:
         """Run the expire statement; then check which of ``due`` (this node's
         reservations whose TTR ran out here) are still held."""
+        e = self.engine
         if self._expiring and due is None:
             return
         self._expiring = True
-        d = self.db.execute("expire")
+        d = e.db.execute("expire")
 
         def expired(rows: Any) -> Any:
             self._expiring = False
-            self.job_timeouts += len(rows)
-            by_conn = self._by_conn
+            e.job_timeouts += len(rows)
+            by_conn = e.by_conn
             for job_id, _, node, conn in rows:
-                if node == self.node_id:  # connection 0: the take, or handed from it
-                    s = by_conn.get(conn) if conn else self.job_holder(job_id)
+                if node == e.node_id:  # connection 0: the take, or handed from it
+                    s = by_conn.get(conn) if conn else e.job_holder(job_id)
                     if s is not None:
                         s.reserved.pop(job_id, None)
                     elif not conn:
-                        self.taking.claim(job_id)
+                        e.taking.claim(job_id)
                 if due:
                     due.pop(job_id, None)
-            self._tubes_ready([(r[1],) for r in rows])
+            e.reserver.tubes_ready([(r[1],) for r in rows])
             if due:
                 return self._check_held(due)
             return None
 
         def failed(failure: Any) -> None:
             self._expiring = False
-            self._failed(failure)
+            self.failed(failure)
             if due:  # try again shortly
                 for job_id, s in due.items():
                     job = s.reserved.get(job_id)
@@ -231,8 +294,9 @@ class Upkeep:
         d.addCallbacks(expired, failed)
 
     def _check_held(self, due: Dict[int, Any]) -> defer.Deferred:
+        e = self.engine
         ids = "{" + ",".join(str(i) for i in due) + "}"
-        d = self.db.execute("still_held", [ids.encode(), self.node_id])
+        d = e.db.execute("still_held", [ids.encode(), e.node_id])
 
         def held(rows: Any) -> None:
             now = self._now()
@@ -249,135 +313,130 @@ class Upkeep:
                     # skip it): look again shortly, not at once.
                     job.deadline_at = now + max(left, 0.05)
                     s.move_deadline(job_id, job.deadline_at)  # (for DEADLINE_SOON)
-                    self._schedule_ttr(s, job)
-            self._deliver()
-        return d.addCallbacks(held, self._failed)
+                    self.schedule_ttr(s, job)
+            e.deliver()
+        return d.addCallbacks(held, self.failed)
 
     def _promote(self) -> None:
+        e = self.engine
         if self._promoting:
             return
         self._promoting = True
 
         def promoted(rows: Any) -> Any:
             self._promoting = False
-            self._tubes_ready(rows)
-            return self.db.execute("next_delayed").addCallback(self._next_delayed)
+            e.reserver.tubes_ready(rows)
+            return e.db.execute("next_delayed").addCallback(self._next_delayed)
 
         def failed(failure: Any) -> None:
             self._promoting = False
-            self._failed(failure)
-            self._delayed_due_in(0.5, tell=False)
-        self.db.execute("promote").addCallbacks(promoted, failed).addErrback(self._failed)
+            self.failed(failure)
+            self.delayed_due_in(0.5, tell=False)
+        e.db.execute("promote").addCallbacks(promoted, failed).addErrback(self.failed)
 
     def _next_delayed(self, rows: Any) -> None:
         left = rows[0][0] if rows else None
         if left is not None:
             self._delay_at = None
-            self._delayed_due_in(left, tell=False)
-
-    # ------------------------------------------------------------ ready jobs
-
-    def _ready_by_name(self, name: bytes, count: int = 1, told: bool = False) -> None:
-        """``count`` jobs became ready in tube ``name`` through this node
-        (``told``: the statement that made them ready notified the others)."""
-        t = self.tubes.get(name)
-        if t is not None:
-            self._jobs_ready(t, count)
-        if not told:
-            self._note(JobsReady(self.node_id, name, count))
+            self.delayed_due_in(left, tell=False)
 
     # ------------------------------------------------------------ notifications
 
-    def _note(self, notice: Notice) -> None:
+    def note(self, notice: Notice) -> None:
         self._notes.append(notice)
         if self._notes_call is None:
-            self._notes_call = self.reactor.callLater(0, self._send_notes)
+            self._notes_call = self.reactor.callLater(0, self.send_notes)
 
-    def _send_notes(self) -> None:
+    def send_notes(self) -> None:
         self._notes_call = None
         notes, self._notes = self._notes, []
-        if notes and not self._alone:
+        if notes and not self.engine.statistics.alone:
             self._notify(merged(notes))
 
-    @property
-    def _alone(self) -> bool:
-        """No other node is known (see the module docstring): the last read of
-        ``nodes`` found none, and no other node's notice came since it went out."""
-        return not self.others and self._heard == self._heard_at_read
-
     def _notify(self, notes: List[Notice]) -> None:
-        self.db.execute("notify", [self.channel.encode(),
-                                   payload_array(notes)]).addErrback(self._failed)
+        e = self.engine
+        e.db.execute("notify", [e.channel.encode(),
+                                payload_array(notes)]).addErrback(self.failed)
 
-    def _event(self, payload: bytes) -> None:
+    def event(self, payload: bytes) -> None:
         """A notification from a node (see the module docstring)."""
+        e = self.engine
         notice = decode(payload)
-        if notice is None or notice.node == self.node_id:
+        if notice is None or notice.node == e.node_id:
             return
-        self._heard += 1
+        e.statistics.noticed()
         if isinstance(notice, NodeHere):
             return
         if isinstance(notice, JobsReady):
-            t = self.tubes.get(notice.tube)
+            t = e.tubes.get(notice.tube)
             if t is not None:
-                self._jobs_ready(t, notice.count)
+                e.reserver.jobs_ready(t, notice.count)
         elif isinstance(notice, DelayedDue):
-            self._delayed_due_in(notice.seconds, tell=False)
+            self.delayed_due_in(notice.seconds, tell=False)
         else:
-            t = self.tubes.get(notice.tube)
+            t = e.tubes.get(notice.tube)
             if t is not None:
                 if notice.seconds > 0:  # paused: its taken jobs go back
-                    self.taking.give_back([t.name])
-                self._pause_ends_in(t, notice.seconds)
-        self._deliver()
+                    e.taking.give_back([t.name])
+                self.pause_ends_in(t, notice.seconds)
+        e.deliver()
 
-    def _pause_ends_in(self, t: Any, seconds: float) -> None:
+    def pause_ends_in(self, t: Any, seconds: float) -> None:
+        e = self.engine
         if seconds <= 0:
-            self._jobs_ready(t, len(t.waiting))
+            e.reserver.jobs_ready(t, len(t.waiting))
             return
         at = self._now() + seconds + 0.002
         heapq.heappush(self.pause_heap, (at, t.name))
         self.arm(at)
 
-    def _resync(self) -> None:
+    def resync(self) -> None:
         """Notifications may have been missed (a connection came back): look
         again, and tell the other nodes this one is there."""
-        self._notify([NodeHere(self.node_id)])
-        for t in list(self.tube_list):
-            self._jobs_ready(t, len(t.waiting))
+        e = self.engine
+        self._notify([NodeHere(e.node_id)])
+        for t in list(e.tube_list):
+            e.reserver.jobs_ready(t, len(t.waiting))
         self._beat()
-        self._deliver()
+        e.deliver()
 
     # ------------------------------------------------------------ heartbeat
 
-    def _start_heartbeat(self) -> None:
+    def start_heartbeat(self) -> None:
+        e = self.engine
         self._heartbeat = task.LoopingCall(self._beat)
         self._heartbeat.clock = self.reactor
-        self._heartbeat.start(self.config.heartbeat, now=False)
+        self._heartbeat.start(e.config.heartbeat, now=False)
+
+    def stop_heartbeat(self) -> None:
+        if self._heartbeat is not None and self._heartbeat.running:
+            self._heartbeat.stop()
 
     def figures(self) -> Dict[str, int]:
         """This node's counters, as published to the other nodes."""
-        out = {"cmd-" + name: self.cmd_counts[name] for name in COUNTED_COMMANDS}
+        e = self.engine
+        out = {"cmd-" + name: e.cmd_counts[name] for name in COUNTED_COMMANDS}
         out.update({
-            "job-timeouts": self.job_timeouts, "total-jobs": self.total_jobs,
-            "total-connections": self.total_connections,
-            "current-connections": self.current_connections,
-            "current-producers": self.producers, "current-workers": self.workers,
-            "current-waiting": self.waiting_count,
+            "job-timeouts": e.job_timeouts, "total-jobs": e.total_jobs,
+            "total-connections": e.total_connections,
+            "current-connections": e.current_connections,
+            "current-producers": e.producers, "current-workers": e.workers,
+            "current-waiting": e.waiting_count,
         })
         return out
 
     def _beat(self) -> None:
-        if self._beating or self.node_id is None:
+        e = self.engine
+        if self._beating or e.node_id is None:
             return
         self._beating = True
         self._beats += 1
-        db = self.db
-        since = self._epoch
+        db = e.db
+        since = e._epoch
         # The heartbeat first: a node back from an outage must renew its own
         # row before it looks for silent nodes, or it would find itself.
-        d = db.execute("heartbeat", [self.node_id, json.dumps(self.figures()).encode(),
-                                     json.dumps(self.referenced_tubes()).encode()])
+        d = db.execute("heartbeat", [e.node_id, json.dumps(self.figures()).encode(),
+                                     json.dumps(e.referenced_tubes()).encode()])
         d.addCallback(self._alive, self._now())
         d.addCallback(lambda _: self._sweeps(since))
 
@@ -388,46 +447,48 @@ class Upkeep:
                 log.info("database reachable again")
                 self._failures = 0
             if ok:
-                self.taking.heal()
-            self._deliver()
+                e.taking.heal()
+            e.deliver()
 
         def failed(failure: Any) -> None:
             self._healthy_since = None
-            self._failed(failure)
+            self.failed(failure)
             done([(False, failure)])
         d.addCallbacks(done, failed)
 
     def _sweeps(self, since: int) -> defer.Deferred:
         """The heartbeat's reads and sweeps, pipelined."""
-        db = self.db
+        e = self.engine
+        db = e.db
+        st = e.statistics
         steps = []
         healthy = self._healthy_since
-        if healthy is not None and self._now() - healthy >= self.config.dead_after:
+        if healthy is not None and self._now() - healthy >= e.config.dead_after:
             # Only a node that has reached the database for a while judges
             # others: after an outage every node gets stalk_dead_after to
             # come back before its reservations are given up.
-            steps.append(db.execute("reclaim", [b"%f" % self.config.dead_after, self.node_id,
-                                                session_tag(self.config.schema).encode()]
+            steps.append(db.execute("reclaim", [b"%f" % e.config.dead_after, e.node_id,
+                                                session_tag(e.config.schema).encode()]
                                     ).addCallback(self._reclaimed))
         steps += [
-            db.execute("promote").addCallback(self._tubes_ready),
+            db.execute("promote").addCallback(e.reserver.tubes_ready),
             db.execute("next_delayed").addCallback(self._next_delayed),
             db.execute("paused").addCallback(self._paused),
-            db.execute("others", [self.node_id]).addCallback(self._read_others, self._heard),
-            db.execute("retired").addCallback(self._read_retired),
+            db.execute("others", [e.node_id]).addCallback(st.read_others, st.heard),
+            db.execute("retired").addCallback(st.read_retired),
             db.execute("tubes_with_jobs").addCallback(
-                lambda rows: self.reconcile([r[0] for r in rows], self._elsewhere(), since)),
+                lambda rows: e.reconcile([r[0] for r in rows], st.elsewhere(), since)),
         ]
         self._expire()
         if self._beats % 10 == 0 or self._beats - self._reclaimed_at <= 10:
             # A dead node's last statements may commit after its reservations
             # were given back: look for reservations of no node for a while.
-            steps.append(db.execute("orphans").addCallback(self._tubes_ready))
-        if self._inspected():
+            steps.append(db.execute("orphans").addCallback(e.reserver.tubes_ready))
+        if st.inspected():
             # Counting reads every job: only for a node whose figures are read.
-            steps.append(db.execute("counts_all").addCallback(self._read_counts))
-            steps.append(db.execute("tube_counts").addCallback(self._read_tube_counts))
-        waited = [t.name for t in self.tube_list if t.waiting]
+            steps.append(db.execute("counts_all").addCallback(st.read_counts))
+            steps.append(db.execute("tube_counts").addCallback(st.read_tube_counts))
+        waited = [t.name for t in e.tube_list if t.waiting]
         if waited:
             steps.append(db.execute("ready_among", [text_array(waited)]).addCallback(
                 self._missed_ready))
@@ -436,12 +497,14 @@ class Upkeep:
     def _missed_ready(self, rows: Any) -> None:
         """Tubes with a ready job while reserves here wait on them: whatever
         wake-up should have come was lost, so try those reserves again."""
+        e = self.engine
         for (name,) in rows:
-            t = self.tubes.get(name)
+            t = e.tubes.get(name)
             if t is not None and t.waiting:
-                self._jobs_ready(t, len(t.waiting))
+                e.reserver.jobs_ready(t, len(t.waiting))
 
     def _reclaimed(self, rows: Any) -> None:
+        e = self.engine
         if rows:
             self._reclaimed_at = self._beats
             nodes = sum(1 for r in rows if r[0] is None)
@@ -449,12 +512,13 @@ class Upkeep:
             log.warn("gave up on {silent}: {returned} back to ready, their database "
                      "sessions ended", silent=counted(nodes, "silent node"),
                      returned=counted(jobs, "reservation"), nodes=nodes, jobs=jobs)
-        self._tubes_ready([r for r in rows if r[0] is not None])
+        e.reserver.tubes_ready([r for r in rows if r[0] is not None])
 
     def _alive(self, rows: Any, sent_at: float) -> None:
+        e = self.engine
         if rows:
             now = self._now()
-            if now - sent_at > self.config.dead_after / 2:
+            if now - sent_at > e.config.dead_after / 2:
                 # A heartbeat that took this long crossed an outage or a
                 # stall: the other nodes may not have caught up yet.
                 self._healthy_since = None
@@ -464,81 +528,55 @@ class Upkeep:
         # Given up on by the other nodes: they gave our reservations back.
         log.warn("node {node} was given up on by the other nodes (no heartbeat for "
                  "{dead} s): its reservations went back to ready; registering anew",
-                 node=self.node_id, dead=self.config.dead_after)
-        for s in list(self.sessions):
+                 node=e.node_id, dead=e.config.dead_after)
+        for s in list(e.sessions):
             s.reserved.clear()
             s.ttr_heap.clear()
-        self.taking.forget()
-        self.db.execute("register", [socket.gethostname().encode(), self.facts.pid()]
-                        ).addCallbacks(self._registered, self._failed)
+        e.taking.forget()
+        e.db.execute("register", [socket.gethostname().encode(), e.facts.pid()]
+                     ).addCallbacks(self._registered, self.failed)
 
     def _registered(self, rows: Any) -> None:
-        self.node_id = rows[0][0]
-        self._name_sessions()
+        e = self.engine
+        e.node_id = rows[0][0]
+        self.name_sessions()
 
-    def _name_sessions(self) -> None:
+    def name_sessions(self) -> None:
         """Name this node's database sessions after its id (``application_name``,
         :func:`~.sql.session_name`), so that other nodes that give it up end
         them: the connections to come at connect, those up now at once."""
-        name = session_name(self.config.schema, self.node_id)
-        self.db.settings["application_name"] = name
-        self.notifications.settings["application_name"] = name
-        conns = list(self.db.up)
-        listen = self.notifications.conn
+        e = self.engine
+        name = session_name(e.config.schema, e.node_id)
+        e.db.settings["application_name"] = name
+        e.notifications.settings["application_name"] = name
+        conns = list(e.db.up)
+        listen = e.notifications.conn
         if listen is not None and listen.ready and not listen.lost:
             conns.append(listen)
         for conn in conns:  # those still connecting apply it when they are up
-            conn.apply_settings().addErrback(self._failed)
+            conn.apply_settings().addErrback(self.failed)
 
     def _paused(self, rows: Any) -> None:
+        e = self.engine
         now = self._now()
         for name, left in rows:
-            t = self.tubes.get(name)
+            t = e.tubes.get(name)
             if t is not None and left > 0:
                 at = now + left + 0.002
                 if not any(n == name and abs(a - at) < 0.5 for a, n in self.pause_heap):
                     heapq.heappush(self.pause_heap, (at, name))
                     self.arm(at)
 
-    def _read_others(self, rows: Any, heard: int) -> None:
-        """The other nodes' rows, read when ``heard`` notices had come."""
-        self.others = {node: (json.loads(figures), json.loads(tubes))
-                       for node, figures, tubes in rows}
-        self._heard_at_read = heard
-
-    def _read_retired(self, rows: Any) -> None:
-        self.retired = {key.decode(): value for key, value in rows}
-
-    def _elsewhere(self) -> List[bytes]:
-        """Tubes other nodes' sessions use, watch or wait on."""
-        names = set()
-        for _, tubes in self.others.values():
-            for name, figures in tubes.items():
-                if figures[0] or figures[1] or figures[2]:
-                    names.add(name.encode("ascii"))
-        return sorted(names)
-
-    def _read_counts(self, rows: Any) -> None:
-        if rows:
-            self.counts = tuple(rows[0][:5])
-
-    def _read_tube_counts(self, rows: Any) -> None:
-        fresh: Dict[bytes, List[int]] = {}
-        for name, state, urgent, n in rows:
-            counts = fresh.setdefault(name, [0, 0, 0, 0, 0])
-            counts[1 + state] = n
-            if state == 0:
-                counts[0] = urgent
-        for t in self.tube_list:
-            c = fresh.get(t.name, [0, 0, 0, 0, 0])
-            (t.urgent_count, t.ready_count, t.reserved_count, t.delayed_count,
-             t.buried_count) = c
-
-    def _failed(self, failure: Any) -> None:
+    def failed(self, failure: Any) -> None:
         """A background statement failed (the database is away): log it once."""
         self._failures += 1
         if self._failures == 1:
             log.warn("database statement failed: {why}", why=failure.getErrorMessage())
+
+    def internal_error(self, failure: Any) -> Any:
+        """A command's statement failed: log it (once), answer INTERNAL_ERROR."""
+        self.failed(failure)
+        return INTERNAL_ERROR
 
 
 __all__ = ["Upkeep"]

@@ -6,6 +6,9 @@ from typing import Any, List
 
 from twisted.internet import defer
 
+#: Job ids are bigints: a larger id (the protocol allows up to 2**64 - 1) names no job.
+MAX_ID = 2**63 - 1
+
 
 def gather(deferreds: List[defer.Deferred]) -> defer.Deferred:
     """``gatherResults`` as a plain Deferred: the wire front end recognises an
@@ -21,4 +24,26 @@ def unwrap(failure: Any) -> Any:
     return sub if sub is not None else failure
 
 
-__all__ = ["gather", "unwrap"]
+class Delegated:
+    """A member of the engine that lives in one of its parts:
+    ``engine.name`` is ``engine.<part>.name``.  Read on the class, it is the
+    part's function (so the seam's signatures can be checked); read on an
+    engine, the part's bound method, kept in the engine's ``__dict__`` at
+    the first read, so later calls cost what a method's do."""
+
+    def __init__(self, part: str, cls: type) -> None:
+        self.part = part
+        self.cls = cls
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return getattr(self.cls, self.name)
+        bound = instance.__dict__[self.name] = getattr(getattr(instance, self.part), self.name)
+        return bound
+
+
+__all__ = ["Delegated", "MAX_ID", "gather", "unwrap"]

@@ -5,7 +5,7 @@ A reserve runs the ``reserve`` statement for the session's watched tubes.
 If it finds nothing the session waits, in the order it came, in each watched
 tube's ``waiting`` list.  Whenever jobs may have become ready in a tube (a
 put, release, kick or TTR expiry through this node, a notification from
-another node, a pause ending), :meth:`Reserving._serve` tries the reserve
+another node, a pause ending), :meth:`Reserver._serve` tries the reserve
 again for as many waiting sessions as jobs arrived, first come first; a job
 it gets is delivered as a wake-up.
 
@@ -20,7 +20,8 @@ engine.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import Protocol as _Interface
 
 from twisted.internet import defer
 
@@ -28,10 +29,15 @@ from ..core.job import READY, RESERVED, JobRecord
 from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
 from ..core.session import Session
 from ..protocol.constants import SAFETY_MARGIN
-from .batch import int_array, text_array
+from .batch import Batcher, int_array, text_array
+from .notices import JobsReady
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .connections import Connections
+    from .notifications import Notifications
+    from .taking import Taking
     from .tubes import NodeTube
+    from .upkeep import Upkeep
 
 
 class PgSession(Session):
@@ -56,18 +62,67 @@ class PgSession(Session):
         self.expect: Optional[bytes] = None
 
 
-class Reserving:
-    """The reserve side of the engine (a part of :class:`~.engine.PgEngine`)."""
+class ReserverHost(_Interface):
+    """What :class:`Reserver` uses of the engine, and through it of the other parts."""
 
+    reactor: Any
+    db: "Connections"
+    notifications: "Notifications"
+    node_id: Optional[int]
+    tubes: Dict[bytes, "NodeTube"]
     held: bool
     waiting_count: int
-    wakeups: list
-    wait_heap: List[Tuple[float, int, Session]]
-    ttr_heap: List[Tuple[float, int, Session]]
+    wakeups: List[Any]
+    #: The other parts: the take (``hand``, ``stale``, ``asked``) and the
+    #: timers (``schedule_ttr``, ``note``, ``failed``).
+    taking: "Taking"
+    upkeep: "Upkeep"
+    # The shared base's (core.sessions.SessionRules).
+    _now: Callable[[], float]
+
+    def deliver(self) -> None:
+        """Hand queued wake-ups to the front end."""
+
+    def _set_worker(self, s: Session) -> None:
+        """``s`` reserved: count it as a worker."""
+
+    def _start_waiting(self, s: Session, now: float, timeout: Optional[int]) -> None:
+        """``s`` waits in each tube it watches."""
+
+    def _stop_waiting(self, s: Session) -> None:
+        """``s`` waits no more."""
+
+    def _track_session_deadline(self, s: Session, job_id: int, deadline: float) -> None:
+        """Record a new reservation's deadline in the session's own heap."""
+
+
+class Reserver:
+    """The reserve side of the engine (a part of :class:`~.engine.PgEngine`)."""
+
+    def __init__(self, engine: ReserverHost) -> None:
+        self.engine = engine
+        # What the per-job paths call, looked up once.
+        self._now = engine._now
+        self.db = engine.db
+        self.tubes = engine.tubes
+        self.notifications = engine.notifications
+        self.taking = engine.taking
+        upkeep = engine.upkeep
+        self._schedule_ttr = upkeep.schedule_ttr
+        self._note = upkeep.note
+        self._failed = upkeep.failed
+        self._set_worker = engine._set_worker
+        self._track_session_deadline = engine._track_session_deadline
+        #: One-tube reserves share a statement (batch.py).
+        self._reserves = Batcher(engine.reactor, self._reserve_many)
+        #: Wake-ups of reserves handed a put's job, sent after the put batch's replies.
+        self._handoffs: List[Any] = []
 
     # ------------------------------------------------------------ the command
 
-    def _reserve(self, s: PgSession, timeout: Optional[int]) -> Any:
+    def reserve(self, s: PgSession, timeout: Optional[int], held: bool) -> Any:
+        """A reserve of ``s`` (``timeout``: None, or reserve-with-timeout's);
+        ``held``: the engine's ``held``, which the command read."""
         if not s.is_worker:
             self._set_worker(s)
         s.streak = s.streak + 1 if s.deleted else 0
@@ -75,23 +130,27 @@ class Reserving:
         s.deleted = s.put_before = False
         taking = self.taking
         if taking.by_tube:
-            if not self.held and not s.attempting:
-                job = taking.hand(s)
-                if job is not None:
+            if not held and not s.attempting:
+                taken = taking.hand(s)
+                if taken is not None:  # (pri, id, taken at, row)
+                    row = taken[3]
+                    job = self.record(row)
+                    self.hold(s, job, row[5] - (self._now() - taken[2]))
                     return job
                 d = taking.stale(s)
                 if d is not None:  # taken jobs that may not be the best go back first
-                    return d.addCallback(lambda _: self._reserve_now(s, timeout))
+                    return d.addCallback(
+                        lambda _: self._reserve_now(s, timeout, self.engine.held))
             taking.asked(s)
         s.expect = None
-        return self._reserve_now(s, timeout)
+        return self._reserve_now(s, timeout, held)
 
-    def _reserve_now(self, s: PgSession, timeout: Optional[int]) -> Any:
+    def _reserve_now(self, s: PgSession, timeout: Optional[int], held: bool) -> Any:
         now = self._now()
         soonest = s.soonest_deadline() if s.reserved else None
         deadline_soon = soonest is not None and now >= soonest - SAFETY_MARGIN
-        if self.held or s.attempting or (timeout != 0 and not deadline_soon
-                                         and self._known_empty(s)):
+        if held or s.attempting or (timeout != 0 and not deadline_soon
+                                    and self._known_empty(s)):
             return self._no_job(s, timeout, deadline_soon, None)
         marks = [t.events for t in s.watch]
         d = self._take(s, marks)
@@ -110,7 +169,7 @@ class Reserving:
             return DEADLINE_SOON
         if timeout == 0:
             return TIMED_OUT
-        self._start_waiting(s, self._now(), timeout)
+        self.engine._start_waiting(s, self._now(), timeout)
         if marks is not None and [t.events for t in s.watch] != marks:
             self._attempt(s)  # jobs came while the statement was out
         return WAITING
@@ -138,7 +197,8 @@ class Reserving:
         if len(watch) == 1:  # the common case: batched with others (batch.py)
             d = self._reserves.add((watch[0].name, s.conn_id))
         else:
-            d = self.db.execute("reserve", [text_array([t.name for t in watch]), self.node_id,
+            d = self.db.execute("reserve", [text_array([t.name for t in watch]),
+                                            self.engine.node_id,
                                             s.conn_id]).addCallback(
                 lambda rows: rows[0] if rows else None)
 
@@ -152,7 +212,7 @@ class Reserving:
             for t in watch:  # a job where none was thought to be: forget that
                 if t.name == row[4]:
                     t.empty_at = -1
-            return self._reserved(s, row)
+            return self.reserved(s, row)
 
         def failed(failure: Any) -> Any:
             s.attempting = False
@@ -164,7 +224,7 @@ class Reserving:
         """Run a batch of one-tube reserves: a job row or None per item."""
         d = self.db.execute("reserve_many", [text_array([t for t, _ in items]),
                                              b"{" + b",".join(b"%d" % c for _, c in items)
-                                             + b"}", self.node_id])
+                                             + b"}", self.engine.node_id])
 
         def answers(rows: Any) -> List[Any]:
             out: List[Any] = [None] * len(items)
@@ -173,16 +233,16 @@ class Reserving:
             return out
         return d.addCallback(answers)
 
-    def _reserved(self, s: PgSession, row: Tuple[Any, ...]) -> Any:
+    def reserved(self, s: PgSession, row: Tuple[Any, ...]) -> Any:
         """A reserve statement gave ``s`` a job (row: id, body, ttr, pri, tube, left)."""
-        job = self._job(row)
+        job = self.record(row)
         if s.closed:
-            self._give_back(s)  # the close's give-back may have run first
+            self.give_back(s)  # the close's give-back may have run first
             return None
-        self._hold(s, job, row[5])
+        self.hold(s, job, row[5])
         return job
 
-    def _hold(self, s: PgSession, job: JobRecord, left: float) -> None:
+    def hold(self, s: PgSession, job: JobRecord, left: float) -> None:
         """Record locally that ``s`` holds ``job`` for ``left`` more seconds."""
         deadline = self._now() + left
         job.state = RESERVED
@@ -195,10 +255,10 @@ class Reserving:
 
     # ------------------------------------------------------------ wake-ups
 
-    def _jobs_ready(self, t: "NodeTube", count: int = 1) -> None:
+    def jobs_ready(self, t: "NodeTube", count: int = 1) -> None:
         """Jobs may have become ready in ``t``: serve its waiting sessions."""
         t.events += 1
-        if t.waiting and not self.held:
+        if t.waiting and not self.engine.held:
             self._serve(t, count)
 
     def _serve(self, t: "NodeTube", count: int) -> None:
@@ -218,8 +278,9 @@ class Reserving:
             if isinstance(job, JobRecord):
                 if not self._woken(s, job):
                     return
-                self.wakeups.append((s, job))
-                self._deliver()
+                e = self.engine
+                e.wakeups.append((s, job))
+                e.deliver()
                 for t in watched:  # more jobs may be there for the next waiter
                     if t.waiting:
                         self._serve(t, 1)
@@ -233,12 +294,12 @@ class Reserving:
         if not s.waiting:
             self._unreserve(s, job)
             return False
-        self._stop_waiting(s)
+        self.engine._stop_waiting(s)
         return True
 
     # ------------------------------------------------------------ hand-offs
 
-    def _takers(self, puts: List[Any]) -> List[Optional[PgSession]]:
+    def takers(self, puts: List[Any]) -> List[Optional[PgSession]]:
         """For each put of a batch, the session waiting on this node to be
         handed its job, or None.
 
@@ -248,10 +309,9 @@ class Reserving:
         jobs; a waiter watching several tubes is served by a reserve
         statement, and so are those after it); a session with a reserve
         statement out is skipped.  Each taker is marked ``attempting`` until
-        the put statement has answered."""
+        the put statement has answered.  (The engine asks only while it is
+        not held and some reserve waits.)"""
         takers: List[Optional[PgSession]] = [None] * len(puts)
-        if self.held or not self.waiting_count:
-            return takers
         by_tube: dict = {}
         for n, (name, _, delay, _, _, _) in enumerate(puts):
             if not delay:
@@ -275,46 +335,56 @@ class Reserving:
                 s.attempting = True
         return takers
 
-    def _handed(self, s: PgSession, row: Tuple[Any, ...]) -> None:
+    def handed(self, s: PgSession, row: Tuple[Any, ...]) -> None:
         """A put's statement handed its job to waiting session ``s``; the
-        wake-up goes out after the batch's replies (:meth:`_deliver_handoffs`)."""
-        job = self._reserved(s, row)
+        wake-up goes out after the batch's replies (:meth:`deliver_handoffs`)."""
+        job = self.reserved(s, row)
         if job is not None and self._woken(s, job):
             self._handoffs.append((s, job))
 
-    def _deliver_handoffs(self) -> None:
+    def deliver_handoffs(self) -> None:
         """After a put batch's replies: its hand-offs' wake-ups (so a
         producer's INSERTED leaves before the RESERVED it caused)."""
         if self._handoffs:
-            self.wakeups.extend(self._handoffs)
+            e = self.engine
+            e.wakeups.extend(self._handoffs)
             self._handoffs = []
-            self._deliver()
+            e.deliver()
 
     def _unreserve(self, s: PgSession, job: JobRecord) -> None:
         """Give back a job a reserve got for a session that no longer waits."""
         s.reserved.pop(job.id, None)
-        self.db.execute("unreserve", [job.id, self.node_id, s.conn_id]).addCallbacks(
-            self._tubes_ready, self._failed)
+        self.db.execute("unreserve", [job.id, self.engine.node_id, s.conn_id]).addCallbacks(
+            self.tubes_ready, self._failed)
 
-    def _give_back(self, s: PgSession) -> None:
+    def give_back(self, s: PgSession) -> None:
         """Every job ``s`` holds goes back to ready (``s`` closed): those
         under (node, ``s``) and those it was handed from the node's take."""
         held = list(s.reserved.values())
         s.reserved.clear()
-        self.db.first("give_back", [self.node_id, s.conn_id,
+        self.db.first("give_back", [self.engine.node_id, s.conn_id,
                                     int_array([j.id for j in held]),
                                     int_array([j.binlog_file for j in held])]).addCallbacks(
-            self._tubes_ready, self._failed)
+            self.tubes_ready, self._failed)
 
-    def _tubes_ready(self, rows: Any) -> None:
+    def tubes_ready(self, rows: Any) -> None:
         """Rows whose first column is a tube that got a ready job: wake waiters, tell others."""
         counts: dict = {}
         for row in rows:
             counts[row[0]] = counts.get(row[0], 0) + 1
         for name, n in counts.items():
-            self._ready_by_name(name, n)
+            self.ready_by_name(name, n)
 
-    def _job(self, row: Tuple[Any, ...]) -> JobRecord:
+    def ready_by_name(self, name: bytes, count: int = 1, told: bool = False) -> None:
+        """``count`` jobs became ready in tube ``name`` through this node
+        (``told``: the statement that made them ready notified the others)."""
+        t = self.tubes.get(name)
+        if t is not None:
+            self.jobs_ready(t, count)
+        if not told:
+            self._note(JobsReady(self.engine.node_id, name, count))
+
+    def record(self, row: Tuple[Any, ...]) -> JobRecord:
         """A JobRecord from (id, body, ttr, pri, tube, time left[, reservation])
         (the body gets its CRLF).  A job this engine hands out carries the
         reservation it is under (the row's ``reserves`` when the holder got it;
@@ -346,4 +416,4 @@ class _Named:
         self.name = name
 
 
-__all__ = ["PgSession", "Reserving"]
+__all__ = ["PgSession", "Reserver", "ReserverHost"]
