@@ -210,11 +210,15 @@ def test_readiness_reports_each_problem():
 
 def _server_with(data: bytes):
     from twisted.internet.testing import StringTransport
+
+    from twisted_stalk.server.flow import TURN_COMMANDS
     clock = Clock()
     factory = BeanstalkServerFactory(clock, open_engine("memory:", clock))
     proto = factory.buildProtocol(None)
     proto.makeConnection(StringTransport())
     proto.dataReceived(data)
+    for _ in range(data.count(b"\n") // TURN_COMMANDS + 1):  # a turn's commands at a time
+        clock.advance(0)
     return factory
 
 
