@@ -173,6 +173,21 @@ def test_half_closed_waiting_client_gets_timed_out(wire):
     assert wire.reply() == b"TIMED_OUT\r\n"
 
 
+def test_a_client_that_half_closes_after_many_commands_gets_every_reply(wire):
+    """More commands than a read runs in one turn (server/flow.py), then a
+    half-close: every one is answered before the server closes (it used to
+    close after the first turn's)."""
+    wire.sock.sendall(b"list-tube-used\r\n" * 500)
+    wire.sock.shutdown(socket.SHUT_WR)
+    replies = b""
+    while True:
+        data = wire.sock.recv(65536)
+        if not data:
+            break
+        replies += data
+    assert replies == b"USING default\r\n" * 500
+
+
 def test_drain_mode_on_sigusr1(ours):
     w = Wire(ours.connect())
     assert w.ask(b"put 0 0 10 1\r\nx\r\n") == b"INSERTED 1\r\n"

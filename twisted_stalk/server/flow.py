@@ -187,7 +187,7 @@ class FlowControl:
         if self._buf:
             buf, self._buf = self._buf, b""
             self.dataReceived(buf)
-        if self._eof and not self._blocked:
+        if self._eof and not (self._blocked or self._yielding):
             self._close()
 
     def _buffer_while_held(self, data: bytes) -> None:

@@ -123,7 +123,7 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
             if self.engine.cancel_wait(self.session):
                 self._write(TIMED_OUT)
                 self._unblock()  # runs what the client sent before, then closes
-        else:
+        elif not self._yielding:  # (yielding: the next turns run the rest, then close)
             self._close()
         self.factory.after_input()
 
