@@ -162,19 +162,18 @@ class FlowControl:
 
     def _next_turn(self) -> None:
         self._yielding = False
-        self._halt = self._closing or self._blocked or self._stalled
-        if self._paused_reading and not (self._blocked or self._stalled):
-            self._paused_reading = False
-            self.transport.resumeProducing()
-        if self._buf or self._eof:
-            self.resume()
+        self._hold_ended()
 
     def _unblock(self) -> None:
         self._blocked = False
-        self._halt = self._closing or self._stalled or self._yielding
+        self._hold_ended()
+
+    def _hold_ended(self) -> None:
+        """A hold ended: unless another lasts, read again and run what waited."""
+        self._halt = self._closing or self._blocked or self._stalled or self._yielding
         if self._yielding:
             return  # the next turn runs what waits
-        if self._paused_reading and not self._stalled:
+        if self._paused_reading and not (self._blocked or self._stalled):
             self._paused_reading = False
             self.transport.resumeProducing()
         if self._buf or self._eof:
@@ -216,14 +215,7 @@ class FlowControl:
         if not self._stalled:
             return
         self._stalled = False
-        self._halt = self._closing or self._blocked or self._yielding
-        if self._yielding:
-            return  # the next turn runs what waits
-        if self._paused_reading and not self._blocked:
-            self._paused_reading = False
-            self.transport.resumeProducing()
-        if self._buf:
-            self.resume()
+        self._hold_ended()
 
     def stopProducing(self) -> None:
         pass
