@@ -217,6 +217,7 @@ def _retire(conn: Any, schema: str, finished: List[int]) -> Optional[str]:
     pending = conn.execute(f"SELECT version FROM {s}.schema_version WHERE NOT finished "
                            f"ORDER BY version").fetchall()
     for (version,) in pending:
+        keeps = f"schema {schema}: version {version} keeps the indexes of version {version - 1}"
         older = conn.execute(
             f"SELECT n.id, n.hostname, n.pid, coalesce(n.version, 1), "
             f"extract(epoch FROM clock_timestamp()) - n.heartbeat_at "
@@ -224,8 +225,7 @@ def _retire(conn: Any, schema: str, finished: List[int]) -> Optional[str]:
             (version,)).fetchone()
         if older is not None:
             node, host, pid, theirs, ago = older
-            return (f"schema {schema}: version {version} keeps the indexes of version "
-                    f"{version - 1} while node {node} ({host or '?'}, pid {pid}, version {theirs}, "
+            return (f"{keeps} while node {node} ({host or '?'}, pid {pid}, version {theirs}, "
                     f"last heard {max(0, int(ago))} s ago) is registered: run --engine-init "
                     f"again once every node runs version {version}")
         try:
@@ -236,8 +236,7 @@ def _retire(conn: Any, schema: str, finished: List[int]) -> Optional[str]:
                 for statement in RETIRE.get(version, []):
                     conn.execute(statement.format(s=s))
         except psycopg.errors.LockNotAvailable:
-            return (f"schema {schema}: version {version} keeps the indexes of version "
-                    f"{version - 1}: the jobs table stayed in use for {RETIRE_LOCK_WAIT:g} s "
+            return (f"{keeps}: the jobs table stayed in use for {RETIRE_LOCK_WAIT:g} s "
                     f"(a long transaction?): run --engine-init again")
         conn.execute(f"UPDATE {s}.schema_version SET finished = true "
                      f"WHERE version = %s", (version,))
