@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""The floor under any Python node of the PostgreSQL engine: a relay that does
+the durable work of ``wake-20`` and nothing else.
+
+What it is for: ``bench/pg_bench.py``'s wake-20 row (20 workers waiting in
+reserve, one producer keeping one put in flight) measures one put's round
+trip through a node, which the issue's target puts at 0.6x of a one-connection
+loop of one-row INSERT commits.  This relay is the cheapest node that keeps
+the same guarantees on that path: it speaks just enough beanstalk for the
+load generator (``use``, ``watch``, ``ignore``, ``put``, ``reserve``,
+``delete``; one tube), and per job it commits what the engine commits, no
+more: the put's INSERT (the job goes in already reserved by a waiting
+worker, as the engine's hand-off does) before ``INSERTED``/``RESERVED``, the
+delete's DELETE before ``DELETED``.  No batching, no fencing, no timers, no
+statistics, no Deferreds: the same reactor (``server/reactor.py``'s lean
+epoll loop) and the same libpq driver as the engine (``pg/driver.py``, whose
+results come back through one Deferred per statement: the driver's only
+per-statement cost left in).  So the relay's jobs/s is what a node on
+CPython could reach on this machine with one put in flight, whatever its
+design; the engine's distance to it is what a leaner engine could gain.
+
+    python bench/pg_floor.py                 # relay, engine node and pgbench loop, one run
+    python bench/pg_floor.py --rounds 3
+
+Prints one table: jobs/s, the median put -> RESERVED latency, PostgreSQL CPU
+and node CPU per job, for the INSERT loop, the relay and one engine node, all
+on one throwaway cluster (tests/pgcluster.py, the settings of pg_bench).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from typing import Any, Deque, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE, os.path.join(os.path.dirname(HERE), "tests")]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS floor_jobs (
+    id bigserial PRIMARY KEY, state smallint NOT NULL, owner int, body bytea NOT NULL)"""
+STATEMENTS = {
+    # a put handed to waiting worker $2 (0: none, the job stays ready)
+    "put": "INSERT INTO floor_jobs (state, owner, body) "
+           "VALUES (CASE WHEN $2::int > 0 THEN 1 ELSE 0 END, NULLIF($2::int, 0), $1::bytea) "
+           "RETURNING id",
+    "take": "UPDATE floor_jobs SET state = 1, owner = $1::int WHERE id = ("
+            "SELECT id FROM floor_jobs WHERE state = 0 ORDER BY id LIMIT 1 "
+            "FOR UPDATE SKIP LOCKED) RETURNING id, body",
+    "delete": "DELETE FROM floor_jobs WHERE id = $1::bigint RETURNING id",
+}
+
+
+#: The replies that need no statement (``%s``: the command's argument).
+IMMEDIATE = {b"use": b"USING %s\r\n", b"list-tube-used": b"USING default\r\n",
+             b"watch": b"WATCHING 2\r\n", b"ignore": b"WATCHING 1\r\n"}
+
+
+def serve(port: int, dsn: str) -> None:
+    """Run the relay on 127.0.0.1:``port`` until killed."""
+    from twisted_stalk.server import reactor as lean
+    lean.install()
+    from twisted.internet import protocol, reactor
+    from twisted_stalk.pg.driver import PgConnection
+
+    conns: List[PgConnection] = []
+    waiting: Deque["Relay"] = deque()
+    ready = [0]  # jobs put while no worker waited
+
+    def execute(name: str, params: List[Any]):
+        return min(conns, key=lambda c: c.load).execute(name, params, [1, 0] if name == "put" else None)
+
+    class Relay(protocol.Protocol):
+        def __init__(self) -> None:
+            self.buf = b""
+            self.number = 0
+            self.replies: Deque[List[Optional[bytes]]] = deque()  # in command order
+
+        def slot(self) -> List[Optional[bytes]]:
+            """A place in the reply order; fill it with :meth:`answer`."""
+            s: List[Optional[bytes]] = [None]
+            self.replies.append(s)
+            return s
+
+        def answer(self, s: List[Optional[bytes]], reply: bytes) -> None:
+            s[0] = reply
+            out = []
+            while self.replies and self.replies[0][0] is not None:
+                out.append(self.replies.popleft()[0])
+            self.transport.write(b"".join(out))
+
+        def connectionMade(self) -> None:
+            Relay.count = getattr(Relay, "count", 0) + 1
+            self.number = Relay.count
+
+        def connectionLost(self, reason: Any) -> None:
+            if self in waiting:
+                waiting.remove(self)
+
+        def dataReceived(self, data: bytes) -> None:
+            self.buf += data
+            while True:
+                end = self.buf.find(b"\r\n")
+                if end < 0:
+                    return
+                line = self.buf[:end]
+                if line.startswith(b"put "):
+                    size = int(line.rsplit(b" ", 1)[1])
+                    if len(self.buf) < end + 2 + size + 2:
+                        return
+                    body = self.buf[end + 2:end + 2 + size]
+                    self.buf = self.buf[end + 4 + size:]
+                    self.put(body)
+                    continue
+                self.buf = self.buf[end + 2:]
+                word, _, rest = line.partition(b" ")
+                if word == b"reserve":
+                    self.reserve()
+                elif word == b"delete":
+                    s = self.slot()
+                    execute("delete", [int(rest)]).addCallback(
+                        lambda rows, s=s: self.answer(s, b"DELETED\r\n" if rows else b"NOT_FOUND\r\n"))
+                else:
+                    self.answer(self.slot(), IMMEDIATE.get(word, b"UNKNOWN_COMMAND\r\n")
+                                .replace(b"%s", rest))
+
+        def put(self, body: bytes) -> None:
+            worker = waiting.popleft() if waiting else None
+            s = self.slot()
+
+            def done(rows: Any) -> None:
+                job = rows[0][0]
+                self.answer(s, b"INSERTED %d\r\n" % job)
+                if worker is not None:
+                    worker.answer(worker.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
+                else:
+                    ready[0] += 1
+                    while ready[0] and waiting:
+                        ready[0] -= 1
+                        waiting.popleft().take()
+            execute("put", [body, worker.number if worker else 0]).addCallback(done)
+
+        def reserve(self) -> None:
+            self.waits = self.slot()
+            if ready[0]:
+                ready[0] -= 1
+                self.take()
+            else:
+                waiting.append(self)
+
+        def take(self) -> None:
+            def done(rows: Any) -> None:
+                job, body = rows[0]
+                self.answer(self.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
+            execute("take", [self.number]).addCallback(done)
+
+    def up(_: Any) -> None:
+        reactor.listenTCP(port, protocol.Factory.forProtocol(Relay), interface="127.0.0.1")
+        print(f"floor: listening on {port}", flush=True)
+
+    from twisted.internet import defer
+    for _ in range(4):
+        conns.append(PgConnection(reactor, dsn, STATEMENTS))
+    defer.gatherResults([c.connect() for c in conns]).addCallback(up)
+    reactor.run()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--dsn", help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=5000)
+    ap.add_argument("--insert-secs", type=float, default=3.0)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.serve, args.dsn)
+        return
+    import pg_bench
+    import pgmeter
+    from pgcluster import Cluster
+    import psycopg
+    cluster = Cluster(settings=[
+        "shared_buffers=256MB", "max_wal_size=2GB", "fsync=on", "synchronous_commit=on",
+        "shared_preload_libraries=pg_stat_statements"]).init().start()
+    rows: List[tuple] = []
+    try:
+        conn = psycopg.connect(cluster.dsn(), autocommit=True)
+        conn.execute(f"{pgmeter.MARK} CREATE EXTENSION pg_stat_statements")
+        conn.execute(SCHEMA)
+        gen = pg_bench.generator()
+        for rnd in range(args.rounds):
+            pg_bench.prepare_loop(cluster)
+            before = pgmeter.take(conn, cluster.proc.pid, [])
+            r = pg_bench.run_loop(cluster, seconds=args.insert_secs)
+            after = pgmeter.take(conn, cluster.proc.pid, [])
+            per = pgmeter.per_job(before, after, r["jobs"])
+            rows.append((rnd, "insert-loop", r["rate"], r["p50"], per["pg_cpu"],
+                         1e6 * r["client_cpu"] / r["jobs"]))
+            for name in ("relay", "engine"):
+                port = pg_bench.free_port()
+                if name == "relay":
+                    argv = [sys.executable, os.path.abspath(__file__), "--serve", str(port),
+                            "--dsn", cluster.dsn()]
+                else:
+                    argv = [sys.executable, "-m", "twisted_stalk_cli.stalkd", "-l", "127.0.0.1",
+                            "-p", str(port), "--engine",
+                            cluster.dsn() + f" stalk_schema=floor{rnd} stalk_pool=4"]
+                node = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+                try:
+                    pg_bench.wait_listening(port, node)
+                    time.sleep(1.0)
+                    before = pgmeter.take(conn, cluster.proc.pid, [node.pid])
+                    out = subprocess.run([gen, "--addr", f"127.0.0.1:{port}", "--mode", "wait-wake",
+                                          "--conns", "20", "--ops", str(args.jobs), "--size", "100",
+                                          "--quiet"], capture_output=True, text=True, timeout=300)
+                    after = pgmeter.take(conn, cluster.proc.pid, [node.pid])
+                finally:
+                    node.terminate()
+                    node.wait()
+                phase = json.loads(out.stdout.strip().splitlines()[-1])["phases"][-1]
+                per = pgmeter.per_job(before, after, phase["jobs"])
+                rows.append((rnd, name, phase["ops_per_sec"], phase["lat_us"]["p50"] / 1000,
+                             per["pg_cpu"], per["node_cpu"]))
+    finally:
+        cluster.stop()
+    print(f"# {os.cpu_count()} CPUs, load average {' '.join('%.2f' % x for x in os.getloadavg())}")
+    print("| round | system | jobs/s | p50 ms | PG CPU µs/job | node CPU µs/job |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    for rnd, name, rate, p50, pg, node in rows:
+        print(f"| {rnd + 1} | {name} | {rate:,.0f} | {p50:.2f} | {pg:,.0f} | {node:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
