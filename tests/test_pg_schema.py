@@ -272,7 +272,8 @@ def test_every_other_statement_reads_a_few_pages_in_a_plan_made_while_the_table_
         name = line.split()[0]
         found = re.search(r"hit=(\d+)", line)
         seen[name] = (int(found.group(1)) if found else 0, " seq " in line)
-    assert {"release", "touch", "expire", "put_many", "delete_many"} <= set(seen)
+    assert {"release", "touch", "expire", "put_many", "put_many_telling", "delete_many",
+            "delete_many_taking"} <= set(seen)
     heavy = {name: buffers for name, (buffers, _) in seen.items()
              if buffers > 40 and name not in READS_MANY and not name.startswith("page_")}
     assert heavy == {}

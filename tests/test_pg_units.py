@@ -207,7 +207,7 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
                          " created_at, owner_node, owner_conn, body) VALUES"
                          " (%s, %s, %s, 0, 0, 60, 0, %s, %s, '')",
                          (job_id, tube, state, 7 if owner else None, owner))
-        conn.execute(f"PREPARE dm AS {statements('units_del')['delete_many']}")
+        conn.execute(f"PREPARE dm AS {statements('units_del')['delete_many_taking']}")
         # 99 is no job; 7 is held by another connection of node 7: no rows.
         call = ("EXECUTE dm('{1,2,4,99,5,6,7}', '{0,0,0,0,0,1,1}', 7, '{z}',"
                 " '{0,0,0,0,0,0,0}', '{}', '{}')")
@@ -231,7 +231,7 @@ def test_delete_many_says_per_job_whether_its_tube_keeps_jobs_looking_once_per_t
     assert len(found) == 4 and found[0] == 3 and max(found) == 3, found
     # A tube the batch's sessions use or watch is not looked up at all (NULL).
     with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.execute(f"PREPARE dm AS {statements('units_del')['delete_many']}")
+        conn.execute(f"PREPARE dm AS {statements('units_del')['delete_many_taking']}")
         conn.execute("INSERT INTO units_del.jobs (id, tube, state, pri, delay, ttr,"
                      " created_at, body) VALUES (8, 'a', 0, 0, 0, 60, 0, '')")
         plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON)"
@@ -270,7 +270,7 @@ def test_statements_find_jobs_by_index_in_plans_made_while_the_table_looked_tiny
         conn.execute(insert, (1, 30))
         conn.execute("ANALYZE units_plan.jobs")  # tiny: one page
         sql = statements("units_plan")
-        conn.execute(f"PREPARE dm AS {sql['delete_many']}")
+        conn.execute(f"PREPARE dm AS {sql['delete_many_taking']}")
         conn.execute(f"PREPARE tc AS {sql['tube_counts']}")
         conn.execute(f"PREPARE ca AS {sql['counts_all']}")
         conn.execute("EXECUTE dm('{1}', '{0}', 7, '{t1}', '{0}', '{t1}', '{1}')")  # plans made and kept
@@ -403,7 +403,7 @@ def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_e
 
 
 def test_the_put_statements_notice_is_the_one_notices_decodes(pg_cluster):
-    """put_many sends its JobsReady notices from SQL (format() with
+    """put_many_telling sends its JobsReady notices from SQL (format() with
     JobsReady.FORMAT): heard on a LISTEN, they decode to the notice Python
     would have encoded."""
     psycopg = pytest.importorskip("psycopg")
@@ -413,7 +413,7 @@ def test_the_put_statements_notice_is_the_one_notices_decodes(pg_cluster):
     migrate(pg_cluster.dsn(), "units_notice")
     with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
         conn.execute("LISTEN units_notice_events")
-        conn.execute(f"PREPARE pm AS {statements('units_notice')['put_many']}")
+        conn.execute(f"PREPARE pm AS {statements('units_notice')['put_many_telling']}")
         conn.execute("EXECUTE pm('{emails,emails,other}', '{0,0,0}', '{0,0,0}', '{60,60,60}',"
                      " '{a,b,c}', '{0,0,0}', 7, 'units_notice_events')")
         heard = sorted(n.payload for n in conn.notifies(timeout=5, stop_after=2))
@@ -435,7 +435,8 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
         asked = _record_statements(e)
 
         def channels() -> list:
-            out = [p[7] for name, p in asked if name == "put_many"]
+            out = [p[7] if name == "put_many_telling" else None
+                   for name, p in asked if name.startswith("put_many")]
             out += [p[0] for name, p in asked if name == "notify"]
             asked.clear()
             return out
@@ -480,7 +481,7 @@ def test_a_batch_statement_is_planned_once_not_at_every_execution(pg_cluster):
     from twisted_stalk.pg.schema import migrate
     from twisted_stalk.pg.sql import SESSION, statements
     migrate(pg_cluster.dsn(), "units_replan")
-    sql = statements("units_replan")["delete_many"]
+    sql = statements("units_replan")["delete_many_taking"]
     counts = {}
     for settings in (SESSION, {k: v for k, v in SESSION.items() if k != "plan_cache_mode"}):
         with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:

@@ -280,10 +280,12 @@ class PgEngine(TubeRegistry, SessionRules):
                     marks[tubes[n]] = mark
         if marks:
             self.taking.started()
-        d = self.db.execute("put_many", [
-            text_array(list(tubes)), int_array(list(pris)), int_array(list(delays)),
-            int_array(list(ttrs)), bytea_array(list(bodies)), int_array(conns), self.node_id,
-            None if self.statistics.alone else self.channel.encode()])
+        params = [text_array(list(tubes)), int_array(list(pris)), int_array(list(delays)),
+                  int_array(list(ttrs)), bytea_array(list(bodies)), int_array(conns), self.node_id]
+        if self.statistics.alone:
+            d = self.db.execute("put_many", params)
+        else:
+            d = self.db.execute("put_many_telling", params + [self.channel.encode()])
 
         def answers(rows: Any) -> List[Tuple[int, bool]]:
             out = []
@@ -331,11 +333,13 @@ class PgEngine(TubeRegistry, SessionRules):
         tubes, counts, marks = self.taking.wants(items)
         if marks:
             self.taking.started()
-        d = self.db.execute("delete_many", [int_array([i for i, _, _ in items]),
-                                            int_array([s.conn_id for _, s, _ in items]),
-                                            self.node_id, text_array(sorted(kept)),
-                                            int_array([t for _, _, t in items]),
-                                            text_array(tubes), int_array(counts)])
+        params = [int_array([i for i, _, _ in items]), int_array([s.conn_id for _, s, _ in items]),
+                  self.node_id, text_array(sorted(kept)), int_array([t for _, _, t in items])]
+        if tubes:
+            d = self.db.execute("delete_many_taking", params + [text_array(tubes),
+                                                                 int_array(counts)])
+        else:
+            d = self.db.execute("delete_many", params)
 
         def answers(rows: Any) -> List[Any]:
             # A job deleted by a batch that asked for it more than once is
