@@ -23,8 +23,10 @@ design; the engine's distance to it is what a leaner engine could gain.
     python bench/pg_floor.py --rounds 3
 
 Prints one table: jobs/s, the median put -> RESERVED latency, PostgreSQL CPU
-and node CPU per job, for the INSERT loop, the relay and one engine node, all
-on one throwaway cluster (tests/pgcluster.py, the settings of pg_bench).
+and node CPU per job, for the INSERT loop, and for the relay and one engine
+node their wake-20 and latency rows (pg_bench's: one worker waiting, 100 puts
+a second), all on one throwaway cluster (tests/pgcluster.py, the settings of
+pg_bench).
 """
 from __future__ import annotations
 
@@ -48,12 +50,15 @@ STATEMENTS = {
     "put": "INSERT INTO floor_jobs (state, owner, body) "
            "VALUES (CASE WHEN $2::int > 0 THEN 1 ELSE 0 END, NULLIF($2::int, 0), $1::bytea) "
            "RETURNING id",
-    "take": "UPDATE floor_jobs SET state = 1, owner = $1::int WHERE id = ("
-            "SELECT id FROM floor_jobs WHERE state = 0 ORDER BY id LIMIT 1 "
-            "FOR UPDATE SKIP LOCKED) RETURNING id, body",
+    # a ready job (the relay knows which: it put them) to worker $2
+    "take": "UPDATE floor_jobs SET state = 1, owner = $2::int WHERE id = $1::bigint",
     "delete": "DELETE FROM floor_jobs WHERE id = $1::bigint RETURNING id",
 }
 
+
+#: The rows, as bench/pg_bench.py's: (name, waiting workers, jobs (0: --jobs),
+#: the producer's pace).
+ROWS = [("wake-20", 20, 0, []), ("latency", 1, 500, ["--rate", "100"])]
 
 #: The replies that need no statement (``%s``: the command's argument).
 IMMEDIATE = {b"use": b"USING %s\r\n", b"list-tube-used": b"USING default\r\n",
@@ -69,7 +74,7 @@ def serve(port: int, dsn: str) -> None:
 
     conns: List[PgConnection] = []
     waiting: Deque["Relay"] = deque()
-    ready = [0]  # jobs put while no worker waited
+    ready: Deque[tuple] = deque()  # (id, body) of jobs put while no worker waited
 
     def execute(name: str, params: List[Any]):
         return min(conns, key=lambda c: c.load).execute(name, params, [1, 0] if name == "put" else None)
@@ -94,6 +99,7 @@ def serve(port: int, dsn: str) -> None:
             self.transport.write(b"".join(out))
 
         def connectionMade(self) -> None:
+            self.transport.setTcpNoDelay(True)  # as the server does
             Relay.count = getattr(Relay, "count", 0) + 1
             self.number = Relay.count
 
@@ -138,25 +144,22 @@ def serve(port: int, dsn: str) -> None:
                 if worker is not None:
                     worker.answer(worker.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
                 else:
-                    ready[0] += 1
-                    while ready[0] and waiting:
-                        ready[0] -= 1
+                    ready.append((job, body))
+                    if waiting:
                         waiting.popleft().take()
             execute("put", [body, worker.number if worker else 0]).addCallback(done)
 
         def reserve(self) -> None:
             self.waits = self.slot()
-            if ready[0]:
-                ready[0] -= 1
+            if ready:
                 self.take()
             else:
                 waiting.append(self)
 
         def take(self) -> None:
-            def done(rows: Any) -> None:
-                job, body = rows[0]
-                self.answer(self.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
-            execute("take", [self.number]).addCallback(done)
+            job, body = ready.popleft()
+            execute("take", [job, self.number]).addCallback(lambda _: self.answer(
+                self.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body)))
 
     def up(_: Any) -> None:
         reactor.listenTCP(port, protocol.Factory.forProtocol(Relay), interface="127.0.0.1")
@@ -184,6 +187,7 @@ def main() -> None:
     import pgmeter
     from pgcluster import Cluster
     import psycopg
+    import twisted_stalk.pg.driver  # noqa: F401 (on PyPy it fits psycopg's ctypes binding)
     cluster = Cluster(settings=[
         "shared_buffers=256MB", "max_wal_size=2GB", "fsync=on", "synchronous_commit=on",
         "shared_preload_libraries=pg_stat_statements"]).init().start()
@@ -199,7 +203,7 @@ def main() -> None:
             r = pg_bench.run_loop(cluster, seconds=args.insert_secs)
             after = pgmeter.take(conn, cluster.proc.pid, [])
             per = pgmeter.per_job(before, after, r["jobs"])
-            rows.append((rnd, "insert-loop", r["rate"], r["p50"], per["pg_cpu"],
+            rows.append((rnd, "insert-loop", "", r["rate"], r["p50"], per["pg_cpu"],
                          1e6 * r["client_cpu"] / r["jobs"]))
             for name in ("relay", "engine"):
                 port = pg_bench.free_port()
@@ -216,24 +220,36 @@ def main() -> None:
                     pg_bench.wait_listening(port, node)
                     time.sleep(1.0)
                     before = pgmeter.take(conn, cluster.proc.pid, [node.pid])
-                    out = subprocess.run([gen, "--addr", f"127.0.0.1:{port}", "--mode", "wait-wake",
-                                          "--conns", "20", "--ops", str(args.jobs), "--size", "100",
-                                          "--quiet"], capture_output=True, text=True, timeout=300)
-                    after = pgmeter.take(conn, cluster.proc.pid, [node.pid])
+                    for row, workers, jobs, paced in ROWS:
+                        before = pgmeter.take(conn, cluster.proc.pid, [node.pid])
+                        out = subprocess.run(
+                            [gen, "--addr", f"127.0.0.1:{port}", "--mode", "wait-wake",
+                             "--conns", str(workers), "--ops", str(jobs or args.jobs),
+                             "--size", "100", "--quiet", "--tube", row] + paced,
+                            capture_output=True, text=True, timeout=300)
+                        after = pgmeter.take(conn, cluster.proc.pid, [node.pid])
+                        phase = json.loads(out.stdout.strip().splitlines()[-1])["phases"][-1]
+                        per = pgmeter.per_job(before, after, phase["jobs"])
+                        rows.append((rnd, name, row, phase["ops_per_sec"],
+                                     phase["lat_us"]["p50"] / 1000, per["pg_cpu"],
+                                     per["node_cpu"]))
                 finally:
                     node.terminate()
                     node.wait()
-                phase = json.loads(out.stdout.strip().splitlines()[-1])["phases"][-1]
-                per = pgmeter.per_job(before, after, phase["jobs"])
-                rows.append((rnd, name, phase["ops_per_sec"], phase["lat_us"]["p50"] / 1000,
-                             per["pg_cpu"], per["node_cpu"]))
     finally:
         cluster.stop()
     print(f"# {os.cpu_count()} CPUs, load average {' '.join('%.2f' % x for x in os.getloadavg())}")
-    print("| round | system | jobs/s | p50 ms | PG CPU µs/job | node CPU µs/job |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: |")
-    for rnd, name, rate, p50, pg, node in rows:
-        print(f"| {rnd + 1} | {name} | {rate:,.0f} | {p50:.2f} | {pg:,.0f} | {node:,.0f} |")
+    print("| round | system | row | jobs/s | p50 ms | PG CPU µs/job | node CPU µs/job |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: |")
+    for rnd, name, row, rate, p50, pg, node in rows:
+        shown = "" if row == "latency" else f"{rate:,.0f}"
+        print(f"| {rnd + 1} | {name} | {row} | {shown} | {p50:.2f} | {pg:,.0f} | {node:,.0f} |")
+    print()
+    for rnd in range(args.rounds):
+        rate = {name: r for n, name, row, r, *_ in rows if n == rnd and row in ("", "wake-20")}
+        print(f"- round {rnd + 1}: wake-20 / INSERT loop: relay {rate['relay'] / rate['insert-loop']:.2f}x,"
+              f" engine {rate['engine'] / rate['insert-loop']:.2f}x;"
+              f" engine / relay {rate['engine'] / rate['relay']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -127,3 +127,35 @@ def test_the_script_prints_the_loop_row_and_wake_20_as_a_ratio_to_it(tmp_path):
     assert wake.group(2) == loop.group(2)
     assert float(wake.group(3)) == pytest.approx(
         float(wake.group(1).replace(",", "")) / rate, rel=0.01, abs=0.01)
+
+
+def test_the_floor_relay_serves_wake_20_beside_the_engine_and_the_loop(tmp_path):
+    """bench/pg_floor.py end to end, small: the relay answers every job of
+    both rows (the generator fails a run that loses or garbles one), and the
+    ratios below the table are those of its rows."""
+    from pgcluster import unavailable
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    try:
+        gen = pg_bench.generator()
+    except SystemExit as e:
+        pytest.skip(str(e))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, os.path.join(root, "bench", "pg_floor.py"), "--jobs", "300",
+         "--insert-secs", "1"],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+        env=dict(os.environ, BSTALK_LOAD=gen, PYTHONPATH=root))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rates = {(name, row): float(rate.replace(",", "") or 0) for name, row, rate in re.findall(
+        r"^\| 1 \| (\S+) \| (\S*) \| ([\d,]*) \| [\d.]+ \|", done.stdout, re.M)}
+    assert set(rates) == {("insert-loop", ""), ("relay", "wake-20"), ("relay", "latency"),
+                          ("engine", "wake-20"), ("engine", "latency")}, done.stdout
+    assert all(rates[k] > 0 for k in rates if k[1] != "latency")
+    ratio = re.search(r"relay ([\d.]+)x, engine ([\d.]+)x; engine / relay ([\d.]+)x", done.stdout)
+    assert ratio, done.stdout
+    assert float(ratio.group(1)) == pytest.approx(
+        rates["relay", "wake-20"] / rates["insert-loop", ""], abs=0.01)
+    assert float(ratio.group(3)) == pytest.approx(
+        rates["engine", "wake-20"] / rates["relay", "wake-20"], abs=0.01)

@@ -458,6 +458,45 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
         stop()
 
 
+def test_a_batch_runs_the_statement_without_the_parts_it_does_not_use(pg_engine):
+    """A lone node's puts run ``put_many``, which sends no notices; a delete
+    batch that takes nothing runs ``delete_many``, without the take; the
+    parts come back where they serve (``put_many_telling`` once another node
+    is there, ``delete_many_taking`` once a worker's streak asks for its next
+    job).  Each part of a plan costs the database time at every execution."""
+    from test_engine_contract import _pg
+
+    from twisted_stalk.pg.notices import NodeHere
+    from twisted_stalk.pg.sql import STATEMENTS
+    assert "pg_notify" not in STATEMENTS["put_many"]
+    assert "pg_notify" in STATEMENTS["put_many_telling"]
+    assert "SKIP LOCKED" not in STATEMENTS["delete_many"]
+    assert "SKIP LOCKED" in STATEMENTS["delete_many_taking"]
+    h, stop = _pg(pg_engine)
+    try:
+        e = h.engine
+        asked = _record_statements(e)
+        s = h.open()
+        h(e.stats(s))  # it reads the nodes: none but itself
+        for _ in range(6):
+            h(e.put(s, 0, 0, 60, b"x\r\n"))
+        for _ in range(6):  # a worker's streak of reserve, delete
+            assert h(e.delete(s, h(e.reserve(s)).id)) is o.DELETED
+        h.advance(0.05)
+        names = [name for name, _ in asked if "_many" in name]
+        assert "put_many" in names and "delete_many" in names
+        assert "put_many_telling" not in names
+        assert "delete_many_taking" in names  # once the streak is long enough
+        assert {len(p) for name, p in asked if name == "put_many"} == {7}
+        assert {len(p) for name, p in asked if name == "delete_many"} == {5}
+        e.upkeep.event(NodeHere(e.node_id + 1).encode().encode())
+        asked.clear()
+        h(e.put(s, 0, 0, 60, b"y\r\n"))
+        assert [name for name, _ in asked if name.startswith("put_many")] == ["put_many_telling"]
+    finally:
+        stop()
+
+
 def test_the_engine_connections_carry_the_session_settings(pg_engine):
     from test_engine_contract import _pg
     h, stop = _pg(pg_engine)
