@@ -16,6 +16,12 @@ scan of the jobs table if any, and the buffers it touched::
     python bench/pg_plans.py --rolling   # a version 1 database upgraded while a version 1
                                          # node is registered: both versions' indexes
     python bench/pg_plans.py --verbose             # the plans themselves
+
+``--busy``: the plans are made on the full table instead, analyzed, with
+every job in one of two tubes (``t1``, ``t2``), as in a queue whose work
+goes through one busy tube: the statistics then say that a tube's probe
+may return thousands of rows, and a plan that joins those rows with the
+jobs table by hashing it reads the whole table at every execution.
 """
 from __future__ import annotations
 
@@ -60,6 +66,8 @@ def main() -> None:
     ap.add_argument("--rolling", action="store_true",
                     help="keep version 1's indexes beside version 2's (a version 1 node "
                          "registered during the upgrade)")
+    ap.add_argument("--busy", action="store_true",
+                    help="make the plans on the full, analyzed table, every job in t1 or t2")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -84,7 +92,7 @@ def main() -> None:
         sql = statements(schema)
         insert = (f"INSERT INTO {schema}.jobs (id, tube, state, pri, delay, ttr, created_at,"
                   " deadline_at, buried_seq, owner_node, owner_conn, body)"
-                  " SELECT g, 't' || g %% 50, CASE WHEN g %% 200 = 0 THEN 1"
+                  f" SELECT g, 't' || g %% {2 if args.busy else 50} + {int(args.busy)}, CASE WHEN g %% 200 = 0 THEN 1"
                   " WHEN g %% 10 = 1 THEN 2 WHEN g %% 10 = 2 THEN 3 ELSE 0 END,"
                   " g %% 2000, 0, 60, 0, 1e10 + g, g, 7, g %% 100, ''"
                   " FROM generate_series(%s::int, %s::int) g")
@@ -95,14 +103,15 @@ def main() -> None:
             conn.execute("SET plan_cache_mode = force_generic_plan")
             conn.execute(f"INSERT INTO {schema}.nodes (id, started_at, heartbeat_at)"
                          " VALUES (7, 0, 0)")
-            conn.execute(insert, (1, 30))
+            conn.execute(insert, (1, 40000 if args.busy else 30))
             conn.execute(f"ANALYZE {schema}.jobs")
             for name in names:
                 conn.execute(f'PREPARE "{name}" AS {sql[name]}')
             for name in names:  # the plans, made now
                 with conn.transaction(force_rollback=True):
                     conn.execute(f'EXPLAIN EXECUTE "{name}"{ARGS.get(name, PAGE_ARGS)}')
-            conn.execute(insert, (31, 40000))
+            if not args.busy:
+                conn.execute(insert, (31, 40000))
             conn.execute(f"SELECT setval('{schema}.job_ids', 100000)")
             for name in names:
                 with conn.transaction(force_rollback=True):

@@ -504,8 +504,9 @@ def test_the_engine_connections_carry_the_session_settings(pg_engine):
         for conn in h.engine.db.up:
             rows = h(conn.query(
                 "SELECT current_setting('enable_seqscan'), current_setting('enable_bitmapscan'),"
+                " current_setting('enable_hashjoin'), current_setting('enable_mergejoin'),"
                 " current_setting('jit'), current_setting('plan_cache_mode')"))
-            assert rows == [(b"off", b"off", b"off", b"force_generic_plan")]
+            assert rows == [(b"off",) * 5 + (b"force_generic_plan",)]
     finally:
         stop()
 
