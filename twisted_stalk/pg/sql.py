@@ -20,8 +20,11 @@ from __future__ import annotations
 import hashlib
 from typing import Dict
 
-from .notices import JobsReady
 from .schema import VERSION, quoted
+from .sql_many import delete_many, put_many
+from .sqlparts import NOW as _NOW
+from .sqlparts import STATES as _STATES
+from .sqlparts import keeps as _keeps
 
 #: Session settings of the statement connections (made before preparing).
 #: Each statement that touches jobs finds them through an index, by design,
@@ -57,7 +60,6 @@ SESSION: Dict[str, str] = {"enable_seqscan": "off", "enable_bitmapscan": "off",
                            "enable_hashjoin": "off", "enable_mergejoin": "off", "jit": "off",
                            "plan_cache_mode": "force_generic_plan"}
 
-_NOW = "c AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)"
 
 #: After a ``dead`` CTE (id, figures of the nodes that go): keep their totals in
 #: ``retired``, give their reservations back, return the tubes that got ready jobs.
@@ -84,24 +86,6 @@ JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
 #: took it for the cheapest way to the row (SESSION).
 _HELD = "j.state + 0 = 1"
 
-#: The states in the order :func:`_keeps` asks them: the common ones first,
-#: held jobs (read through the deadline index) last.
-_STATES = (0, 3, 2, 1)
-
-
-def _keeps(tube: str, also: str = "") -> str:
-    """Whether tube ``tube`` (an SQL expression) keeps a job (``also``: a
-    further condition on it, ``o``): one EXISTS per state, each through that
-    state's index (schema.py: there is no index of jobs by tube alone),
-    asked in turn until one finds a job.  ``OFFSET 0`` keeps each a probe of
-    the tube: without it the planner may instead read every job of the
-    state once into a hash, a plan that a generic plan made while the table
-    was small would keep (SESSION)."""
-    return "(" + " OR ".join(
-        f"EXISTS (SELECT 1 FROM {{s}}.jobs o WHERE o.state = {st} AND o.tube = {tube}{also}"
-        f" OFFSET 0)" for st in _STATES) + ")"
-
-
 def _of_tube(tube: str, gate: str) -> str:
     """The jobs of tube ``tube`` in the states ``gate`` lets through (a
     format of ``{st}``, e.g. ``$2::smallint = {st}``), as a subquery: one
@@ -110,120 +94,6 @@ def _of_tube(tube: str, gate: str) -> str:
     return "(" + " UNION ALL ".join(
         f"SELECT * FROM {{s}}.jobs WHERE state = {st} AND tube = {tube} AND {gate.format(st=st)}"
         for st in _STATES) + ")"
-
-def _put_many(telling: bool) -> str:
-    """Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4
-    TTRs, $5 bodies, $6 the connection of this node ($7) waiting to be
-    handed each job (0: none; -1: the node's take, connection 0, for the
-    put's own session's next reserve: taking.py).  A job is handed over
-    (inserted reserved by ($7, conn)) only if no ready job of its tube is as
-    good (pri <= its own: those have smaller ids) and the tube is not
-    paused, so priorities stay global; the node picks the best jobs of the
-    batch for its waiting reserves.  ``telling``: the jobs that go in ready
-    are announced to the other nodes on channel $8 by the statement itself,
-    one ``JobsReady`` notice per tube (notices.py), sent when it commits: no
-    commit of its own.  A node that knows of no other node runs the
-    statement without that part (``put_many``, seven parameters): a plan's
-    every part costs the database time at each execution, run or not (a
-    lone put's statement took 40 % less of its CPU without it).  One (id,
-    ordinal, handed over) per put."""
-    told = f"""
-        told AS (
-            SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, x.tube, count(*)))
-            FROM x LEFT JOIN h ON h.id = x.id
-            WHERE x.delay = 0 AND h.id IS NULL
-            GROUP BY x.tube),"""
-    return f"""
-        WITH {_NOW},
-        x AS MATERIALIZED (
-            SELECT nextval('{{s}}.job_ids') AS id, u.*
-            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
-                        $6::bigint[]) WITH ORDINALITY AS u(tube, pri, delay, ttr, body, conn, n)),
-        h AS MATERIALIZED (
-            SELECT x.id, greatest(x.conn, 0) AS conn FROM x, c
-            WHERE x.conn <> 0
-              AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
-                              WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri
-                              OFFSET 0)  -- a probe per job (_keeps)
-              AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
-                              WHERE p.name = x.tube AND p.unpause_at > c.now)),{told if telling else ""}
-        ins AS (
-            INSERT INTO {{s}}.jobs (id, tube, state, pri, delay, ttr, created_at, deadline_at,
-                                    owner_node, owner_conn, reserves, body)
-            SELECT x.id, x.tube,
-                   CASE WHEN h.id IS NOT NULL THEN 1 WHEN x.delay > 0 THEN 2 ELSE 0 END,
-                   x.pri, x.delay, x.ttr, c.now,
-                   c.now + CASE WHEN h.id IS NOT NULL THEN x.ttr ELSE x.delay END,
-                   CASE WHEN h.id IS NOT NULL THEN $7::bigint END, h.conn,
-                   CASE WHEN h.id IS NOT NULL THEN 1 ELSE 0 END, x.body
-            FROM x CROSS JOIN c LEFT JOIN h ON h.id = x.id)
-        SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id
-        {"WHERE (SELECT count(*) FROM told) >= 0  -- runs told" if telling else ""}
-        ORDER BY x.n"""
-
-
-def _delete_many(taking: bool) -> str:
-    """Many deletes at once: $1 ids, $2 their sessions' connections, $3
-    node, $4 tubes the batch's sessions use or watch, $5 the reservation
-    each deleting session holds of its job (its ``reserves`` when it got it;
-    0: none).  ``taking``: $6/$7 tubes and how many of their best ready jobs
-    to take for the node's workers about to reserve (taking.py: a worker's
-    delete carries its next job); a batch that takes none runs the statement
-    without that part (``delete_many``, five parameters; see
-    :func:`_put_many` for why).
-
-    One row per deleted job: id, tube, state, owner connection (the node
-    tells which of the batch's deletes of that id it answers: a join with
-    the ids would answer whichever it met first), whether its tube keeps
-    jobs, its reservation.  The jobs are found by ``id = ANY($1)`` (the
-    primary key, also in a plan made while the table was new; see SESSION);
-    a reserved job is deleted only by the reservation it is under (fencing:
-    the same node and connection, or the node's take, connection 0, and the
-    same ``reserves``), so a holder whose reservation ended cannot delete it
-    when it was taken again.  "Keeps jobs" is looked up once per tube of the
-    batch (``k``), not once per job, and not at all (NULL) for a tube in $4:
-    the answer only serves the node's tube list, which keeps a used or
-    watched tube anyway.  Then one row per job taken (state -1): id, tube,
-    the job's columns (body, TTR, priority, time left) and its reservation;
-    a taken job is reserved by (node, 0) until the node hands it out."""
-    took = f""",
-        took AS (
-            UPDATE {{s}}.jobs j
-            SET state = 1, owner_node = $3::bigint, owner_conn = 0,
-                deadline_at = c.now + j.ttr, reserves = j.reserves + 1
-            FROM c, (SELECT p.id FROM unnest($6::text[], $7::bigint[]) AS w(tube, n)
-                     CROSS JOIN LATERAL (
-                         SELECT x.id FROM {{s}}.jobs x
-                         WHERE x.state = 0 AND x.tube = w.tube AND x.id <> ALL($1::bigint[])
-                           AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
-                                           WHERE p.name = w.tube
-                                             AND p.unpause_at > (SELECT now FROM c))
-                         ORDER BY x.pri, x.id LIMIT w.n FOR UPDATE SKIP LOCKED) p) pk
-            WHERE j.id = pk.id
-            RETURNING j.id, j.tube, j.body, j.ttr, j.pri, j.deadline_at - c.now AS left,
-                      j.reserves)"""
-    taken = """
-        UNION ALL
-        SELECT took.id, took.tube, -1::smallint, 0::bigint, NULL::boolean, took.body,
-               took.ttr, took.pri, took.left, took.reserves FROM took"""
-    return f"""
-        WITH {_NOW},
-        d AS (
-            DELETE FROM {{s}}.jobs j
-            WHERE j.id = ANY($1::bigint[])
-              AND (j.state <> 1 OR (j.owner_node = $3::bigint
-                   AND (j.id, j.reserves) IN (SELECT * FROM unnest($1::bigint[], $5::int[]))
-                   AND (j.owner_conn = 0 OR (j.id, j.owner_conn) IN (
-                           SELECT * FROM unnest($1::bigint[], $2::bigint[])))))
-            RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
-        k AS MATERIALIZED (
-            SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
-                   THEN {_keeps("t.tube", " AND o.id NOT IN (SELECT id FROM d)")} END AS keeps
-            FROM (SELECT DISTINCT tube FROM d) t){took if taking else ""}
-        SELECT d.id, d.tube, d.state, d.owner_conn, k.keeps, NULL::bytea, NULL::bigint,
-               NULL::bigint, NULL::float8, d.reserves
-        FROM d JOIN k ON k.tube = d.tube{taken if taking else ""}"""
-
 
 STATEMENTS: Dict[str, str] = {
     # -------------------------------------------------------------- put
@@ -234,11 +104,11 @@ STATEMENTS: Dict[str, str] = {
                $2::bigint, $3::bigint, $4::bigint, c.now, c.now + $3::bigint, $5::bytea
         FROM c
         RETURNING j.id""",
-    # Many puts, many deletes: see the builders.
-    "put_many": _put_many(telling=False),
-    "put_many_telling": _put_many(telling=True),
-    "delete_many": _delete_many(taking=False),
-    "delete_many_taking": _delete_many(taking=True),
+    # Many puts, many deletes at once (batch.py): sql_many.py.
+    "put_many": put_many(telling=False),
+    "put_many_telling": put_many(telling=True),
+    "delete_many": delete_many(taking=False),
+    "delete_many_taking": delete_many(taking=True),
     # Jobs of node $1's take that it does not know of ($2: the ids it knows,
     # taken or handed out from its take) go back: a take whose answer was
     # lost with its connection, or whose give-back failed.  Returns their tubes.

@@ -1,0 +1,129 @@
+# -*- test-case-name: tests.test_pg_units -*-
+"""The statements that run many commands at once (batch.py), each in two forms.
+
+A prepared statement's plan is set up and torn down whole at every
+execution, its unused parts too, so each comes in the form a batch needs:
+``put_many`` (a lone node's puts: no notices to other nodes) and
+``put_many_telling``; ``delete_many`` (no job taken for the workers) and
+``delete_many_taking``.  A put and a delete in the lean forms took about
+half the database's CPU of the full forms (310-320 µs a pair against
+590-600; docs/performance.md).  sql.py registers the four under those names.
+"""
+from __future__ import annotations
+
+from .notices import JobsReady
+from .sqlparts import NOW, keeps
+
+
+def put_many(telling: bool) -> str:
+    """Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4
+    TTRs, $5 bodies, $6 the connection of this node ($7) waiting to be
+    handed each job (0: none; -1: the node's take, connection 0, for the
+    put's own session's next reserve: taking.py).  A job is handed over
+    (inserted reserved by ($7, conn)) only if no ready job of its tube is as
+    good (pri <= its own: those have smaller ids) and the tube is not
+    paused, so priorities stay global; the node picks the best jobs of the
+    batch for its waiting reserves.  ``telling``: the jobs that go in ready
+    are announced to the other nodes on channel $8 by the statement itself,
+    one ``JobsReady`` notice per tube (notices.py), sent when it commits: no
+    commit of its own.  A node that knows of no other node runs the
+    statement without that part (``put_many``, seven parameters; see the
+    module docstring).  One (id, ordinal, handed over) per put."""
+    told = f"""
+        told AS (
+            SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, x.tube, count(*)))
+            FROM x LEFT JOIN h ON h.id = x.id
+            WHERE x.delay = 0 AND h.id IS NULL
+            GROUP BY x.tube),"""
+    return f"""
+        WITH {NOW},
+        x AS MATERIALIZED (
+            SELECT nextval('{{s}}.job_ids') AS id, u.*
+            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
+                        $6::bigint[]) WITH ORDINALITY AS u(tube, pri, delay, ttr, body, conn, n)),
+        h AS MATERIALIZED (
+            SELECT x.id, greatest(x.conn, 0) AS conn FROM x, c
+            WHERE x.conn <> 0
+              AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
+                              WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri
+                              OFFSET 0)  -- a probe per job (sqlparts.keeps)
+              AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
+                              WHERE p.name = x.tube AND p.unpause_at > c.now)),{told if telling else ""}
+        ins AS (
+            INSERT INTO {{s}}.jobs (id, tube, state, pri, delay, ttr, created_at, deadline_at,
+                                    owner_node, owner_conn, reserves, body)
+            SELECT x.id, x.tube,
+                   CASE WHEN h.id IS NOT NULL THEN 1 WHEN x.delay > 0 THEN 2 ELSE 0 END,
+                   x.pri, x.delay, x.ttr, c.now,
+                   c.now + CASE WHEN h.id IS NOT NULL THEN x.ttr ELSE x.delay END,
+                   CASE WHEN h.id IS NOT NULL THEN $7::bigint END, h.conn,
+                   CASE WHEN h.id IS NOT NULL THEN 1 ELSE 0 END, x.body
+            FROM x CROSS JOIN c LEFT JOIN h ON h.id = x.id)
+        SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id
+        {"WHERE (SELECT count(*) FROM told) >= 0  -- runs told" if telling else ""}
+        ORDER BY x.n"""
+
+
+def delete_many(taking: bool) -> str:
+    """Many deletes at once: $1 ids, $2 their sessions' connections, $3
+    node, $4 tubes the batch's sessions use or watch, $5 the reservation
+    each deleting session holds of its job (its ``reserves`` when it got it;
+    0: none).  ``taking``: $6/$7 tubes and how many of their best ready jobs
+    to take for the node's workers about to reserve (taking.py: a worker's
+    delete carries its next job); a batch that takes none runs the statement
+    without that part (``delete_many``, five parameters).
+
+    One row per deleted job: id, tube, state, owner connection (the node
+    tells which of the batch's deletes of that id it answers: a join with
+    the ids would answer whichever it met first), whether its tube keeps
+    jobs, its reservation.  The jobs are found by ``id = ANY($1)`` (the
+    primary key, also in a plan made while the table was new; see sql.SESSION);
+    a reserved job is deleted only by the reservation it is under (fencing:
+    the same node and connection, or the node's take, connection 0, and the
+    same ``reserves``), so a holder whose reservation ended cannot delete it
+    when it was taken again.  "Keeps jobs" is looked up once per tube of the
+    batch (``k``), not once per job, and not at all (NULL) for a tube in $4:
+    the answer only serves the node's tube list, which keeps a used or
+    watched tube anyway.  Then one row per job taken (state -1): id, tube,
+    the job's columns (body, TTR, priority, time left) and its reservation;
+    a taken job is reserved by (node, 0) until the node hands it out."""
+    took = f""",
+        took AS (
+            UPDATE {{s}}.jobs j
+            SET state = 1, owner_node = $3::bigint, owner_conn = 0,
+                deadline_at = c.now + j.ttr, reserves = j.reserves + 1
+            FROM c, (SELECT p.id FROM unnest($6::text[], $7::bigint[]) AS w(tube, n)
+                     CROSS JOIN LATERAL (
+                         SELECT x.id FROM {{s}}.jobs x
+                         WHERE x.state = 0 AND x.tube = w.tube AND x.id <> ALL($1::bigint[])
+                           AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
+                                           WHERE p.name = w.tube
+                                             AND p.unpause_at > (SELECT now FROM c))
+                         ORDER BY x.pri, x.id LIMIT w.n FOR UPDATE SKIP LOCKED) p) pk
+            WHERE j.id = pk.id
+            RETURNING j.id, j.tube, j.body, j.ttr, j.pri, j.deadline_at - c.now AS left,
+                      j.reserves)"""
+    taken = """
+        UNION ALL
+        SELECT took.id, took.tube, -1::smallint, 0::bigint, NULL::boolean, took.body,
+               took.ttr, took.pri, took.left, took.reserves FROM took"""
+    return f"""
+        WITH {NOW},
+        d AS (
+            DELETE FROM {{s}}.jobs j
+            WHERE j.id = ANY($1::bigint[])
+              AND (j.state <> 1 OR (j.owner_node = $3::bigint
+                   AND (j.id, j.reserves) IN (SELECT * FROM unnest($1::bigint[], $5::int[]))
+                   AND (j.owner_conn = 0 OR (j.id, j.owner_conn) IN (
+                           SELECT * FROM unnest($1::bigint[], $2::bigint[])))))
+            RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
+        k AS MATERIALIZED (
+            SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
+                   THEN {keeps("t.tube", " AND o.id NOT IN (SELECT id FROM d)")} END AS keeps
+            FROM (SELECT DISTINCT tube FROM d) t){took if taking else ""}
+        SELECT d.id, d.tube, d.state, d.owner_conn, k.keeps, NULL::bytea, NULL::bigint,
+               NULL::bigint, NULL::float8, d.reserves
+        FROM d JOIN k ON k.tube = d.tube{taken if taking else ""}"""
+
+
+__all__ = ["delete_many", "put_many"]

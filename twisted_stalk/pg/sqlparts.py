@@ -1,0 +1,30 @@
+# -*- test-case-name: tests.test_pg_units -*-
+"""Pieces of SQL that several of the engine's statements share (sql.py, sql_many.py).
+
+``{s}`` stands for the quoted schema name, as in the statements.
+"""
+from __future__ import annotations
+
+#: The statement's one reading of the database's clock, as seconds since the
+#: epoch (a ``WITH`` item named ``c``, column ``now``).
+NOW = "c AS MATERIALIZED (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)"
+
+#: The states in the order :func:`keeps` asks them: the common ones first,
+#: held jobs (read through the deadline index) last.
+STATES = (0, 3, 2, 1)
+
+
+def keeps(tube: str, also: str = "") -> str:
+    """Whether tube ``tube`` (an SQL expression) keeps a job (``also``: a
+    further condition on it, ``o``): one EXISTS per state, each through that
+    state's index (schema.py: there is no index of jobs by tube alone),
+    asked in turn until one finds a job.  ``OFFSET 0`` keeps each a probe of
+    the tube: without it the planner may instead read every job of the
+    state once into a hash, a plan that a generic plan made while the table
+    was small would keep (sql.SESSION)."""
+    return "(" + " OR ".join(
+        f"EXISTS (SELECT 1 FROM {{s}}.jobs o WHERE o.state = {st} AND o.tube = {tube}{also}"
+        f" OFFSET 0)" for st in STATES) + ")"
+
+
+__all__ = ["NOW", "STATES", "keeps"]
