@@ -77,7 +77,8 @@ def serve(port: int, dsn: str) -> None:
     ready: Deque[tuple] = deque()  # (id, body) of jobs put while no worker waited
 
     def execute(name: str, params: List[Any]):
-        return min(conns, key=lambda c: c.load).execute(name, params, [1, 0] if name == "put" else None)
+        formats = [1, 0] if name == "put" else None  # the body in binary
+        return min(conns, key=lambda c: c.load).execute(name, params, formats)
 
     class Relay(protocol.Protocol):
         def __init__(self) -> None:
@@ -128,8 +129,8 @@ def serve(port: int, dsn: str) -> None:
                     self.reserve()
                 elif word == b"delete":
                     s = self.slot()
-                    execute("delete", [int(rest)]).addCallback(
-                        lambda rows, s=s: self.answer(s, b"DELETED\r\n" if rows else b"NOT_FOUND\r\n"))
+                    execute("delete", [int(rest)]).addCallback(lambda rows, s=s: self.answer(
+                        s, b"DELETED\r\n" if rows else b"NOT_FOUND\r\n"))
                 else:
                     self.answer(self.slot(), IMMEDIATE.get(word, b"UNKNOWN_COMMAND\r\n")
                                 .replace(b"%s", rest))
@@ -142,7 +143,8 @@ def serve(port: int, dsn: str) -> None:
                 job = rows[0][0]
                 self.answer(s, b"INSERTED %d\r\n" % job)
                 if worker is not None:
-                    worker.answer(worker.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
+                    worker.answer(worker.waits,
+                                  b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
                 else:
                     ready.append((job, body))
                     if waiting:

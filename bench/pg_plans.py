@@ -90,9 +90,11 @@ def main() -> None:
                              " VALUES (99, 0, 0)")
         migrate(cluster.dsn(), schema)
         sql = statements(schema)
+        tubes = 2 if args.busy else 50  # t1, t2; or t0 ... t49
         insert = (f"INSERT INTO {schema}.jobs (id, tube, state, pri, delay, ttr, created_at,"
                   " deadline_at, buried_seq, owner_node, owner_conn, body)"
-                  f" SELECT g, 't' || g %% {2 if args.busy else 50} + {int(args.busy)}, CASE WHEN g %% 200 = 0 THEN 1"
+                  f" SELECT g, 't' || g %% {tubes} + {int(args.busy)},"
+                  " CASE WHEN g %% 200 = 0 THEN 1"
                   " WHEN g %% 10 = 1 THEN 2 WHEN g %% 10 = 2 THEN 3 ELSE 0 END,"
                   " g %% 2000, 0, 60, 0, 1e10 + g, g, 7, g %% 100, ''"
                   " FROM generate_series(%s::int, %s::int) g")
