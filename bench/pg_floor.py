@@ -230,7 +230,11 @@ def main() -> None:
                              "--size", "100", "--quiet", "--tube", row] + paced,
                             capture_output=True, text=True, timeout=300)
                         after = pgmeter.take(conn, cluster.proc.pid, [node.pid])
-                        phase = json.loads(out.stdout.strip().splitlines()[-1])["phases"][-1]
+                        report = json.loads(out.stdout.strip().splitlines()[-1])
+                        if not report["ok"] or report["errors"]:
+                            raise SystemExit(f"{name} {row}: the generator failed: "
+                                             f"{out.stdout[-800:]} {out.stderr[-800:]}")
+                        phase = report["phases"][-1]
                         per = pgmeter.per_job(before, after, phase["jobs"])
                         rows.append((rnd, name, row, phase["ops_per_sec"],
                                      phase["lat_us"]["p50"] / 1000, per["pg_cpu"],

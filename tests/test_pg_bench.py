@@ -98,8 +98,9 @@ def test_insert_loop_commits_one_row_per_transaction_on_a_real_cluster(pg_cluste
         == [(60, 100)]
 
 
-def test_the_script_prints_the_loop_row_and_wake_20_as_a_ratio_to_it(tmp_path):
-    """The whole script, one wake-20 row bounded to a second."""
+def _run_script(tmp_path, script: str, *args: str) -> str:
+    """Run ``bench/<script>`` with ``args`` on its own cluster and the C
+    generator (skips without them); its output."""
     from pgcluster import unavailable
     why = unavailable()
     if why:
@@ -110,20 +111,26 @@ def test_the_script_prints_the_loop_row_and_wake_20_as_a_ratio_to_it(tmp_path):
         pytest.skip(str(e))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run(
-        [sys.executable, os.path.join(root, "bench", "pg_bench.py"), "--targets", "pg-1",
-         "--rows", "wake-20", "--cap", "1", "--insert-secs", "1", "--no-explain"],
+        [sys.executable, os.path.join(root, "bench", script), *args],
         capture_output=True, text=True, timeout=180, cwd=tmp_path,
         env=dict(os.environ, BSTALK_LOAD=gen, PYTHONPATH=root))
     assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_the_script_prints_the_loop_row_and_wake_20_as_a_ratio_to_it(tmp_path):
+    """The whole script, one wake-20 row bounded to a second."""
+    out = _run_script(tmp_path, "pg_bench.py", "--targets", "pg-1", "--rows", "wake-20",
+                      "--cap", "1", "--insert-secs", "1", "--no-explain")
     loop = re.search(r"^\| one connection, (pgbench|psycopg) \| insert-loop \| ([\d,]+) \| "
-                     r"([\d.]+) \| ([\d.]+) \|", done.stdout, re.M)
-    assert loop, done.stdout
+                     r"([\d.]+) \| ([\d.]+) \|", out, re.M)
+    assert loop, out
     rate = float(loop.group(2).replace(",", ""))
     assert rate > 0 and float(loop.group(3)) > 0
     assert 0.99 <= float(loop.group(4)) <= 1.01  # one commit per INSERT
     wake = re.search(r"^- pg-1 wake-20 / one-connection INSERT loop: ([\d,]+) / ([\d,]+) "
-                     r"per second = ([\d.]+)x$", done.stdout, re.M)
-    assert wake, done.stdout
+                     r"per second = ([\d.]+)x$", out, re.M)
+    assert wake, out
     assert wake.group(2) == loop.group(2)
     assert float(wake.group(3)) == pytest.approx(
         float(wake.group(1).replace(",", "")) / rate, rel=0.01, abs=0.01)
@@ -133,28 +140,14 @@ def test_the_floor_relay_serves_wake_20_beside_the_engine_and_the_loop(tmp_path)
     """bench/pg_floor.py end to end, small: the relay answers every job of
     both rows (the generator fails a run that loses or garbles one), and the
     ratios below the table are those of its rows."""
-    from pgcluster import unavailable
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    try:
-        gen = pg_bench.generator()
-    except SystemExit as e:
-        pytest.skip(str(e))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run(
-        [sys.executable, os.path.join(root, "bench", "pg_floor.py"), "--jobs", "300",
-         "--insert-secs", "1"],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path,
-        env=dict(os.environ, BSTALK_LOAD=gen, PYTHONPATH=root))
-    assert done.returncode == 0, done.stderr[-2000:]
+    out = _run_script(tmp_path, "pg_floor.py", "--jobs", "300", "--insert-secs", "1")
     rates = {(name, row): float(rate.replace(",", "") or 0) for name, row, rate in re.findall(
-        r"^\| 1 \| (\S+) \| (\S*) \| ([\d,]*) \| [\d.]+ \|", done.stdout, re.M)}
+        r"^\| 1 \| (\S+) \| (\S*) \| ([\d,]*) \| [\d.]+ \|", out, re.M)}
     assert set(rates) == {("insert-loop", ""), ("relay", "wake-20"), ("relay", "latency"),
-                          ("engine", "wake-20"), ("engine", "latency")}, done.stdout
+                          ("engine", "wake-20"), ("engine", "latency")}, out
     assert all(rates[k] > 0 for k in rates if k[1] != "latency")
-    ratio = re.search(r"relay ([\d.]+)x, engine ([\d.]+)x; engine / relay ([\d.]+)x", done.stdout)
-    assert ratio, done.stdout
+    ratio = re.search(r"relay ([\d.]+)x, engine ([\d.]+)x; engine / relay ([\d.]+)x", out)
+    assert ratio, out
     assert float(ratio.group(1)) == pytest.approx(
         rates["relay", "wake-20"] / rates["insert-loop", ""], abs=0.01)
     assert float(ratio.group(3)) == pytest.approx(
