@@ -435,8 +435,8 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
         asked = _record_statements(e)
 
         def channels() -> list:
-            out = [p[7] if name == "put_many_telling" else None
-                   for name, p in asked if name.startswith("put_many")]
+            out = [p[7] if name.endswith("_telling") else None
+                   for name, p in asked if name.startswith(("put_many", "put_one"))]
             out += [p[0] for name, p in asked if name == "notify"]
             asked.clear()
             return out
@@ -459,11 +459,12 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
 
 
 def test_a_batch_runs_the_statement_without_the_parts_it_does_not_use(pg_engine):
-    """A lone node's puts run ``put_many``, which sends no notices; a delete
-    batch that takes nothing runs ``delete_many``, without the take; the
-    parts come back where they serve (``put_many_telling`` once another node
-    is there, ``delete_many_taking`` once a worker's streak asks for its next
-    job).  Each part of a plan costs the database time at every execution."""
+    """A lone node's puts run ``put_many`` (``put_one`` for a batch of one),
+    which sends no notices; a delete batch that takes nothing runs
+    ``delete_many``, without the take; the parts come back where they serve
+    (``..._telling`` once another node is there, ``delete_many_taking`` once
+    a worker's streak asks for its next job).  Each part of a plan costs the
+    database time at every execution."""
     from test_engine_contract import _pg
 
     from twisted_stalk.pg.notices import NodeHere
@@ -483,16 +484,24 @@ def test_a_batch_runs_the_statement_without_the_parts_it_does_not_use(pg_engine)
         for _ in range(6):  # a worker's streak of reserve, delete
             assert h(e.delete(s, h(e.reserve(s)).id)) is o.DELETED
         h.advance(0.05)
-        names = [name for name, _ in asked if "_many" in name]
-        assert "put_many" in names and "delete_many" in names
-        assert "put_many_telling" not in names
+        names = [name for name, _ in asked if name.startswith(("put_", "delete_"))]
+        assert "put_one" in names and "delete_many" in names  # one put a batch here
+        assert "put_one_telling" not in names
         assert "delete_many_taking" in names  # once the streak is long enough
-        assert {len(p) for name, p in asked if name == "put_many"} == {7}
+        assert {len(p) for name, p in asked if name == "put_one"} == {7}
         assert {len(p) for name, p in asked if name == "delete_many"} == {5}
+        asked.clear()
+        d1, d2 = e.put(s, 1, 0, 60, b"z1\r\n"), e.put(s, 2, 0, 60, b"z2\r\n")  # one batch
+        h(d1), h(d2)
+        assert [(name, len(p)) for name, p in asked if name.startswith("put_")] == [
+            ("put_many", 7)]
         e.upkeep.event(NodeHere(e.node_id + 1).encode().encode())
         asked.clear()
         h(e.put(s, 0, 0, 60, b"y\r\n"))
-        assert [name for name, _ in asked if name.startswith("put_many")] == ["put_many_telling"]
+        d1, d2 = e.put(s, 1, 0, 60, b"z1\r\n"), e.put(s, 2, 0, 60, b"z2\r\n")
+        h(d1), h(d2)
+        assert [(name, len(p)) for name, p in asked if name.startswith("put_")] == [
+            ("put_one_telling", 8), ("put_many_telling", 8)]
     finally:
         stop()
 

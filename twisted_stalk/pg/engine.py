@@ -280,12 +280,15 @@ class PgEngine(TubeRegistry, SessionRules):
                     marks[tubes[n]] = mark
         if marks:
             self.taking.started()
-        params = [text_array(list(tubes)), int_array(list(pris)), int_array(list(delays)),
-                  int_array(list(ttrs)), bytea_array(list(bodies)), int_array(conns), self.node_id]
-        if self.statistics.alone:
-            d = self.db.execute("put_many", params)
-        else:
-            d = self.db.execute("put_many_telling", params + [self.channel.encode()])
+        one = len(items) == 1  # its values as scalars: no arrays (sql_many.py)
+        name, params = ("put_one", [tubes[0], pris[0], delays[0], ttrs[0], bodies[0], conns[0]]) \
+            if one else ("put_many", [text_array(list(tubes)), int_array(list(pris)),
+                                      int_array(list(delays)), int_array(list(ttrs)),
+                                      bytea_array(list(bodies)), int_array(conns)])
+        params.append(self.node_id)
+        if not self.statistics.alone:  # the other nodes hear of its ready jobs
+            name, params = name + "_telling", params + [self.channel.encode()]
+        d = self.db.execute(name, params, (0, 0, 0, 0, 1, 0, 0, 0)[:len(params)] if one else None)
 
         def answers(rows: Any) -> List[Tuple[int, bool]]:
             out = []

@@ -107,6 +107,8 @@ STATEMENTS: Dict[str, str] = {
     # Many puts, many deletes at once (batch.py): sql_many.py.
     "put_many": put_many(telling=False),
     "put_many_telling": put_many(telling=True),
+    "put_one": put_many(telling=False, one=True),
+    "put_one_telling": put_many(telling=True, one=True),
     "delete_many": delete_many(taking=False),
     "delete_many_taking": delete_many(taking=True),
     # Jobs of node $1's take that it does not know of ($2: the ids it knows,

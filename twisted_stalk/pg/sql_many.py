@@ -15,7 +15,18 @@ from .notices import JobsReady
 from .sqlparts import NOW, keeps
 
 
-def put_many(telling: bool) -> str:
+#: The puts of ``put_many``: from its arrays, or (``one``) its scalars.
+_MANY = """
+            SELECT nextval('{s}.job_ids') AS id, u.*
+            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
+                        $6::bigint[]) WITH ORDINALITY AS u(tube, pri, delay, ttr, body, conn, n)"""
+_ONE = """
+            SELECT nextval('{s}.job_ids') AS id, $1::text AS tube, $2::bigint AS pri,
+                   $3::bigint AS delay, $4::bigint AS ttr, $5::bytea AS body,
+                   $6::bigint AS conn, 1::bigint AS n"""
+
+
+def put_many(telling: bool, one: bool = False) -> str:
     """Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4
     TTRs, $5 bodies, $6 the connection of this node ($7) waiting to be
     handed each job (0: none; -1: the node's take, connection 0, for the
@@ -28,7 +39,10 @@ def put_many(telling: bool) -> str:
     one ``JobsReady`` notice per tube (notices.py), sent when it commits: no
     commit of its own.  A node that knows of no other node runs the
     statement without that part (``put_many``, seven parameters; see the
-    module docstring).  One (id, ordinal, handed over) per put."""
+    module docstring).  ``one``: a batch of one put, its values as scalars
+    ($1 text, $2-$4 bigint, $5 bytea, $6 bigint) instead of arrays
+    (``put_one``, ``put_one_telling``): no arrays to read, and a smaller
+    plan.  One (id, ordinal, handed over) per put."""
     told = f"""
         told AS (
             SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, x.tube, count(*)))
@@ -37,10 +51,7 @@ def put_many(telling: bool) -> str:
             GROUP BY x.tube),"""
     return f"""
         WITH {NOW},
-        x AS MATERIALIZED (
-            SELECT nextval('{{s}}.job_ids') AS id, u.*
-            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
-                        $6::bigint[]) WITH ORDINALITY AS u(tube, pri, delay, ttr, body, conn, n)),
+        x AS MATERIALIZED ({_ONE if one else _MANY}),
         h AS MATERIALIZED (
             SELECT x.id, greatest(x.conn, 0) AS conn FROM x, c
             WHERE x.conn <> 0
