@@ -44,6 +44,8 @@ ARGS = {
     "put_one_telling": "('t1', 1, 0, 60, '\\x00'::bytea, 3, 7, 'ch')",
     "delete_many": "('{2,3}', '{0,0}', 7, '{t9}', '{0,0}')",
     "delete_many_taking": "('{2,3}', '{0,0}', 7, '{t9}', '{0,0}', '{t2}', '{2}')",
+    "delete_one": "(2, 0, 7, '{t9}', 0)",
+    "delete_one_taking": "(2, 0, 7, '{t9}', 0, '{t2}', '{2}')",
     "return_lost_takes": "(7, '{1}')", "return_taken": "('{1}', '{1}', 7)", "take_id": "",
     "reserve": "('{t1,t2}', 7, 3)", "reserve_many": "('{t1,t2}', '{3,4}', 7)",
     "reserve_job": "(5, 7, 3)", "delete": "(5, 7, 3)", "release": "(5, 7, 3, 10, 0, 1)",

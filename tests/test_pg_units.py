@@ -461,10 +461,10 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
 def test_a_batch_runs_the_statement_without_the_parts_it_does_not_use(pg_engine):
     """A lone node's puts run ``put_many`` (``put_one`` for a batch of one),
     which sends no notices; a delete batch that takes nothing runs
-    ``delete_many``, without the take; the parts come back where they serve
-    (``..._telling`` once another node is there, ``delete_many_taking`` once
-    a worker's streak asks for its next job).  Each part of a plan costs the
-    database time at every execution."""
+    ``delete_many`` (``delete_one``), without the take; the parts come back
+    where they serve (``..._telling`` once another node is there,
+    ``..._taking`` once a worker's streak asks for its next job).  Each part
+    of a plan costs the database time at every execution."""
     from test_engine_contract import _pg
 
     from twisted_stalk.pg.notices import NodeHere
@@ -479,17 +479,23 @@ def test_a_batch_runs_the_statement_without_the_parts_it_does_not_use(pg_engine)
         asked = _record_statements(e)
         s = h.open()
         h(e.stats(s))  # it reads the nodes: none but itself
-        for _ in range(6):
+        for _ in range(8):
             h(e.put(s, 0, 0, 60, b"x\r\n"))
         for _ in range(6):  # a worker's streak of reserve, delete
             assert h(e.delete(s, h(e.reserve(s)).id)) is o.DELETED
         h.advance(0.05)
         names = [name for name, _ in asked if name.startswith(("put_", "delete_"))]
-        assert "put_one" in names and "delete_many" in names  # one put a batch here
+        assert "put_one" in names and "delete_one" in names  # one a batch here
         assert "put_one_telling" not in names
-        assert "delete_many_taking" in names  # once the streak is long enough
+        assert "delete_one_taking" in names  # once the streak is long enough
         assert {len(p) for name, p in asked if name == "put_one"} == {7}
-        assert {len(p) for name, p in asked if name == "delete_many"} == {5}
+        assert {len(p) for name, p in asked if name == "delete_one"} == {5}
+        asked.clear()
+        jobs = [h(e.reserve(s)).id for _ in range(2)]
+        d1, d2 = e.delete(s, jobs[0]), e.delete(s, jobs[1])  # one batch
+        assert (h(d1), h(d2)) == (o.DELETED, o.DELETED)
+        assert [(name, len(p)) for name, p in asked if name.startswith("delete_")] in (
+            [("delete_many", 5)], [("delete_many_taking", 7)])
         asked.clear()
         d1, d2 = e.put(s, 1, 0, 60, b"z1\r\n"), e.put(s, 2, 0, 60, b"z2\r\n")  # one batch
         h(d1), h(d2)

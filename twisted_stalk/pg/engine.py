@@ -336,13 +336,14 @@ class PgEngine(TubeRegistry, SessionRules):
         tubes, counts, marks = self.taking.wants(items)
         if marks:
             self.taking.started()
-        params = [int_array([i for i, _, _ in items]), int_array([s.conn_id for _, s, _ in items]),
-                  self.node_id, text_array(sorted(kept)), int_array([t for _, _, t in items])]
-        if tubes:
-            d = self.db.execute("delete_many_taking", params + [text_array(tubes),
-                                                                 int_array(counts)])
-        else:
-            d = self.db.execute("delete_many", params)
+        ids, conns, tokens = zip(*((i, s.conn_id, t) for i, s, t in items))
+        name, params = ("delete_one", [ids[0], conns[0], self.node_id, text_array(sorted(kept)),
+                                       tokens[0]]) if len(items) == 1 else \
+            ("delete_many", [int_array(list(ids)), int_array(list(conns)), self.node_id,
+                             text_array(sorted(kept)), int_array(list(tokens))])
+        if tubes:  # workers about to reserve: their next jobs come with it
+            name, params = name + "_taking", params + [text_array(tubes), int_array(counts)]
+        d = self.db.execute(name, params)
 
         def answers(rows: Any) -> List[Any]:
             # A job deleted by a batch that asked for it more than once is

@@ -111,6 +111,8 @@ STATEMENTS: Dict[str, str] = {
     "put_one_telling": put_many(telling=True, one=True),
     "delete_many": delete_many(taking=False),
     "delete_many_taking": delete_many(taking=True),
+    "delete_one": delete_many(taking=False, one=True),
+    "delete_one_taking": delete_many(taking=True, one=True),
     # Jobs of node $1's take that it does not know of ($2: the ids it knows,
     # taken or handed out from its take) go back: a take whose answer was
     # lost with its connection, or whose give-back failed.  Returns their tubes.

@@ -75,14 +75,27 @@ def put_many(telling: bool, one: bool = False) -> str:
         ORDER BY x.n"""
 
 
-def delete_many(taking: bool) -> str:
+#: The jobs ``delete_many`` deletes: each by its id, and a reserved one only
+#: under the reservation its deleter holds (fencing); or (``one``) the one.
+_MANY_DELETE = """j.id = ANY($1::bigint[])
+              AND (j.state <> 1 OR (j.owner_node = $3::bigint
+                   AND (j.id, j.reserves) IN (SELECT * FROM unnest($1::bigint[], $5::int[]))
+                   AND (j.owner_conn = 0 OR (j.id, j.owner_conn) IN (
+                           SELECT * FROM unnest($1::bigint[], $2::bigint[])))))"""
+_ONE_DELETE = """j.id = $1::bigint
+              AND (j.state <> 1 OR (j.owner_node = $3::bigint AND j.reserves = $5::int
+                   AND (j.owner_conn = 0 OR j.owner_conn = $2::bigint)))"""
+
+
+def delete_many(taking: bool, one: bool = False) -> str:
     """Many deletes at once: $1 ids, $2 their sessions' connections, $3
     node, $4 tubes the batch's sessions use or watch, $5 the reservation
     each deleting session holds of its job (its ``reserves`` when it got it;
     0: none).  ``taking``: $6/$7 tubes and how many of their best ready jobs
     to take for the node's workers about to reserve (taking.py: a worker's
     delete carries its next job); a batch that takes none runs the statement
-    without that part (``delete_many``, five parameters).
+    without that part (``delete_many``, five parameters).  ``one``: a batch
+    of one delete, $1, $2 and $5 scalars (``delete_one``, ``delete_one_taking``).
 
     One row per deleted job: id, tube, state, owner connection (the node
     tells which of the batch's deletes of that id it answers: a join with
@@ -98,6 +111,7 @@ def delete_many(taking: bool) -> str:
     watched tube anyway.  Then one row per job taken (state -1): id, tube,
     the job's columns (body, TTR, priority, time left) and its reservation;
     a taken job is reserved by (node, 0) until the node hands it out."""
+    not_deleted = "x.id <> $1::bigint" if one else "x.id <> ALL($1::bigint[])"
     took = f""",
         took AS (
             UPDATE {{s}}.jobs j
@@ -106,7 +120,7 @@ def delete_many(taking: bool) -> str:
             FROM c, (SELECT p.id FROM unnest($6::text[], $7::bigint[]) AS w(tube, n)
                      CROSS JOIN LATERAL (
                          SELECT x.id FROM {{s}}.jobs x
-                         WHERE x.state = 0 AND x.tube = w.tube AND x.id <> ALL($1::bigint[])
+                         WHERE x.state = 0 AND x.tube = w.tube AND {not_deleted}
                            AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
                                            WHERE p.name = w.tube
                                              AND p.unpause_at > (SELECT now FROM c))
@@ -122,11 +136,7 @@ def delete_many(taking: bool) -> str:
         WITH {NOW},
         d AS (
             DELETE FROM {{s}}.jobs j
-            WHERE j.id = ANY($1::bigint[])
-              AND (j.state <> 1 OR (j.owner_node = $3::bigint
-                   AND (j.id, j.reserves) IN (SELECT * FROM unnest($1::bigint[], $5::int[]))
-                   AND (j.owner_conn = 0 OR (j.id, j.owner_conn) IN (
-                           SELECT * FROM unnest($1::bigint[], $2::bigint[])))))
+            WHERE {_ONE_DELETE if one else _MANY_DELETE}
             RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
         k AS MATERIALIZED (
             SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
