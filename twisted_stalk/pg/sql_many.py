@@ -7,7 +7,9 @@ execution, its unused parts too, so each comes in the form a batch needs:
 ``put_many_telling``; ``delete_many`` (no job taken for the workers) and
 ``delete_many_taking``.  A put and a delete in the lean forms took about
 half the database's CPU of the full forms (310-320 µs a pair against
-590-600; docs/performance.md).  sql.py registers the four under those names.
+590-600; docs/performance.md).  A batch of one runs the ``_one`` forms
+(``put_one``, ``delete_one``, ...), its values as scalars instead of
+one-element arrays.  sql.py registers them all.
 """
 from __future__ import annotations
 
