@@ -369,7 +369,12 @@ class PgConnection:
 
     def _message(self) -> str:
         pgconn = self.pgconn
-        text = pgconn.get_error_message() if pgconn is not None else "no connection"
+        if pgconn is None:
+            text = "no connection"
+        elif hasattr(pgconn, "get_error_message"):
+            text = pgconn.get_error_message()
+        else:  # psycopg before 3.2: a property
+            text = pgconn.error_message
         return text.strip() if isinstance(text, str) else text.decode("utf-8", "replace").strip()
 
     # -------------------------------------------------------------- reactor
@@ -429,8 +434,10 @@ class PgConnection:
         """Run prepared statement ``name``; fires with its :data:`Rows`, or
         fails with :class:`PgError` / :class:`PgConnectionLost`.  ``params``
         are bytes (text, or binary where ``formats`` says 1), ints or None."""
+        # A list: psycopg 3.1's compiled binding takes no other sequence.
+        fmts = None if formats is None else list(formats)
         return self._send(lambda pgconn, values: pgconn.send_query_prepared(
-            name.encode(), values, formats, 1), params)
+            name.encode(), values, fmts, 1), params)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> defer.Deferred:
         """Run a one-off statement (not prepared)."""
