@@ -226,6 +226,10 @@ def screen(tmp_path):
         s = Screen(tmp_path, ["-a", f"127.0.0.1:{server.port}", *args], cols=cols, rows=rows, env=env)
         opened.append(s)
         s.wait_for("connected to")
+        # keys typed before the prompt is up are echoed by the terminal and
+        # throw prompt_toolkit's idea of the cursor column off; wait for it
+        s.wait(lambda text: any(line.rstrip().endswith(">") for line in text.splitlines()),
+               what="the prompt")
         return s
 
     yield open_screen
