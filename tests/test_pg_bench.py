@@ -152,3 +152,21 @@ def test_the_floor_relay_serves_wake_20_beside_the_engine_and_the_loop(tmp_path)
         rates["relay", "wake-20"] / rates["insert-loop", ""], abs=0.01)
     assert float(ratio.group(3)) == pytest.approx(
         rates["engine", "wake-20"] / rates["relay", "wake-20"], abs=0.01)
+
+
+def test_the_ab_pair_runs_both_engine_builds_through_the_shared_driver(tmp_path):
+    """bench/pg_compare.py end to end, small: both sides are ``stalkd
+    --engine`` on their own schema, and the shared driver's table has a row
+    with both sides' rates for each scenario asked."""
+    import pg_compare
+    try:
+        pg_compare.driver()
+    except SystemExit as e:
+        pytest.skip(str(e))
+    out = _run_script(tmp_path, "pg_compare.py", "--rounds", "1", "--warmup", "0",
+                      "--scenarios", "put-seq,mixed-50c", "--scale", "0.02", "--retries", "0")
+    assert "stalk_schema=side_a" in out and "stalk_schema=side_b" in out, out
+    for scenario in ("put-seq", "mixed-50c"):
+        row = re.search(rf"^{scenario} +\S+ +100 +([\d,]+) +([\d,]+) +([\d.]+) ", out, re.M)
+        assert row, out
+        assert all(float(row.group(i).replace(",", "")) > 0 for i in (1, 2, 3))
