@@ -292,9 +292,9 @@ def test_a_batch_answers_its_commands_in_order_then_runs_its_after_hook():
     from twisted_stalk.pg.batch import Batcher
     clock, events = Clock(), []
     batch = Batcher(clock, lambda items: defer.succeed([i * 10 for i in items]),
-                    after=lambda: events.append("after"))
+                    lambda failure: "failed", after=lambda: events.append("after"))
     for i in (1, 2, 3):
-        batch.add(i).addCallback(events.append)
+        batch.add(i, events.append)
     assert events == []
     clock.advance(0)
     assert events == [10, 20, 30, "after"]
@@ -316,24 +316,24 @@ def test_a_batch_waits_while_the_one_before_is_out_then_carries_all_that_came():
         pending.append((d, items))
         return d
     pending = []
-    batch = Batcher(clock, run, limit=4)
-    batch.add(1).addCallback(answers.append)
+    batch = Batcher(clock, run, lambda failure: failure.getErrorMessage(), limit=4)
+    batch.add(1, answers.append)
     clock.advance(0)
     assert runs == [[1]]
     for i in (2, 3):
-        batch.add(i).addCallback(answers.append)
+        batch.add(i, answers.append)
     clock.advance(0)
     assert runs == [[1]]  # the first is still out: 2 and 3 wait
     d, items = pending.pop(0)
     d.callback([i * 10 for i in items])
     assert answers == [10] and runs == [[1]]  # the next leaves at the turn's end
-    batch.add(4).addCallback(answers.append)  # ... and takes what came meanwhile
+    batch.add(4, answers.append)  # ... and takes what came meanwhile
     clock.advance(0)
     assert runs == [[1], [2, 3, 4]]
     for i in (5, 6, 7, 8):  # a full batch goes out at once, even with one out
-        batch.add(i).addErrback(lambda f: answers.append(f.getErrorMessage()))
+        batch.add(i, answers.append)
     assert runs == [[1], [2, 3, 4], [5, 6, 7, 8]]
-    batch.add(9).addCallback(answers.append)
+    batch.add(9, answers.append)
     d, items = pending.pop(0)
     d.callback([i * 10 for i in items])
     clock.advance(0)
@@ -358,10 +358,10 @@ def test_a_batch_that_cannot_be_built_fails_its_items_and_the_next_still_goes():
         if items == [1]:
             raise ValueError("bad item")
         return defer.succeed([i * 10 for i in items])
-    batch = Batcher(clock, run)
-    batch.add(1).addErrback(lambda f: answers.append(f.getErrorMessage()))
+    batch = Batcher(clock, run, lambda failure: failure.getErrorMessage())
+    batch.add(1, answers.append)
     clock.advance(0)
-    batch.add(2).addCallback(answers.append)
+    batch.add(2, answers.append)
     clock.advance(0)
     assert answers == ["bad item", 20]
 

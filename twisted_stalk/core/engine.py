@@ -136,7 +136,8 @@ class Engine(Protocol):
     journal: Journal
     #: True: a connection's puts may run while its earlier ones are out
     #: (they share a batch statement: server/flow.py's chain); False: every
-    #: command waits for the answer before it.
+    #: command waits for the answer before it.  A wire front end then sends
+    #: puts and deletes through :meth:`put_then` and :meth:`delete_then`.
     pipelined_puts: bool
 
     # Sessions and time.
@@ -177,6 +178,12 @@ class Engine(Protocol):
         id, or EXPECTED_CRLF, DRAINING, OUT_OF_MEMORY, INTERNAL_ERROR.  Every
         put takes an id, refused or not."""
 
+    def put_then(self, s: Session, pri: int, delay: int, ttr: int, body: bytes,
+                 answer: Callable[[Answer], None]) -> Any:
+        """:meth:`put` with a callback instead of a Deferred: the answer if it
+        is known now, else LATER and ``answer(result)`` once, later
+        (core/later.py; ``SessionRules`` makes it from :meth:`put`)."""
+
     def reject_put(self, s: Session, reason: Outcome) -> Result:
         """A put line with no job (JOB_TOO_BIG or BAD_FORMAT): counted, returns ``reason``."""
 
@@ -198,6 +205,9 @@ class Engine(Protocol):
 
     def delete(self, s: Session, job_id: int) -> Result:
         """DELETED, NOT_FOUND, INTERNAL_ERROR."""
+
+    def delete_then(self, s: Session, job_id: int, answer: Callable[[Answer], None]) -> Any:
+        """:meth:`delete` with a callback, as :meth:`put_then`."""
 
     def release(self, s: Session, job_id: int, pri: int, delay: int) -> Result:
         """RELEASED, NOT_FOUND, INTERNAL_ERROR."""

@@ -48,6 +48,7 @@ from ..protocol.commands import COUNTED_COMMANDS
 from ..protocol.constants import DEFAULT_TUBE, SAFETY_MARGIN
 from .counters import IGNORE, LIST_TUBE_USED, LIST_TUBES_WATCHED, PUT, USE, WATCH
 from .facts import Facts
+from .later import then_from_result
 from .outcomes import (
     DEADLINE_SOON,
     DRAINING,
@@ -109,6 +110,15 @@ class SessionRules:
     job_timeouts: int
     total_jobs: int
     _now: Callable[[], float]
+
+    def put_then(self, s: Session, pri: int, delay: int, ttr: int, body: bytes,
+                 answer: Callable[[Any], None]) -> Any:
+        """:meth:`put`, its answer now or given to ``answer`` (core/later.py)."""
+        return then_from_result(self.put(s, pri, delay, ttr, body), answer)  # type: ignore[attr-defined]
+
+    def delete_then(self, s: Session, job_id: int, answer: Callable[[Any], None]) -> Any:
+        """:meth:`delete`, its answer now or given to ``answer`` (core/later.py)."""
+        return then_from_result(self.delete(s, job_id), answer)  # type: ignore[attr-defined]
 
     def _init_sessions(self) -> None:
         """Set the state these rules keep (from the engine's constructor)."""

@@ -31,32 +31,36 @@ LIMIT = 256
 
 
 class Batcher:
-    """Collects items during a reactor turn and runs them together."""
+    """Collects items during a reactor turn and runs them together.
+
+    Each item comes with its ``answer`` callback, called once with that
+    item's result: a plain call, not a Deferred per item (core/later.py)."""
 
     def __init__(self, reactor: Any, run: Callable[[List[Any]], defer.Deferred],
-                 limit: int = LIMIT, after: Optional[Callable[[], None]] = None) -> None:
+                 failed: Callable[[Any], Any], limit: int = LIMIT,
+                 after: Optional[Callable[[], None]] = None) -> None:
         self.reactor = reactor
         #: ``run(items)`` fires with one result per item, in order.
         self.run = run
-        #: Called once every item's Deferred has fired (their replies are out).
+        #: ``failed(failure)``: what every item of a failed batch is answered.
+        self.failed = failed
+        #: Called once every item has been answered (their replies are out).
         self.after = after
         self.limit = limit
         #: Batches out (one, or more when full batches went out meanwhile).
         self._out = 0
         self._items: List[Any] = []
-        self._waiting: List[defer.Deferred] = []
+        self._answers: List[Callable[[Any], None]] = []
         self._call: Any = None
 
-    def add(self, item: Any) -> defer.Deferred:
-        """The result for ``item`` once its batch has run."""
-        d: defer.Deferred = defer.Deferred()
+    def add(self, item: Any, answer: Callable[[Any], None]) -> None:
+        """Run ``item`` with the next batch; ``answer(result)`` once it has run."""
         self._items.append(item)
-        self._waiting.append(d)
+        self._answers.append(answer)
         if len(self._items) >= self.limit:
             self._flush()
         else:
             self._schedule()
-        return d
 
     def _schedule(self) -> None:
         """Flush at the end of this turn, unless a batch is out (then when it answers)."""
@@ -74,22 +78,23 @@ class Batcher:
             self._call.cancel()
         self._call = None
         items, self._items = self._items, []
-        waiting, self._waiting = self._waiting, []
+        answers, self._answers = self._answers, []
         if not items:
             return
         self._out += 1
 
         def done(results: List[Any]) -> None:
             self._answered()
-            for d, result in zip(waiting, results):
-                d.callback(result)
+            for answer, result in zip(answers, results):
+                answer(result)
             if self.after is not None:
                 self.after()
 
         def failed(failure: Any) -> None:
             self._answered()
-            for d in waiting:
-                d.errback(failure)
+            result = self.failed(failure)
+            for answer in answers:
+                answer(result)
         # An exception while building the statement fails the batch (and so
         # leaves no batch counted as out for ever).
         defer.maybeDeferred(self.run, items).addCallbacks(done, failed)

@@ -29,7 +29,7 @@ delete takes for its next reserve (:mod:`.taking`).  The tubes
 from __future__ import annotations
 
 import socket
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -39,6 +39,7 @@ from ..core.counters import (
 )
 from ..core.facts import Facts
 from ..core.journal import NullJournal
+from ..core.later import LATER, as_deferred
 from ..core.sessions import SessionRules
 from ..core.outcomes import (
     BAD_FORMAT,
@@ -151,8 +152,9 @@ class PgEngine(TubeRegistry, SessionRules):
         self._reserve = reserver.reserve
         self._takers = reserver.takers
         self._handed = reserver.handed
-        self._puts = Batcher(reactor, self._put_many, after=reserver.deliver_handoffs)
-        self._deletes = Batcher(reactor, self._delete_many)
+        self._puts = Batcher(reactor, self._put_many, self.internal_error,
+                             after=reserver.deliver_handoffs)
+        self._deletes = Batcher(reactor, self._delete_many, self.internal_error)
 
     # ------------------------------------------------------------ life cycle
 
@@ -236,36 +238,42 @@ class PgEngine(TubeRegistry, SessionRules):
     # ------------------------------------------------------------ put
 
     def put(self, s: PgSession, pri: int, delay: int, ttr: int, body: bytes) -> Any:
+        return as_deferred(lambda answer: self.put_then(s, pri, delay, ttr, body, answer))
+
+    def put_then(self, s: PgSession, pri: int, delay: int, ttr: int, body: bytes,
+                 answer: Callable[[Any], None]) -> Any:
         refused = self._put_refused(s, body)
         if refused is not None:
-            return self._refused(refused)
+            self._refused(refused).addCallback(answer)
+            return LATER
         t = s.use
         s.deleted = False  # its delete was not followed by a reserve (taking.py)
         s.put_before = True
-        d = self._puts.add((t.name, pri, delay, ttr or 1, body[:-2], s))
+        self._puts.add((t.name, pri, delay, ttr or 1, body[:-2], s, t), answer)
+        return LATER
 
-        def inserted(result: Tuple[int, bool]) -> int:
-            job_id, handed = result
-            self.total_jobs += 1
-            t.total_jobs += 1
-            self._has_jobs(t)
-            if delay:
-                self._delayed_due_in(delay)
-            elif not handed:  # put_many told the others
-                self.taking.ready_behind(t, pri, job_id,
-                                         lambda: self._ready_by_name(t.name, told=True))
-            return job_id
-        return d.addCallbacks(inserted, self.internal_error)
+    def _inserted(self, item: Tuple[Any, ...], job_id: int, handed: bool) -> int:
+        """A put of the batch committed: the engine's figures and notices."""
+        _, pri, delay, _, _, _, t = item
+        self.total_jobs += 1
+        t.total_jobs += 1
+        self._has_jobs(t)
+        if delay:
+            self._delayed_due_in(delay)
+        elif not handed:  # put_many told the others
+            self.taking.ready_behind(t, pri, job_id,
+                                     lambda: self._ready_by_name(t.name, told=True))
+        return job_id
 
     def _put_many(self, items: List[Any]) -> defer.Deferred:
-        """Run a batch of puts (batch.py): (job id, handed over) per item.
+        """Run a batch of puts (batch.py): the job id per item.
 
         The batch's best jobs of each tube are offered to that tube's waiting
         reserves on this node (``Reserver.takers``), and a put whose own session
         will reserve it to the node's take (taking.py); the statement hands
         each over unless a ready job as good is in the database (see
         ``put_many``)."""
-        tubes, pris, delays, ttrs, bodies, sessions = zip(*items)
+        tubes, pris, delays, ttrs, bodies, sessions, _ = zip(*items)
         takers = ([None] * len(items) if self.held or not self.waiting_count
                   else self._takers(items))
         conns = [0] * len(items)
@@ -290,7 +298,7 @@ class PgEngine(TubeRegistry, SessionRules):
             name, params = name + "_telling", params + [self.channel.encode()]
         d = self.db.execute(name, params, (0, 0, 0, 0, 1, 0, 0, 0)[:len(params)] if one else None)
 
-        def answers(rows: Any) -> List[Tuple[int, bool]]:
+        def answers(rows: Any) -> List[int]:
             out = []
             took = []
             for (job_id, _, handed), item, s, conn in zip(rows, items, takers, conns):
@@ -309,7 +317,8 @@ class PgEngine(TubeRegistry, SessionRules):
             if marks:
                 self.taking.ended()
                 self.taking.took(took, marks)
-            return out
+            inserted = self._inserted
+            return [inserted(item, job_id, handed) for item, (job_id, handed) in zip(items, out)]
 
         def failed(failure: Any) -> Any:
             if marks:
@@ -324,19 +333,21 @@ class PgEngine(TubeRegistry, SessionRules):
         return d.addCallbacks(answers, failed)
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
-        """Run a batch of deletes, (job id, session, reservation) each: (tube,
-        state, tube keeps jobs) or None per item; "keeps jobs" is None (not
-        looked up) for a tube that one of the batch's sessions uses or
-        watches.  The statement also takes jobs for the batch's workers about
-        to reserve (taking.py); they are kept before the replies go out."""
+        """Run a batch of deletes, (job id, session, reservation, epoch when
+        asked, job claimed from the take) each: DELETED or NOT_FOUND per
+        item.  The statement answers (tube, state, tube keeps jobs) or
+        nothing per job; "keeps jobs" is None (not looked up) for a tube that
+        one of the batch's sessions uses or watches.  It also takes jobs for
+        the batch's workers about to reserve (taking.py); they are kept
+        before the replies go out."""
         kept = set()
-        for s in {s for _, s, _ in items}:
+        for s in {item[1] for item in items}:
             kept.add(s.use.name)
             kept.update(t.name for t in s.watch)
         tubes, counts, marks = self.taking.wants(items)
         if marks:
             self.taking.started()
-        ids, conns, tokens = zip(*((i, s.conn_id, t) for i, s, t in items))
+        ids, conns, tokens = zip(*((i, s.conn_id, t) for i, s, t, _, _ in items))
         name, params = ("delete_one", [ids[0], conns[0], self.node_id, text_array(sorted(kept)),
                                        tokens[0]]) if len(items) == 1 else \
             ("delete_many", [int_array(list(ids)), int_array(list(conns)), self.node_id,
@@ -349,7 +360,8 @@ class PgEngine(TubeRegistry, SessionRules):
             # A job deleted by a batch that asked for it more than once is
             # the first asker's, or if it was reserved, its holder's.
             askers: Dict[int, List[int]] = {}
-            for n, (job_id, _, _) in enumerate(items):
+            for n, item in enumerate(items):
+                job_id = item[0]
                 askers.setdefault(job_id, []).append(n)
             out: List[Any] = [None] * len(items)
             took = []
@@ -364,14 +376,17 @@ class PgEngine(TubeRegistry, SessionRules):
             if marks:
                 self.taking.ended()
                 self.taking.took(took, marks)
-            return out
+            deleted = self._deleted
+            return [deleted(item, row) for item, row in zip(items, out)]
 
         def failed(failure: Any) -> Any:
             if marks:
                 self.taking.ended(failed=True)
-            for _, s, _ in items:
+            for _, s, _, _, claimed in items:
                 if s.expect is not None and s.expect in marks:
                     self.taking.forgo(s)  # nothing was taken for it
+                if claimed is not None:
+                    self.taking.unclaim(claimed)
             return failure
         return d.addCallbacks(answers, failed)
 
@@ -413,71 +428,44 @@ class PgEngine(TubeRegistry, SessionRules):
     # ------------------------------------------------------------ the holder's commands
 
     def delete(self, s: PgSession, job_id: int) -> Any:
+        return as_deferred(lambda answer: self.delete_then(s, job_id, answer))
+
+    def delete_then(self, s: PgSession, job_id: int, answer: Callable[[Any], None]) -> Any:
         self.cmd_counts[DELETE] += 1
         if job_id > MAX_ID:
             return NOT_FOUND
-        since = self._epoch
         s.deleted = True
         held = s.reserved.get(job_id)
         claimed = None if held is not None or not self.taking.by_tube else \
             self.taking.claim(job_id)  # taken for a reserve, ready to this node
         token = held.binlog_file if held is not None else claimed[6] if claimed else 0
-        d = self._deletes.add((job_id, s, token))
+        self._deletes.add((job_id, s, token, self._epoch, claimed), answer)
+        return LATER
 
-        def deleted(row: Any) -> Outcome:
-            if row is None:
-                s.reserved.pop(job_id, None)
-                return NOT_FOUND
-            name, state, remaining = row
-            if state == 1:
-                s.reserved.pop(job_id, None)
-            t = self.tubes.get(name)
-            if t is None and remaining is None:  # dropped while in flight: look
-                self._look_again(name)
-            elif t is None and remaining:
-                t = self.tube(name)
-                self._has_jobs(t)
-            if t is not None:
-                t.cmd_delete += 1
-                if remaining is None:  # not looked up: a session here keeps the tube
-                    t.unsure = t.unsure or t.seen <= since
-                elif not remaining and t.seen <= since:
-                    t.has_jobs = False
-                    self.drop_tube_if_unused(t)
-            return DELETED
-
-        def failed(failure: Any) -> Any:
-            if claimed is not None:
-                self.taking.unclaim(claimed)
-            return self.internal_error(failure)
-        return d.addCallbacks(deleted, failed)
-
-    def drop_tube_if_unused(self, t: NodeTube) -> None:
-        """Forget tube ``t`` if nothing keeps it; if only ``has_jobs`` keeps
-        it and a delete did not look whether jobs remain (``unsure``), look
-        first (see ``delete_many``)."""
-        if (t.unsure and t.has_jobs and not t.referenced and t.index >= 0
-                and t is not self.default_tube):
-            self._look_again(t.name)
-        else:
-            super().drop_tube_if_unused(t)
-
-    def _look_again(self, name: bytes) -> None:
-        """Whether tube ``name`` still holds jobs, in the background: drop it
-        if not (unless a job was seen meanwhile), add it if so."""
-        if self.node_id is None or not self.db.up:
-            return
-        since = self._epoch
-
-        def looked(rows: Any) -> None:
-            t = self.tubes.get(name)
-            if rows[0][0]:
-                if t is None:
-                    self._has_jobs(self.tube(name))
-                return
-            if t is not None and t.seen <= since:
-                self._settle(name, False)
-        self.db.execute("tube_has_jobs", [name]).addCallbacks(looked, self.upkeep.failed)
+    def _deleted(self, item: Tuple[Any, ...], row: Any) -> Outcome:
+        """A delete of the batch committed (``row``: tube, state, tube keeps
+        jobs) or found no job (None): its answer, and the tube's figures."""
+        job_id, s, _, since, _ = item
+        if row is None:
+            s.reserved.pop(job_id, None)
+            return NOT_FOUND
+        name, state, remaining = row
+        if state == 1:
+            s.reserved.pop(job_id, None)
+        t = self.tubes.get(name)
+        if t is None and remaining is None:  # dropped while in flight: look
+            self._look_again(name)
+        elif t is None and remaining:
+            t = self.tube(name)
+            self._has_jobs(t)
+        if t is not None:
+            t.cmd_delete += 1
+            if remaining is None:  # not looked up: a session here keeps the tube
+                t.unsure = t.unsure or t.seen <= since
+            elif not remaining and t.seen <= since:
+                t.has_jobs = False
+                self.drop_tube_if_unused(t)
+        return DELETED
 
     def _holder_statement(self, s: PgSession, job_id: int, name: str, args: List[Any],
                           then: Any) -> Any:

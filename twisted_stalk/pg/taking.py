@@ -110,14 +110,14 @@ class Taking:
     # ------------------------------------------------------------ the delete's side
 
     def wants(self, items: List[Any]) -> Tuple[List[bytes], List[int], Dict[bytes, Tuple[Any, int]]]:
-        """For a delete batch of (job id, session, token): the tubes to take
+        """For a delete batch (job id, session, token, ...): the tubes to take
         for, how many in each, and each tube's record and ``events`` now."""
         e = self.engine
         counts: Dict[bytes, int] = {}
         marks: Dict[bytes, Tuple[Any, int]] = {}
         if not self.hold or e.held:
             return [], [], marks
-        for _, s, _ in items:
+        for _, s, *_ in items:
             if s.streak < STREAK or s.expect is not None or len(s.watch) != 1 or s.closed:
                 continue
             t = s.watch[0]

@@ -77,11 +77,17 @@ class NodeTube:
 
 
 class TubeRegistry:
-    """The node's tubes (a part of the engine; see the module docstring)."""
+    """The node's tubes (a part of the engine; see the module docstring).
+    Its :meth:`drop_tube_if_unused` refines the base registry's
+    (``core.sessions.SessionRules``, after it among the engine's bases)."""
 
     tubes: Dict[bytes, NodeTube]
     tube_list: List[NodeTube]
     _epoch: int
+    default_tube: NodeTube
+    node_id: Optional[int]
+    db: Any
+    upkeep: Any
 
     def new_tube(self, name: bytes) -> NodeTube:
         """A tube new to this node (the base keeps the registry: core/sessions.py)."""
@@ -124,6 +130,33 @@ class TubeRegistry:
             t = self.tube(name)
             if name in jobs:
                 t.has_jobs = True
+
+    def drop_tube_if_unused(self, t: NodeTube) -> None:
+        """Forget tube ``t`` if nothing keeps it; if only ``has_jobs`` keeps
+        it and a delete did not look whether jobs remain (``unsure``), look
+        first (see ``delete_many``)."""
+        if (t.unsure and t.has_jobs and not t.referenced and t.index >= 0
+                and t is not self.default_tube):
+            self._look_again(t.name)
+        else:
+            super().drop_tube_if_unused(t)
+
+    def _look_again(self, name: bytes) -> None:
+        """Whether tube ``name`` still holds jobs, in the background: drop it
+        if not (unless a job was seen meanwhile), add it if so."""
+        if self.node_id is None or not self.db.up:
+            return
+        since = self._epoch
+
+        def looked(rows: Any) -> None:
+            t = self.tubes.get(name)
+            if rows[0][0]:
+                if t is None:
+                    self._has_jobs(self.tube(name))
+                return
+            if t is not None and t.seen <= since:
+                self._settle(name, False)
+        self.db.execute("tube_has_jobs", [name]).addCallbacks(looked, self.upkeep.failed)
 
     def referenced_tubes(self) -> Dict[str, List[int]]:
         """This node's figures per tube, published with its heartbeat:

@@ -114,7 +114,9 @@ class Reserver:
         self._set_worker = engine._set_worker
         self._track_session_deadline = engine._track_session_deadline
         #: One-tube reserves share a statement (batch.py).
-        self._reserves = Batcher(engine.reactor, self._reserve_many)
+        # A failed batch answers each reserve its Failure, which its
+        # Deferred's callback() turns into the errback path.
+        self._reserves = Batcher(engine.reactor, self._reserve_many, lambda failure: failure)
         #: Wake-ups of reserves handed a put's job, sent after the put batch's replies.
         self._handoffs: List[Any] = []
 
@@ -195,7 +197,8 @@ class Reserver:
         s.attempting = True
         watch = s.watch
         if len(watch) == 1:  # the common case: batched with others (batch.py)
-            d = self._reserves.add((watch[0].name, s.conn_id))
+            d = defer.Deferred()
+            self._reserves.add((watch[0].name, s.conn_id), d.callback)
         else:
             d = self.db.execute("reserve", [text_array([t.name for t in watch]),
                                             self.engine.node_id,
@@ -313,7 +316,7 @@ class Reserver:
         not held and some reserve waits.)"""
         takers: List[Optional[PgSession]] = [None] * len(puts)
         by_tube: dict = {}
-        for n, (name, _, delay, _, _, _) in enumerate(puts):
+        for n, (name, _, delay, *_) in enumerate(puts):
             if not delay:
                 by_tube.setdefault(name, []).append(n)
         for name, ns in by_tube.items():

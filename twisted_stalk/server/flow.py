@@ -8,10 +8,11 @@ dispatched command by command until one of these holds it (``_halt``):
 
 * **blocked**: the last command's reply is outstanding: a reserve waits for
   a job (its result arrives as a wake-up, :meth:`FlowControl.wake`), or the
-  engine answers later (a Deferred, :meth:`FlowControl._later`); puts of an
-  engine with ``pipelined_puts`` form a chain instead
-  (:meth:`FlowControl._chain_put`): the next puts still run, anything else
-  waits for their replies;
+  engine answers later (a Deferred, :meth:`FlowControl._later`; a delete
+  of an engine with ``pipelined_puts``, a callback:
+  :meth:`FlowControl._delete_later`); puts of such an engine form a chain
+  instead (:meth:`FlowControl._chain_put`): the next puts still run,
+  anything else waits for their replies;
 * **stalled**: more than ``MAX_UNSENT`` bytes of replies wait for the client
   (Twisted calls :meth:`FlowControl.pauseProducing`, then
   :meth:`FlowControl.resumeProducing` once they are written);
@@ -36,6 +37,7 @@ from twisted.logger import Logger
 
 from ..core.engine import Engine
 from ..core.job import JobRecord
+from ..core.later import LATER
 from ..core.outcomes import WAITING
 from ..protocol.constants import INTERNAL_ERROR
 from .output import MAX_BUFFERED_WHILE_WAITING
@@ -102,13 +104,14 @@ class FlowControl:
         d.addCallback(lambda outcome: self._answered(render, outcome))
         d.addErrback(self._engine_failed)
 
-    def _chain_put(self, d: Deferred) -> None:
+    def _chain_put(self, pri: int, delay: int, ttr: int, body: bytes) -> None:
         """A put the engine answers later while this connection's next puts
         may run (an engine with ``pipelined_puts``: puts never depend on each
         other, so one read's puts share the engine's batch statement).  The
         protocol lets only puts join (``_blocked`` with ``_halt`` clear);
-        their replies go out in order, each once its own put has answered,
-        and the chain's end runs what waited behind it."""
+        their replies go out in order, each once its own put has answered
+        (``Engine.put_then``, core/later.py: a callback, no Deferred), and
+        the chain's end runs what waited behind it."""
         chain = self._chain
         if chain is None:
             chain = self._chain = deque()
@@ -122,12 +125,9 @@ class FlowControl:
         def answered(outcome: Any) -> None:
             slot[0] = render(outcome)
             self._chain_answered()
-
-        def failed(failure: Any) -> None:
-            log.failure("engine failed a command", failure)
-            slot[0] = INTERNAL_ERROR
-            self._chain_answered()
-        d.addCallbacks(answered, failed)
+        outcome = self.engine.put_then(self.session, pri, delay, ttr, body, answered)
+        if outcome is not LATER:
+            answered(outcome)
 
     def _chain_answered(self) -> None:
         chain = self._chain
@@ -141,6 +141,17 @@ class FlowControl:
         if not chain:
             self._chain = None
             self._unblock()
+
+    def _delete_later(self, job_id: int) -> None:
+        """A delete the engine answers later (``Engine.delete_then``): hold
+        further input until it does."""
+        self._block()
+        outcome = self.engine.delete_then(self.session, job_id, self._delete_answered)
+        if outcome is not LATER:
+            self._delete_answered(outcome)
+
+    def _delete_answered(self, outcome: Any) -> None:
+        self._answered(self._render["delete"], outcome)
 
     def _engine_failed(self, failure) -> None:
         log.failure("engine failed a command", failure)

@@ -408,11 +408,12 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
         """The body of the pending put arrived (with what should be its CRLF)."""
         pri, delay, ttr, _ = self._put
         self._put = None
+        if self._pipelined_puts:
+            self._chain_put(pri, delay, ttr, body)
+            return
         outcome = self.engine.put(self.session, pri, delay, ttr, body)
         if outcome.__class__ is int:
             self._out.append(b"INSERTED %d\r\n" % outcome)
-        elif outcome.__class__ is Deferred and self._pipelined_puts:
-            self._chain_put(outcome)
         else:
             self._answer("put", outcome)
 
@@ -440,6 +441,9 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
             self._answer("reserve", outcome)
 
     def do_delete(self, job_id: int) -> None:
+        if self._pipelined_puts:
+            self._delete_later(job_id)
+            return
         outcome = self.engine.delete(self.session, job_id)
         line = LINES.get(outcome)
         if line is None:

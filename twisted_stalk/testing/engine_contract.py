@@ -45,6 +45,7 @@ from ..core import outcomes as o
 from ..core.counters import PUT
 from ..core.engine import Engine
 from ..core.job import JobRecord
+from ..core.later import LATER
 from ..core.readmodel import TUBE_STAT_KEYS, MemoryUse, TubeFigures
 from ..protocol.commands import COMMANDS, COUNTED_COMMANDS, EXTENSION_COMMANDS
 
@@ -106,6 +107,10 @@ class Harness:
             assert time.monotonic() < deadline, "the engine did not answer"
             self._settle(0.002)
         return box[0]
+
+    def settle(self) -> None:
+        """Let the engine's pending work run a little (no time passes on a Clock)."""
+        self._settle(0.002)
 
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` pass for the engine's timers."""
@@ -207,6 +212,33 @@ def test_deletes_of_one_job_asked_together_go_to_its_reserver(h):
     ready = h(e.put(owner, 0, 0, 60, b"y\r\n"))
     asked = [e.delete(other, ready), e.delete(owner, ready)]
     assert [h(a) for a in asked] == [o.DELETED, o.NOT_FOUND]
+
+
+def test_put_then_and_delete_then_answer_as_put_and_delete(h):
+    """The callback forms a wire front end uses on an engine that answers
+    later (core/later.py): the answer now, or LATER and the answer once,
+    the same as the plain command's."""
+    e, s = h.engine, h.open()
+    answers: List[Any] = []
+
+    def then(result: Any) -> Any:
+        if result is not LATER:
+            return result
+        deadline = time.monotonic() + 10
+        while not answers:
+            assert time.monotonic() < deadline, "the engine did not answer"
+            h.settle()
+        assert len(answers) == 1
+        return answers.pop()
+    job_id = then(e.put_then(s, 5, 0, 60, b"hello\r\n", answers.append))
+    assert isinstance(job_id, int) and h(e.peek(s, job_id)).body == b"hello\r\n"
+    assert then(e.put_then(s, 0, 0, 60, b"no crlf", answers.append)) is o.EXPECTED_CRLF
+    assert h(e.reserve(s)).id == job_id
+    assert then(e.delete_then(s, job_id, answers.append)) is o.DELETED
+    assert then(e.delete_then(s, job_id, answers.append)) is o.NOT_FOUND
+    assert then(e.delete_then(s, 2 ** 63, answers.append)) is o.NOT_FOUND
+    h.settle()
+    assert answers == []  # each answered once
 
 
 def test_refusals_before_a_job_exists(h):
