@@ -735,3 +735,21 @@ def test_a_reservation_the_sweep_skipped_keeps_its_sessions_deadline_soon(pg_eng
         assert soon not in s.reserved and later in s.reserved and e.job_timeouts == 1
     finally:
         stop()
+
+
+def test_a_failed_delete_of_a_job_claimed_from_the_take_gives_it_back():
+    """A delete of a job the node took for a reserve claims it out of the
+    take; if the delete's batch fails (INTERNAL_ERROR), the job goes back to
+    ready (``Taking.unclaim``), and only then."""
+    from types import SimpleNamespace
+
+    from twisted_stalk.core import outcomes as o
+    from twisted_stalk.pg.engine import PgEngine
+    given_back, answers = [], []
+    engine = SimpleNamespace(taking=SimpleNamespace(unclaim=given_back.append))
+    answer = PgEngine._unclaim_on_failure(engine, ("row",), answers.append)
+    answer(o.DELETED)
+    assert (given_back, answers) == ([], [o.DELETED])
+    answer = PgEngine._unclaim_on_failure(engine, ("row",), answers.append)
+    answer(o.INTERNAL_ERROR)
+    assert (given_back, answers) == ([("row",)], [o.DELETED, o.INTERNAL_ERROR])

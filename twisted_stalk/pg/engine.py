@@ -45,6 +45,7 @@ from ..core.outcomes import (
     BAD_FORMAT,
     BURIED,
     DELETED,
+    INTERNAL_ERROR,
     KICKED,
     NOT_FOUND,
     PAUSED,
@@ -334,7 +335,7 @@ class PgEngine(TubeRegistry, SessionRules):
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
         """Run a batch of deletes, (job id, session, reservation, epoch when
-        asked, job claimed from the take) each: DELETED or NOT_FOUND per
+        asked) each: DELETED or NOT_FOUND per
         item.  The statement answers (tube, state, tube keeps jobs) or
         nothing per job; "keeps jobs" is None (not looked up) for a tube that
         one of the batch's sessions uses or watches.  It also takes jobs for
@@ -347,7 +348,7 @@ class PgEngine(TubeRegistry, SessionRules):
         tubes, counts, marks = self.taking.wants(items)
         if marks:
             self.taking.started()
-        ids, conns, tokens = zip(*((i, s.conn_id, t) for i, s, t, _, _ in items))
+        ids, conns, tokens = zip(*((i, s.conn_id, t) for i, s, t, _ in items))
         name, params = ("delete_one", [ids[0], conns[0], self.node_id, text_array(sorted(kept)),
                                        tokens[0]]) if len(items) == 1 else \
             ("delete_many", [int_array(list(ids)), int_array(list(conns)), self.node_id,
@@ -382,11 +383,9 @@ class PgEngine(TubeRegistry, SessionRules):
         def failed(failure: Any) -> Any:
             if marks:
                 self.taking.ended(failed=True)
-            for _, s, _, _, claimed in items:
+            for _, s, _, _ in items:
                 if s.expect is not None and s.expect in marks:
                     self.taking.forgo(s)  # nothing was taken for it
-                if claimed is not None:
-                    self.taking.unclaim(claimed)
             return failure
         return d.addCallbacks(answers, failed)
 
@@ -439,13 +438,23 @@ class PgEngine(TubeRegistry, SessionRules):
         claimed = None if held is not None or not self.taking.by_tube else \
             self.taking.claim(job_id)  # taken for a reserve, ready to this node
         token = held.binlog_file if held is not None else claimed[6] if claimed else 0
-        self._deletes.add((job_id, s, token, self._epoch, claimed), answer)
+        if claimed is not None:  # a failed delete leaves the taken job taken
+            answer = self._unclaim_on_failure(claimed, answer)
+        self._deletes.add((job_id, s, token, self._epoch), answer)
         return LATER
+
+    def _unclaim_on_failure(self, claimed: Any, answer: Callable[[Any], None]
+                            ) -> Callable[[Any], None]:
+        def answered(result: Any) -> None:
+            if result is INTERNAL_ERROR:
+                self.taking.unclaim(claimed)
+            answer(result)
+        return answered
 
     def _deleted(self, item: Tuple[Any, ...], row: Any) -> Outcome:
         """A delete of the batch committed (``row``: tube, state, tube keeps
         jobs) or found no job (None): its answer, and the tube's figures."""
-        job_id, s, _, since, _ = item
+        job_id, s, _, since = item
         if row is None:
             s.reserved.pop(job_id, None)
             return NOT_FOUND
