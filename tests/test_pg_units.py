@@ -757,3 +757,35 @@ def test_a_failed_delete_of_a_job_claimed_from_the_take_gives_it_back():
     answer = PgEngine._unclaim_on_failure(engine, ("row",), answers.append)
     answer(o.INTERNAL_ERROR)
     assert (given_back, answers) == ([("row",)], [o.DELETED, o.INTERNAL_ERROR])
+
+
+def test_an_answer_that_raises_leaves_the_others_answered_once():
+    """A batch's answers are plain calls: one that raises is logged, the
+    items after it still get theirs, and none is answered twice (the batch
+    is not failed after its answers went out)."""
+    from twisted.internet import defer
+    from twisted.internet.task import Clock
+    from twisted.logger import globalLogPublisher
+
+    from twisted_stalk.pg.batch import Batcher
+    clock, answers, after, logged = Clock(), [], [], []
+    batch = Batcher(clock, lambda items: defer.succeed([i * 10 for i in items]),
+                    lambda failure: "failed", after=lambda: after.append(True))
+
+    def broken(result):
+        answers.append(("broken", result))
+        raise RuntimeError("a front end's bug")
+
+    def observe(event):
+        if "log_failure" in event:
+            logged.append(event["log_failure"].value)
+    batch.add(1, answers.append)
+    batch.add(2, broken)
+    batch.add(3, answers.append)
+    globalLogPublisher.addObserver(observe)
+    try:
+        clock.advance(0)
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert answers == [10, ("broken", 20), 30] and after == [True]
+    assert [str(e) for e in logged] == ["a front end's bug"]

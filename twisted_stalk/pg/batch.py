@@ -25,6 +25,9 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional
 
 from twisted.internet import defer
+from twisted.logger import Logger
+
+log = Logger(namespace="twisted_stalk.pg")
 
 #: Commands in one statement at most.
 LIMIT = 256
@@ -85,19 +88,30 @@ class Batcher:
 
         def done(results: List[Any]) -> None:
             self._answered()
-            for answer, result in zip(answers, results):
-                answer(result)
+            _answer_each(answers, results)
             if self.after is not None:
-                self.after()
+                try:
+                    self.after()
+                except Exception:
+                    log.failure("after a batch's answers")
 
         def failed(failure: Any) -> None:
             self._answered()
             result = self.failed(failure)
-            for answer in answers:
-                answer(result)
+            _answer_each(answers, [result] * len(answers))
         # An exception while building the statement fails the batch (and so
         # leaves no batch counted as out for ever).
         defer.maybeDeferred(self.run, items).addCallbacks(done, failed)
+
+
+def _answer_each(answers: List[Callable[[Any], None]], results: List[Any]) -> None:
+    """Each item's answer; one that raises is logged and the others still
+    get theirs (and the batch is not failed after its answers went out)."""
+    for answer, result in zip(answers, results):
+        try:
+            answer(result)
+        except Exception:
+            log.failure("answering a batched command")
 
 
 def text_array(values: List[bytes]) -> bytes:
