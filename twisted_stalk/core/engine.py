@@ -137,7 +137,8 @@ class Engine(Protocol):
     #: True: a connection's puts may run while its earlier ones are out
     #: (they share a batch statement: server/flow.py's chain); False: every
     #: command waits for the answer before it.  A wire front end then sends
-    #: puts and deletes through :meth:`put_then` and :meth:`delete_then`.
+    #: puts, reserves and deletes through :meth:`put_then`,
+    #: :meth:`reserve_then` and :meth:`delete_then`.
     pipelined_puts: bool
 
     # Sessions and time.
@@ -199,6 +200,11 @@ class Engine(Protocol):
 
     def reserve_with_timeout(self, s: Session, timeout: int) -> Result:
         """As :meth:`reserve`; also TIMED_OUT.  Negative: no timeout."""
+
+    def reserve_then(self, s: Session, timeout: Optional[int],
+                     answer: Callable[[Answer], None]) -> Any:
+        """:meth:`reserve` (``timeout`` None) or :meth:`reserve_with_timeout`
+        with a callback, as :meth:`put_then`."""
 
     def reserve_job(self, s: Session, job_id: int) -> Result:
         """A :class:`JobRecord` (ready, delayed or buried before), NOT_FOUND, INTERNAL_ERROR."""

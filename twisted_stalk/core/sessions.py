@@ -120,6 +120,14 @@ class SessionRules:
         """:meth:`delete`, its answer now or given to ``answer`` (core/later.py)."""
         return then_from_result(self.delete(s, job_id), answer)  # type: ignore[attr-defined]
 
+    def reserve_then(self, s: Session, timeout: Optional[int],
+                     answer: Callable[[Any], None]) -> Any:
+        """:meth:`reserve` (``timeout`` None) or :meth:`reserve_with_timeout`,
+        its answer now or given to ``answer`` (core/later.py)."""
+        return then_from_result(self.reserve(s) if timeout is None  # type: ignore[attr-defined]
+                                else self.reserve_with_timeout(s, timeout),  # type: ignore[attr-defined]
+                                answer)
+
     def _init_sessions(self) -> None:
         """Set the state these rules keep (from the engine's constructor)."""
         #: Open sessions (for listings such as the console's connections page).

@@ -397,12 +397,16 @@ class PgEngine(TubeRegistry, SessionRules):
     # ------------------------------------------------------------ reserves
 
     def reserve(self, s: PgSession) -> Any:
-        self.cmd_counts[RESERVE] += 1
-        return self._reserve(s, None, self.held)
+        return as_deferred(lambda answer: self.reserve_then(s, None, answer))
 
     def reserve_with_timeout(self, s: PgSession, timeout: int) -> Any:
-        self.cmd_counts[RESERVE_WITH_TIMEOUT] += 1
-        return self._reserve(s, None if timeout < 0 else timeout, self.held)
+        return as_deferred(lambda answer: self.reserve_then(s, timeout, answer))
+
+    def reserve_then(self, s: PgSession, timeout: Optional[int],
+                     answer: Callable[[Any], None]) -> Any:
+        self.cmd_counts[RESERVE if timeout is None else RESERVE_WITH_TIMEOUT] += 1
+        return self._reserve(s, None if timeout is None or timeout < 0 else timeout,
+                             self.held, answer)
 
     def reserve_job(self, s: PgSession, job_id: int) -> Any:
         if job_id > MAX_ID:

@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 from typing import Protocol as _Interface
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from ..core.job import READY, RESERVED, JobRecord
+from ..core.later import LATER
 from ..core.outcomes import DEADLINE_SOON, INTERNAL_ERROR, TIMED_OUT, WAITING
 from ..core.session import Session
 from ..protocol.constants import SAFETY_MARGIN
@@ -114,17 +116,18 @@ class Reserver:
         self._set_worker = engine._set_worker
         self._track_session_deadline = engine._track_session_deadline
         #: One-tube reserves share a statement (batch.py).
-        # A failed batch answers each reserve its Failure, which its
-        # Deferred's callback() turns into the errback path.
+        # A failed batch answers each reserve its Failure (see ``_take``).
         self._reserves = Batcher(engine.reactor, self._reserve_many, lambda failure: failure)
         #: Wake-ups of reserves handed a put's job, sent after the put batch's replies.
         self._handoffs: List[Any] = []
 
     # ------------------------------------------------------------ the command
 
-    def reserve(self, s: PgSession, timeout: Optional[int], held: bool) -> Any:
+    def reserve(self, s: PgSession, timeout: Optional[int], held: bool,
+                answer: Callable[[Any], None]) -> Any:
         """A reserve of ``s`` (``timeout``: None, or reserve-with-timeout's);
-        ``held``: the engine's ``held``, which the command read."""
+        ``held``: the engine's ``held``, which the command read.  Its result
+        now, or LATER and ``answer(result)`` once (core/later.py)."""
         if not s.is_worker:
             self._set_worker(s)
         s.streak = s.streak + 1 if s.deleted else 0
@@ -141,13 +144,22 @@ class Reserver:
                     return job
                 d = taking.stale(s)
                 if d is not None:  # taken jobs that may not be the best go back first
-                    return d.addCallback(
-                        lambda _: self._reserve_now(s, timeout, self.engine.held))
+                    def given_back(_: Any) -> None:
+                        result = self._reserve_now(s, timeout, self.engine.held, answer)
+                        if result is not LATER:
+                            answer(result)
+
+                    def failed(failure: Any) -> None:
+                        self._failed(failure)
+                        answer(INTERNAL_ERROR)
+                    d.addCallbacks(given_back, failed)
+                    return LATER
             taking.asked(s)
         s.expect = None
-        return self._reserve_now(s, timeout, held)
+        return self._reserve_now(s, timeout, held, answer)
 
-    def _reserve_now(self, s: PgSession, timeout: Optional[int], held: bool) -> Any:
+    def _reserve_now(self, s: PgSession, timeout: Optional[int], held: bool,
+                     answer: Callable[[Any], None]) -> Any:
         now = self._now()
         soonest = s.soonest_deadline() if s.reserved else None
         deadline_soon = soonest is not None and now >= soonest - SAFETY_MARGIN
@@ -155,13 +167,14 @@ class Reserver:
                                     and self._known_empty(s)):
             return self._no_job(s, timeout, deadline_soon, None)
         marks = [t.events for t in s.watch]
-        d = self._take(s, marks)
 
-        def taken(job: Any) -> Any:
-            if job is INTERNAL_ERROR or isinstance(job, JobRecord):
-                return job
-            return self._no_job(s, timeout, deadline_soon, marks)
-        return d.addCallback(taken)
+        def taken(job: Any) -> None:
+            if job is INTERNAL_ERROR or job.__class__ is JobRecord:
+                answer(job)
+            else:
+                answer(self._no_job(s, timeout, deadline_soon, marks))
+        self._take(s, marks, taken)
+        return LATER
 
     def _no_job(self, s: PgSession, timeout: Optional[int], deadline_soon: bool,
                 marks: Optional[List[int]]) -> Any:
@@ -190,38 +203,34 @@ class Reserver:
                 return False
         return True
 
-    def _take(self, s: PgSession, marks: List[int]) -> defer.Deferred:
-        """Run the reserve statement for ``s``: a JobRecord (now held by ``s``),
-        None, or INTERNAL_ERROR.  ``marks``: each watched tube's ``events``
-        as the statement goes out."""
+    def _take(self, s: PgSession, marks: List[int], answer: Callable[[Any], None]) -> None:
+        """Run the reserve statement for ``s``; ``answer`` gets a JobRecord
+        (now held by ``s``), None, or INTERNAL_ERROR.  ``marks``: each
+        watched tube's ``events`` as the statement goes out."""
         s.attempting = True
         watch = s.watch
-        if len(watch) == 1:  # the common case: batched with others (batch.py)
-            d = defer.Deferred()
-            self._reserves.add((watch[0].name, s.conn_id), d.callback)
-        else:
-            d = self.db.execute("reserve", [text_array([t.name for t in watch]),
-                                            self.engine.node_id,
-                                            s.conn_id]).addCallback(
-                lambda rows: rows[0] if rows else None)
 
-        def done(row: Any) -> Any:
+        def done(row: Any) -> None:  # a row, None, or the statement's Failure
             s.attempting = False
             if row is None:
                 for t, mark in zip(watch, marks):
                     if t.events == mark:
                         t.empty_at = mark
-                return None
-            for t in watch:  # a job where none was thought to be: forget that
-                if t.name == row[4]:
-                    t.empty_at = -1
-            return self.reserved(s, row)
-
-        def failed(failure: Any) -> Any:
-            s.attempting = False
-            self._failed(failure)
-            return INTERNAL_ERROR
-        return d.addCallbacks(done, failed)
+                answer(None)
+            elif row.__class__ is Failure:
+                self._failed(row)
+                answer(INTERNAL_ERROR)
+            else:
+                for t in watch:  # a job where none was thought to be: forget that
+                    if t.name == row[4]:
+                        t.empty_at = -1
+                answer(self.reserved(s, row))
+        if len(watch) == 1:  # the common case: batched with others (batch.py)
+            self._reserves.add((watch[0].name, s.conn_id), done)
+        else:
+            self.db.execute("reserve", [text_array([t.name for t in watch]),
+                                        self.engine.node_id, s.conn_id]).addCallbacks(
+                lambda rows: done(rows[0] if rows else None), done)
 
     def _reserve_many(self, items: List[Tuple[bytes, int]]) -> defer.Deferred:
         """Run a batch of one-tube reserves: a job row or None per item."""
@@ -289,7 +298,7 @@ class Reserver:
                         self._serve(t, 1)
             elif s.waiting and [t.events for t in s.watch] != marks:
                 self._attempt(s)
-        self._take(s, marks).addCallback(done)
+        self._take(s, marks, done)
 
     def _woken(self, s: PgSession, job: JobRecord) -> bool:
         """``s`` got ``job`` for its waiting reserve: True if it still waits

@@ -153,6 +153,20 @@ class FlowControl:
     def _delete_answered(self, outcome: Any) -> None:
         self._answered(self._render["delete"], outcome)
 
+    def _reserve_then(self, timeout: Optional[int]) -> None:
+        """A reserve of an engine with ``pipelined_puts`` (``Engine.reserve_then``):
+        input is held while it may answer later; a job or outcome it has at
+        once (a job the node took for it) goes out as the plain path's does."""
+        self._blocked = self._halt = True  # a command runs only while neither is set
+        outcome = self.engine.reserve_then(self.session, timeout, self._reserve_answered)
+        if outcome is LATER:
+            return
+        self._blocked = self._halt = False
+        self._reserve_result(outcome)
+
+    def _reserve_answered(self, outcome: Any) -> None:
+        self._answered(self._render["reserve"], outcome)
+
     def _engine_failed(self, failure) -> None:
         log.failure("engine failed a command", failure)
         self._answered(lambda _: INTERNAL_ERROR, None)

@@ -418,10 +418,16 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
             self._answer("put", outcome)
 
     def do_reserve(self) -> None:
-        self._reserve_result(self.engine.reserve(self.session))
+        if self._pipelined_puts:
+            self._reserve_then(None)
+        else:
+            self._reserve_result(self.engine.reserve(self.session))
 
     def do_reserve_with_timeout(self, timeout: int) -> None:
-        self._reserve_result(self.engine.reserve_with_timeout(self.session, timeout))
+        if self._pipelined_puts:
+            self._reserve_then(timeout)
+        else:
+            self._reserve_result(self.engine.reserve_with_timeout(self.session, timeout))
 
     def _reserve_result(self, outcome: Any) -> None:
         if outcome.__class__ is JobRecord:

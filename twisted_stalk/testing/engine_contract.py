@@ -214,10 +214,10 @@ def test_deletes_of_one_job_asked_together_go_to_its_reserver(h):
     assert [h(a) for a in asked] == [o.DELETED, o.NOT_FOUND]
 
 
-def test_put_then_and_delete_then_answer_as_put_and_delete(h):
+def test_the_callback_forms_answer_as_put_reserve_and_delete(h):
     """The callback forms a wire front end uses on an engine that answers
     later (core/later.py): the answer now, or LATER and the answer once,
-    the same as the plain command's."""
+    the same as the plain command's, counted the same."""
     e, s = h.engine, h.open()
     answers: List[Any] = []
 
@@ -233,7 +233,12 @@ def test_put_then_and_delete_then_answer_as_put_and_delete(h):
     job_id = then(e.put_then(s, 5, 0, 60, b"hello\r\n", answers.append))
     assert isinstance(job_id, int) and h(e.peek(s, job_id)).body == b"hello\r\n"
     assert then(e.put_then(s, 0, 0, 60, b"no crlf", answers.append)) is o.EXPECTED_CRLF
-    assert h(e.reserve(s)).id == job_id
+    counts = dict(e.cmd_counts)
+    job = then(e.reserve_then(s, None, answers.append))
+    assert isinstance(job, JobRecord) and (job.id, job.body) == (job_id, b"hello\r\n")
+    assert then(e.reserve_then(s, 0, answers.append)) is o.TIMED_OUT
+    assert (e.cmd_counts["reserve"] - counts["reserve"],
+            e.cmd_counts["reserve-with-timeout"] - counts["reserve-with-timeout"]) == (1, 1)
     assert then(e.delete_then(s, job_id, answers.append)) is o.DELETED
     assert then(e.delete_then(s, job_id, answers.append)) is o.NOT_FOUND
     assert then(e.delete_then(s, 2 ** 63, answers.append)) is o.NOT_FOUND
