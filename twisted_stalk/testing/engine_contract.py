@@ -42,7 +42,7 @@ import pytest
 from twisted.internet import defer
 
 from ..core import outcomes as o
-from ..core.counters import PUT
+from ..core.counters import PUT, RESERVE, RESERVE_WITH_TIMEOUT
 from ..core.engine import Engine
 from ..core.job import JobRecord
 from ..core.later import LATER
@@ -237,8 +237,8 @@ def test_the_callback_forms_answer_as_put_reserve_and_delete(h):
     job = then(e.reserve_then(s, None, answers.append))
     assert isinstance(job, JobRecord) and (job.id, job.body) == (job_id, b"hello\r\n")
     assert then(e.reserve_then(s, 0, answers.append)) is o.TIMED_OUT
-    assert (e.cmd_counts["reserve"] - counts["reserve"],
-            e.cmd_counts["reserve-with-timeout"] - counts["reserve-with-timeout"]) == (1, 1)
+    assert (e.cmd_counts[RESERVE] - counts[RESERVE],
+            e.cmd_counts[RESERVE_WITH_TIMEOUT] - counts[RESERVE_WITH_TIMEOUT]) == (1, 1)
     assert then(e.delete_then(s, job_id, answers.append)) is o.DELETED
     assert then(e.delete_then(s, job_id, answers.append)) is o.NOT_FOUND
     assert then(e.delete_then(s, 2 ** 63, answers.append)) is o.NOT_FOUND
