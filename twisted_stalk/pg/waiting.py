@@ -210,21 +210,28 @@ class Reserver:
         s.attempting = True
         watch = s.watch
 
-        def done(row: Any) -> None:  # a row, None, or the statement's Failure
-            s.attempting = False
+        def result(row: Any) -> Any:
             if row is None:
                 for t, mark in zip(watch, marks):
                     if t.events == mark:
                         t.empty_at = mark
-                answer(None)
-            elif row.__class__ is Failure:
+                return None
+            if row.__class__ is Failure:
                 self._failed(row)
-                answer(INTERNAL_ERROR)
-            else:
-                for t in watch:  # a job where none was thought to be: forget that
-                    if t.name == row[4]:
-                        t.empty_at = -1
-                answer(self.reserved(s, row))
+                return INTERNAL_ERROR
+            for t in watch:  # a job where none was thought to be: forget that
+                if t.name == row[4]:
+                    t.empty_at = -1
+            return self.reserved(s, row)
+
+        def done(row: Any) -> None:  # a row, None, or the statement's Failure
+            s.attempting = False
+            try:
+                outcome = result(row)
+            except Exception:  # a bug here answers INTERNAL_ERROR, as a Deferred's would
+                self._failed(Failure())
+                outcome = INTERNAL_ERROR
+            answer(outcome)
         if len(watch) == 1:  # the common case: batched with others (batch.py)
             self._reserves.add((watch[0].name, s.conn_id), done)
         else:
