@@ -1,12 +1,13 @@
 # -*- test-case-name: tests.test_engine_contract,tests.test_pg_units -*-
 """Answers given to a callback: the hot commands of an engine that answers later.
 
-A wire front end's put and delete are its hottest commands, and on an
-engine that answers them later (one batch statement for many clients,
+A wire front end's put, reserve and delete are its hottest commands, and on
+an engine that answers them later (one batch statement for many clients,
 ``Engine.pipelined_puts``) a Deferred per command, with the callbacks that
 engine and front end chain on it, cost about an eighth of a node's time in
 the closed loop (docs/performance.md).  So such an engine also takes those
-commands with a plain callback (``Engine.put_then``, ``Engine.delete_then``):
+commands with a plain callback (``Engine.put_then``, ``Engine.reserve_then``,
+``Engine.delete_then``):
 
 * the call returns the answer when it is known at once, and then never
   calls ``answer``;
