@@ -52,10 +52,18 @@ class EarlySignals:
         self.stop_signal = 0
         #: False once the reactor is about to run (:meth:`only_remember`).
         self._exits = True
+        self._unraisable = None
 
     def install(self) -> "EarlySignals":
         signal.signal(signal.SIGTERM, self._exit)
         signal.signal(signal.SIGINT, self._exit)
+        # A signal that lands in a callback Python cannot raise out of (a
+        # weakref's, as importlib's module locks use) makes its SystemExit
+        # "ignored", printed with a traceback; the stop itself is kept
+        # (``stop_signal``), so that SystemExit is dropped quietly.
+        self._unraisable = getattr(sys, "unraisablehook", None)
+        if self._unraisable is not None:
+            sys.unraisablehook = self._quiet_exit
         signal.signal(signal.SIGUSR1, self._drain)
         # systemctl reload (the units' ExecReload) must not end a server that
         # is still starting: the console, once up, reads its credentials
@@ -75,6 +83,10 @@ class EarlySignals:
         if self._exits:
             raise SystemExit(0)
 
+    def _quiet_exit(self, unraisable) -> None:
+        if not (self.stop_signal and isinstance(unraisable.exc_value, SystemExit)):
+            self._unraisable(unraisable)
+
     def only_remember(self) -> None:
         """From now on a SIGTERM or SIGINT is only remembered, for the
         server's own handlers to act on once they are in: called just before
@@ -82,6 +94,8 @@ class EarlySignals:
         trigger, where a SystemExit would be logged as a critical error
         (with its traceback) and swallowed."""
         self._exits = False
+        if self._unraisable is not None and sys.unraisablehook == self._quiet_exit:
+            sys.unraisablehook = self._unraisable
         if signal.getsignal(signal.SIGHUP) == self._hangup:
             # No console took SIGHUP over: it ends the server, as beanstalkd's.
             signal.signal(signal.SIGHUP, signal.SIG_DFL)
