@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,7 @@ def main(argv: List[str]) -> int:
     run_compare = driver()
     import pg_bench
     from pgcluster import Cluster
+    import twisted_stalk.pg.driver  # noqa: F401 (on PyPy it fits psycopg's ctypes binding)
     cluster = Cluster(settings=["shared_buffers=256MB", "max_wal_size=2GB", "fsync=on",
                                 "synchronous_commit=on"]).init().start()
     try:
@@ -83,7 +85,10 @@ def main(argv: List[str]) -> int:
                        "" if args.a_engine == "memory" else dsn + " stalk_schema=side_a"),
                    SERVER_B_CMD=server_command(args.b, args.python, dsn + " stalk_schema=side_b"))
         print(f"A: {env['SERVER_A_CMD']}\nB: {env['SERVER_B_CMD']}", flush=True)
-        return subprocess.run([sys.executable, run_compare, "--no-memory", *rest],
+        # The driver is CPython's (its run_compare.sh runs python3; PyPy has no
+        # os.sched_getaffinity); the nodes run on --python.
+        return subprocess.run([shutil.which("python3") or sys.executable, run_compare,
+                               "--no-memory", *rest],
                               env=env).returncode
     finally:
         cluster.stop()
