@@ -110,17 +110,15 @@ SETTLE = 1.2
 
 
 def generator() -> str:
-    places = [os.path.join(ROOT, *[".."] * up, "shared", "bench", "bstalk_load")
-              for up in (1, 2)]  # a checkout next to shared/, or a worktree one deeper
-    found = os.environ.get("BSTALK_LOAD") or next(
-        (p for p in places if os.path.exists(p) or os.path.exists(p + ".c")), places[0])
+    """The C load generator: ``$BSTALK_LOAD``, or bench/compare/bstalk_load.c
+    built once into the temporary folder."""
+    found = os.environ.get("BSTALK_LOAD")
+    if found:
+        return found
+    found = os.path.join(tempfile.gettempdir(), f"bstalk_load-{os.getuid()}")
     if not os.path.exists(found):
-        source = found + ".c"
-        if not os.path.exists(source):
-            raise SystemExit("no bstalk_load: set BSTALK_LOAD to the shared load generator")
-        found = os.path.join(tempfile.gettempdir(), f"bstalk_load-{os.getuid()}")
-        if not os.path.exists(found):
-            subprocess.run(["gcc", "-O2", "-o", found, source], check=True)
+        subprocess.run(["gcc", "-O2", "-o", found, os.path.join(HERE, "compare", "bstalk_load.c")],
+                       check=True)
     return found
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Two builds of the PostgreSQL engine, A and B, through the shared
-side-by-side driver (``../shared/bench/run_compare.py``), on one throwaway
-cluster: the A/B pair every claimed gain of the engine stands on.
+"""Two builds of the PostgreSQL engine, A and B, through the side-by-side
+driver (``bench/compare/run_compare.py``), on one throwaway cluster: the
+A/B pair every claimed gain of the engine stands on.
 
 The driver starts both servers pinned to one CPU, runs each scenario A, B,
 A, B ... and prints medians, the B/A ratio and server CPU per job.  Here
@@ -19,8 +19,7 @@ is the node's alone (PostgreSQL's backends are not pinned or counted).
 Every other argument goes to the driver (``--rounds``, ``--scenarios``,
 ``--scale``, ``--cap``, ``--json`` ...); its memory scenario is left out
 (a node's resident size says nothing of a queue kept in PostgreSQL).
-``BSTALK_LOAD`` names a prebuilt generator; ``SHARED_BENCH`` the driver's
-folder when it is not beside the checkout; the servers' logs go to
+``BSTALK_LOAD`` names a prebuilt generator; the servers' logs go to
 ``BENCH_LOGDIR`` (by default ``pg_compare-logs`` in the temporary folder).
 """
 from __future__ import annotations
@@ -40,15 +39,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 
 
-def driver() -> str:
-    """The shared driver: ``$SHARED_BENCH``, or ``shared/bench`` beside the
-    checkout (or one folder further up, for a worktree)."""
-    places = [os.environ.get("SHARED_BENCH", "")] + [
-        os.path.join(ROOT, *[".."] * up, "shared", "bench") for up in (1, 2)]
-    for place in places:
-        if place and os.path.exists(os.path.join(place, "run_compare.py")):
-            return os.path.join(place, "run_compare.py")
-    raise SystemExit("no run_compare.py: set SHARED_BENCH to the shared bench folder")
+#: The side-by-side driver (bench/compare/README.md).
+DRIVER = os.path.join(HERE, "compare", "run_compare.py")
 
 
 def server_command(tree: str, python: str, engine: str) -> str:
@@ -69,7 +61,7 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--a-engine", choices=("pg", "memory"), default="pg")
     ap.add_argument("--python", default=sys.executable, help="the servers' interpreter")
     args, rest = ap.parse_known_args(argv)
-    run_compare = driver()
+    run_compare = DRIVER
     import pg_bench
     from pgcluster import Cluster
     import twisted_stalk.pg.driver  # noqa: F401 (on PyPy it fits psycopg's ctypes binding)
