@@ -14,7 +14,7 @@ system at a time:
 * ``memory``: the in-memory engine, for scale (no database figures; its
   drain's node CPU includes the put phase, which no database shows the end of).
 
-Rows (ours are driven by the shared C load generator ``bstalk_load``;
+Rows (ours are driven by the C load generator ``bstalk_load``, bench/compare/;
 ``BSTALK_LOAD`` names another build):
 
 * ``drain``: a backlog of 20,000 jobs drained by 24 workers
