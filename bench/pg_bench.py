@@ -13,6 +13,10 @@ system at a time:
   performance-test settings (bench/pg_bench_graphile.js);
 * ``memory``: the in-memory engine, for scale (no database figures; its
   drain's node CPU includes the put phase, which no database shows the end of).
+* ``relay``: bench/pg_floor.py's relay, the cheapest node that does the
+  row's durable work as the engine does it and nothing else (its ``--drain``
+  form in the drain row: deletes batched with the take of the next jobs),
+  for the floor under any node (rows ``drain``, ``wake-20``, ``latency``).
 
 Rows (ours are driven by the C load generator ``bstalk_load``, bench/compare/;
 ``BSTALK_LOAD`` names another build):
@@ -344,23 +348,31 @@ class Bench:
     def ours(self, name: str, row: str, gen: str) -> Optional[dict]:
         stalkd = [sys.executable, "-m", "twisted_stalk_cli.stalkd", "-l", "127.0.0.1",
                   "-p", "{port}"]
+        sequence = None  # the drain's job ids, which tell when the backlog is in
         if name == "memory":
             target = Target(name, [stalkd])
             schema = None
+        elif name == "relay":  # bench/pg_floor.py's: the durable work alone
+            target = Target(name, [[sys.executable, os.path.join(HERE, "pg_floor.py"),
+                                    "--serve", "{port}", "--dsn", self.cluster.dsn()]
+                                   + (["--drain"] if row == "drain" else [])])
+            schema = None
+            sequence = "floor_jobs_id_seq"
         else:
             schema = f"bench{next(self.schemas)}"
             count = 2 if name == "pg-2" else 1
             target = Target(name, [stalkd + ["--engine", self.engine(schema)]] * count)
+            sequence = f"{schema}.job_ids"
         try:
             time.sleep(SETTLE)
             marks: Dict[str, pgmeter.Snapshot] = {"before": self.snapshot(target.pids)}
             boundary = at_boundary = None
-            if row == "drain" and schema:
+            if row == "drain" and sequence:
                 jobs = ROWS[row][2]
 
                 def boundary() -> bool:  # every put of the backlog has been taken
                     return self.conn.execute(
-                        f"{pgmeter.MARK} SELECT last_value FROM {schema}.job_ids"
+                        f"{pgmeter.MARK} SELECT last_value FROM {sequence}"
                     ).fetchone()[0] >= jobs
 
                 def at_boundary() -> None:

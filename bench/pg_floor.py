@@ -19,6 +19,15 @@ per-statement cost left in).  So the relay's jobs/s is what a node on
 CPython could reach on this machine with one put in flight, whatever its
 design; the engine's distance to it is what a leaner engine could gain.
 
+The drain's floor is the relay with ``--drain`` (``DrainBatch``): the
+backlog's puts make ready jobs, and per batch of deletes it runs one
+statement, as the engine's ``delete_many_taking`` does, that deletes them and
+takes as many of the best ready jobs (``FOR UPDATE SKIP LOCKED``) for the
+workers' next reserves, which it answers without a statement; one batch out
+at a time (``FLOOR_BATCHES_OUT=N`` in its environment lets N out, for the
+experiment in docs/performance.md).  ``bench/pg_bench.py --targets relay``
+runs it in the drain row beside the engine and Graphile Worker.
+
     python bench/pg_floor.py                 # relay, engine node and pgbench loop, one run
     python bench/pg_floor.py --rounds 3
 
@@ -37,7 +46,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from typing import Any, Deque, List, Optional
+from typing import Any, Callable, Deque, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE, os.path.join(os.path.dirname(HERE), "tests")]
@@ -53,7 +62,21 @@ STATEMENTS = {
     # a ready job (the relay knows which: it put them) to worker $2
     "take": "UPDATE floor_jobs SET state = 1, owner = $2::int WHERE id = $1::bigint",
     "delete": "DELETE FROM floor_jobs WHERE id = $1::bigint RETURNING id",
+    # the drain (--drain): the best ready job to worker $1, found by the index
+    "take_best": "UPDATE floor_jobs SET state = 1, owner = $1::int WHERE id = ("
+                 "SELECT id FROM floor_jobs WHERE state = 0 ORDER BY id LIMIT 1 "
+                 "FOR UPDATE SKIP LOCKED) RETURNING id, body",
+    # a batch of deletes ($1) that takes as many best ready jobs for the
+    # workers that will reserve next ($2 of them), as the engine's
+    # delete_many_taking does: deleted rows have no body
+    "delete_taking": "WITH gone AS (DELETE FROM floor_jobs WHERE id = ANY($1::bigint[]) "
+                     "RETURNING id), took AS (UPDATE floor_jobs SET state = 1, owner = 0 "
+                     "WHERE id IN (SELECT id FROM floor_jobs WHERE state = 0 ORDER BY id "
+                     "LIMIT $2::int FOR UPDATE SKIP LOCKED) RETURNING id, body) "
+                     "SELECT id, NULL::bytea FROM gone UNION ALL SELECT id, body FROM took",
 }
+#: The index the drain's takes read (the engine's ``jobs_ready`` is partial too).
+DRAIN_INDEX = "CREATE INDEX IF NOT EXISTS floor_ready ON floor_jobs (id) WHERE state = 0"
 
 
 #: The rows, as bench/pg_bench.py's: (name, waiting workers, jobs (0: --jobs),
@@ -65,12 +88,18 @@ IMMEDIATE = {b"use": b"USING %s\r\n", b"list-tube-used": b"USING default\r\n",
              b"watch": b"WATCHING 2\r\n", b"ignore": b"WATCHING 1\r\n"}
 
 
-def serve(port: int, dsn: str) -> None:
-    """Run the relay on 127.0.0.1:``port`` until killed."""
+def serve(port: int, dsn: str, drain: bool = False) -> None:
+    """Run the relay on 127.0.0.1:``port`` until killed (``drain``: see :func:`drain_relay`)."""
     from twisted_stalk.server import reactor as lean
     lean.install()
     from twisted.internet import protocol, reactor
     from twisted_stalk.pg.driver import PgConnection
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as setup:
+        setup.execute(SCHEMA)
+        setup.execute(DRAIN_INDEX)
+        setup.execute("TRUNCATE floor_jobs RESTART IDENTITY")
 
     conns: List[PgConnection] = []
     waiting: Deque["Relay"] = deque()
@@ -127,6 +156,8 @@ def serve(port: int, dsn: str) -> None:
                 word, _, rest = line.partition(b" ")
                 if word == b"reserve":
                     self.reserve()
+                elif word == b"delete" and drain:
+                    batch.add(int(rest), self, self.slot())
                 elif word == b"delete":
                     s = self.slot()
                     execute("delete", [int(rest)]).addCallback(lambda rows, s=s: self.answer(
@@ -136,6 +167,11 @@ def serve(port: int, dsn: str) -> None:
                                 .replace(b"%s", rest))
 
         def put(self, body: bytes) -> None:
+            if drain:  # the backlog: a ready job, which the takes find by the index
+                s = self.slot()
+                execute("put", [body, 0]).addCallback(
+                    lambda rows: self.answer(s, b"INSERTED %d\r\n" % rows[0][0]))
+                return
             worker = waiting.popleft() if waiting else None
             s = self.slot()
 
@@ -153,7 +189,9 @@ def serve(port: int, dsn: str) -> None:
 
         def reserve(self) -> None:
             self.waits = self.slot()
-            if ready:
+            if drain:
+                batch.reserve(self)
+            elif ready:
                 self.take()
             else:
                 waiting.append(self)
@@ -162,6 +200,8 @@ def serve(port: int, dsn: str) -> None:
             job, body = ready.popleft()
             execute("take", [job, self.number]).addCallback(lambda _: self.answer(
                 self.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body)))
+
+    batch = DrainBatch(reactor, execute) if drain else None
 
     def up(_: Any) -> None:
         reactor.listenTCP(port, protocol.Factory.forProtocol(Relay), interface="127.0.0.1")
@@ -174,16 +214,87 @@ def serve(port: int, dsn: str) -> None:
     reactor.run()
 
 
+class DrainBatch:
+    """The drain's durable work, as the engine does it and no more (``--drain``).
+
+    Deletes of one reactor turn share one statement (group commit), one
+    statement out at a time, and each batch takes as many of the best ready
+    jobs as it deletes, for the workers that will reserve next; a reserve is
+    answered from those without a statement, or else takes the best ready
+    job itself (``take_best``).  ``DELETED`` goes out once the statement
+    committed, as the engine's does."""
+
+    def __init__(self, reactor: Any, execute: Callable[[str, List[Any]], Any]) -> None:
+        self.reactor = reactor
+        self.execute = execute
+        self.items: List[tuple] = []  # (job id, relay, reply slot)
+        self.taken: Deque[tuple] = deque()  # (id, body) taken, not yet handed out
+        self.asking: Deque[Any] = deque()  # reserves that found nothing to take
+        #: Batches out now, and at most (FLOOR_BATCHES_OUT: an experiment's knob).
+        self.out = 0
+        self.most = int(os.environ.get("FLOOR_BATCHES_OUT", "1"))
+        self.call: Any = None
+
+    def add(self, job: int, relay: Any, slot: List[Optional[bytes]]) -> None:
+        self.items.append((job, relay, slot))
+        if self.call is None and self.out < self.most:
+            self.call = self.reactor.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        self.call = None
+        items, self.items = self.items, []
+        if not items:
+            return
+        self.out += 1
+        ids = b"{" + b",".join(b"%d" % job for job, _, _ in items) + b"}"
+
+        def done(rows: Any) -> None:
+            self.out -= 1
+            gone = set()
+            for job, body in rows:
+                if body is None:
+                    gone.add(job)
+                else:
+                    self.taken.append((job, body))
+            for job, relay, slot in items:
+                relay.answer(slot, b"DELETED\r\n" if job in gone else b"NOT_FOUND\r\n")
+            while self.asking and self.taken:
+                self.hand(self.asking.popleft())
+            if self.items and self.call is None:  # what came meanwhile, at the turn's end
+                self.call = self.reactor.callLater(0, self.flush)
+        self.execute("delete_taking", [ids, len(items)]).addCallback(done)
+
+    def reserve(self, relay: Any) -> None:
+        if self.taken:
+            self.hand(relay)
+            return
+
+        def took(rows: Any) -> None:
+            if rows:
+                job, body = rows[0]
+                relay.answer(relay.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
+            elif self.taken:
+                self.hand(relay)
+            else:  # what is left is in a delete batch's take
+                self.asking.append(relay)
+        self.execute("take_best", [relay.number]).addCallback(took)
+
+    def hand(self, relay: Any) -> None:
+        job, body = self.taken.popleft()
+        relay.answer(relay.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dsn", help=argparse.SUPPRESS)
+    ap.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--insert-secs", type=float, default=3.0)
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve, args.dsn)
+        serve(args.serve, args.dsn, args.drain)
         return
     import pg_bench
     import pgmeter

@@ -165,3 +165,16 @@ def test_the_ab_pair_runs_both_engine_builds_through_the_shared_driver(tmp_path)
         row = re.search(rf"^{scenario} +\S+ +100 +([\d,]+) +([\d,]+) +([\d.]+) ", out, re.M)
         assert row, out
         assert all(float(row.group(i).replace(",", "")) > 0 for i in (1, 2, 3))
+
+
+def test_the_relay_drains_the_backlog_with_batched_deletes_that_take_the_next_jobs(tmp_path):
+    """pg_bench's ``relay`` target in the drain row (bench/pg_floor.py
+    ``--drain``), bounded to a second: every job put is reserved and deleted
+    (the generator fails a run that loses or garbles one, and the row then has
+    no rate).  (Its per-job counts need the whole backlog: with the cap the
+    boundary between put and drain is never reached.)"""
+    out = _run_script(tmp_path, "pg_bench.py", "--targets", "relay", "--rows", "drain",
+                      "--cap", "1", "--no-explain")
+    row = re.search(r"^\| relay \| drain \| ([\d,]+) \| [\d.]+ \|", out, re.M)
+    assert row, out
+    assert float(row.group(1).replace(",", "")) > 0
