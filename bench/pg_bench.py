@@ -392,9 +392,13 @@ class Bench:
         if r is None:
             return None
         r.update(pgmeter.per_job(marks["before"], after, r["jobs"]))
-        if schema:
-            from twisted_stalk.pg.sql import statements
-            named = statements(schema)
+        if schema or name == "relay":
+            if schema:
+                from twisted_stalk.pg.sql import statements
+                named = statements(schema)
+            else:
+                import pg_floor
+                named = pg_floor.STATEMENTS
             self.tops.append((name, row, pgmeter.top_statements(marks["before"], after,
                                                                 r["jobs"], named)))
         if row == "drain":
