@@ -375,11 +375,12 @@ class Bench:
             marks: Dict[str, pgmeter.Snapshot] = {"before": self.snapshot(target.pids)}
             boundary = at_boundary = None
             if row == "drain" and sequence:
-                taken = f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}"
-                jobs = self.conn.execute(f"{pgmeter.MARK} {taken}").fetchone()[0] + ROWS[row][2]
+                ids_given = (f"{pgmeter.MARK} SELECT CASE WHEN is_called THEN last_value"
+                             f" ELSE 0 END FROM {sequence}")
+                jobs = self.conn.execute(ids_given).fetchone()[0] + ROWS[row][2]
 
                 def boundary() -> bool:  # every put of the backlog has been taken
-                    return self.conn.execute(f"{pgmeter.MARK} {taken}").fetchone()[0] >= jobs
+                    return self.conn.execute(ids_given).fetchone()[0] >= jobs
 
                 def at_boundary() -> None:
                     marks["before"] = self.snapshot(target.pids)

@@ -89,7 +89,7 @@ IMMEDIATE = {b"use": b"USING %s\r\n", b"list-tube-used": b"USING default\r\n",
 
 
 def serve(port: int, dsn: str, drain: bool = False) -> None:
-    """Run the relay on 127.0.0.1:``port`` until killed (``drain``: see :func:`drain_relay`)."""
+    """Run the relay on 127.0.0.1:``port`` until killed (``drain``: see :class:`DrainBatch`)."""
     from twisted_stalk.server import reactor as lean
     lean.install()
     from twisted.internet import protocol, reactor
