@@ -390,3 +390,36 @@ def test_a_loss_noticed_while_idle_is_reported_once(ours):
         assert shell.known.jobs[1] != "reserved"
         shell.handle("")
         assert len(re.findall("closed by the server|lost", out.text)) == 1
+
+
+def test_a_tab_while_typings_completion_still_loads_asks_the_server(ours):
+    """A Tab on a tube name that finds the completion-while-typing still
+    loading (prompt_toolkit's menu state set, no completion in it yet; a
+    loaded machine, a fast typist) asks for a lookup and completes from its
+    answer, as a Tab with no menu does: it used to complete at once from the
+    last lookup's list, which lacked a tube created since (a flaky terminal
+    test on CPython 3.13)."""
+    from prompt_toolkit.buffer import Buffer, CompletionState
+    from prompt_toolkit.document import Document
+    from prompt_toolkit.keys import Keys
+
+    asked = []
+
+    class Lookup:
+        def refresh_now(self, job_ids=()):
+            asked.append(list(job_ids))
+            return True
+
+    with create_pipe_input() as inp:
+        shell, _ = make_shell(ours, inp)
+        shell.lookup = Lookup()
+        tab = shell._bindings().get_bindings_for_keys((Keys.ControlI,))[0]
+        for loading in (True, False):
+            asked.clear()
+            shell._tab_waiting = None
+            buffer = Buffer(completer=shell.prompt.completer, document=Document("stats-tube fr"))
+            if loading:
+                buffer.complete_state = CompletionState(original_document=buffer.document)
+            tab.handler(type("Event", (), {"current_buffer": buffer})())
+            assert asked == [[]], loading
+            assert shell._tab_waiting == buffer.document

@@ -241,8 +241,12 @@ class Shell:
             buffer = event.current_buffer
             completer = self.prompt.completer
             state = buffer.complete_state
+            # (A menu without completions yet is the completion-while-typing
+            # still loading, from the last lookup's list: under load a Tab
+            # typed right after the text finds it.)
             if (isinstance(completer, StalkCompleter)
-                    and ((state is None and completer.completes_tube(buffer.document))
+                    and (((state is None or not state.completions)
+                          and completer.completes_tube(buffer.document))
                          # (job ids: also with a menu that typing opened, which
                          # may offer jobs deleted since)
                          or ((state is None or state.current_completion is None)
