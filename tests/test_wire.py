@@ -234,6 +234,42 @@ def test_memory_bounded_for_endless_too_big_body():
     assert transport.value() == b""
 
 
+def test_a_reserve_answered_later_times_out_if_the_client_half_closed_meanwhile():
+    """An engine that answers a reserve later (``reserve_then``: the
+    PostgreSQL engine's statement) and finds no job: if the client
+    half-closed while it looked, the reserve times out at once instead of
+    waiting for ever (readConnectionLost had no wait to cancel yet).  It
+    failed once on PyPy in CI, where the statement outlasted the test's
+    0.1 s."""
+    from twisted_stalk.core.later import LATER
+    clock = Clock()
+    engine = open_engine("memory:", clock)
+    memory = type(engine)
+    asked = []
+
+    class AnswersLater(memory):  # the in-memory engine, its reserves answered by the test
+        __slots__ = ()
+        pipelined_puts = True
+
+        def reserve_then(self, s, timeout, answer):
+            asked.append((s, answer))
+            return LATER
+    engine.__class__ = AnswersLater
+    factory = BeanstalkServerFactory(clock, engine)
+    proto = factory.buildProtocol(None)
+    transport = StringTransport()
+    proto.makeConnection(transport)
+    proto.dataReceived(b"reserve\r\n")
+    proto.readConnectionLost()
+    assert transport.value() == b""
+    (s, answer), = asked
+    answer(memory.reserve(engine, s))  # no job: the session waits now
+    assert transport.value() == b"TIMED_OUT\r\n"
+    assert transport.disconnecting  # then it closes, as for a wait cancelled at once
+    engine.put(engine.open_session(None), 0, 0, 60, b"x\r\n")
+    assert not engine.wakeups  # the wait was withdrawn: nobody to hand the job to
+
+
 def test_waiting_client_input_buffer_is_bounded():
     _, _, proto, transport = _connected()
     proto.dataReceived(b"reserve\r\n")

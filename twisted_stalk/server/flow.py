@@ -39,7 +39,7 @@ from ..core.engine import Engine
 from ..core.job import JobRecord
 from ..core.later import LATER
 from ..core.outcomes import WAITING
-from ..protocol.constants import INTERNAL_ERROR
+from ..protocol.constants import INTERNAL_ERROR, TIMED_OUT
 from .output import MAX_BUFFERED_WHILE_WAITING
 from .render import LINES, job_reply
 
@@ -173,6 +173,14 @@ class FlowControl:
 
     def _answered(self, render: Callable[[Any], bytes], outcome: Any) -> None:
         if outcome is WAITING:
+            if self._eof and not self._closing:
+                # Half-closed while the engine looked for a job: a client
+                # that cannot send again cannot wait (as a reserve answered
+                # at once, protocol._reserve_result; readConnectionLost
+                # found no wait to cancel then).
+                self.engine.cancel_wait(self.session)
+                self._write(TIMED_OUT)
+                self._unblock()
             return  # still waiting: the result comes as a wake-up
         if self._closing:
             return
