@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from servers import free_port
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 DOCS = os.path.join(ROOT, "docs")
 
@@ -187,14 +189,7 @@ class Session:
             self.cwd = os.path.join(self.cwd, line[3:])
             return
         if command.background:
-            log = os.path.join(self.logs, f"bg{len(self.background)}.log")
-            with open(log, "wb") as out:
-                proc = subprocess.Popen(["bash", "-c", "exec " + line], cwd=self.cwd,
-                                        env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-            self.background.append((proc, log))
-            for port in _ports_of(line):
-                wait_for_port(port, proc, log)
+            self._start(command, line)
             return
         expected = substitute(command.expected, self.substitutions)
         deadline = time.monotonic() + (30 if self.background else 0)
@@ -213,6 +208,40 @@ class Session:
                     f"{where}: $ {line}\nexit status {done.returncode}\n"
                     f"expected:\n{expected}got:\n{got}" + self._background_logs())
             time.sleep(0.1)
+
+    def _start(self, command: Command, line: str, attempts: int = 3) -> None:
+        """Start a background command and wait for the ports it names.  The
+        test's ports were free when the session began; if another test took
+        one since (``Address already in use``), the page's ports in this
+        line get fresh ones, for this command and the page's later ones."""
+        for attempt in range(attempts):
+            log = os.path.join(self.logs, f"bg{len(self.background)}.log")
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(["bash", "-c", "exec " + line], cwd=self.cwd,
+                                        env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            self.background.append((proc, log))
+            try:
+                for port in _ports_of(line):
+                    wait_for_port(port, proc, log)
+                return
+            except AssertionError:
+                if (attempt == attempts - 1 or proc.poll() is None
+                        or "Address already in use" not in _read(log)):
+                    raise
+            self.background.pop()
+            self._move_ports(_ports_of(line))
+            line = substitute(command.line, self.substitutions)
+
+    def _move_ports(self, taken: List[int]) -> None:
+        """Fresh test ports for the page's ports mapped to ``taken`` (in the
+        substitutions and the environment made from them)."""
+        for page_port, ours in list(self.substitutions.items()):
+            if ours.isdigit() and int(ours) in taken:
+                fresh = str(free_port())
+                self.substitutions[page_port] = fresh
+                self.env = {k: v[:-len(ours)] + fresh if v.endswith(":" + ours) else v
+                            for k, v in self.env.items()}  # STALK_ADDRESS
 
     def run_python(self, block: Block, where: str) -> None:
         code = substitute(block.text, self.substitutions)

@@ -12,6 +12,7 @@ import html
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -199,3 +200,28 @@ def test_console_blocks_read_as_a_reader_types_them(tmp_path):
                    ("stalk put 'a'", "INSERTED 1\n", False)]
     assert matches("FOUND 1 ...\nhello\n", "FOUND 1 12\nhello\n")
     assert not matches("INSERTED 1\n", "INSERTED 2\n")
+
+
+def test_a_background_server_whose_port_was_taken_meanwhile_gets_a_fresh_one(tmp_path):
+    """The session's ports were free when it began; another test may have
+    taken one since.  The page's server is then started again on a fresh
+    port, and the page's later commands use that one too."""
+    from docs_examples import Command
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))  # (bound, not listening: a connection to it fails)
+    port = taken.getsockname()[1]
+    env = dict(os.environ, STALK_ADDRESS=f"127.0.0.1:{port}",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    s = Session(env=env, substitutions={"11300": str(port)}, logs=str(tmp_path))
+    try:
+        s.run_command(Command(f"{sys.executable} -m twisted_stalk_cli.stalkd -l 127.0.0.1 "
+                              "-p 11300", "", background=True), "page.md:1")
+        fresh = s.substitutions["11300"]
+        assert fresh != str(port)
+        assert s.env["STALK_ADDRESS"] == f"127.0.0.1:{fresh}"
+        assert len(s.background) == 1 and s.background[0][0].poll() is None
+        s.run_command(Command(f"{sys.executable} -m twisted_stalk_cli.shell list-tubes",
+                              "---\n- default\n"), "page.md:2")
+    finally:
+        s.close()
+        taken.close()
