@@ -167,19 +167,24 @@ class FlowControl:
     def _reserve_answered(self, outcome: Any) -> None:
         self._answered(self._render["reserve"], outcome)
 
+    def _cannot_wait(self) -> bool:
+        """A reserve found no job and would wait: a half-closed client
+        cannot send again, so it cannot wait; its reserve times out (True)."""
+        if not self._eof or self._closing:
+            return False
+        self.engine.cancel_wait(self.session)
+        self._write(TIMED_OUT)
+        return True
+
     def _engine_failed(self, failure) -> None:
         log.failure("engine failed a command", failure)
         self._answered(lambda _: INTERNAL_ERROR, None)
 
     def _answered(self, render: Callable[[Any], bytes], outcome: Any) -> None:
         if outcome is WAITING:
-            if self._eof and not self._closing:
-                # Half-closed while the engine looked for a job: a client
-                # that cannot send again cannot wait (as a reserve answered
-                # at once, protocol._reserve_result; readConnectionLost
-                # found no wait to cancel then).
-                self.engine.cancel_wait(self.session)
-                self._write(TIMED_OUT)
+            # (half-closed while the engine looked: readConnectionLost
+            # found no wait to cancel then)
+            if self._cannot_wait():
                 self._unblock()
             return  # still waiting: the result comes as a wake-up
         if self._closing:

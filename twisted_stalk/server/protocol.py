@@ -438,10 +438,7 @@ class BeanstalkServerProtocol(ReplyOutput, FlowControl, LineReceiver):
             if len(out) >= FLUSH_EVERY or len(body) > FLUSH_SIZE:
                 self._flush()
         elif outcome is WAITING:
-            if self._eof:  # a half-closed client cannot wait
-                self.engine.cancel_wait(self.session)
-                self._write(TIMED_OUT)
-            else:
+            if not self._cannot_wait():
                 self._block()
         else:
             self._answer("reserve", outcome)
