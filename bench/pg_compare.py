@@ -61,7 +61,6 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--a-engine", choices=("pg", "memory"), default="pg")
     ap.add_argument("--python", default=sys.executable, help="the servers' interpreter")
     args, rest = ap.parse_known_args(argv)
-    run_compare = DRIVER
     import pg_bench
     from pgcluster import Cluster
     import twisted_stalk.pg.driver  # noqa: F401 (on PyPy it fits psycopg's ctypes binding)
@@ -79,7 +78,7 @@ def main(argv: List[str]) -> int:
         print(f"A: {env['SERVER_A_CMD']}\nB: {env['SERVER_B_CMD']}", flush=True)
         # The driver is CPython's (its run_compare.sh runs python3; PyPy has no
         # os.sched_getaffinity); the nodes run on --python.
-        return subprocess.run([shutil.which("python3") or sys.executable, run_compare,
+        return subprocess.run([shutil.which("python3") or sys.executable, DRIVER,
                                "--no-memory", *rest],
                               env=env).returncode
     finally:

@@ -24,8 +24,7 @@ backlog's puts make ready jobs, and per batch of deletes it runs one
 statement, as the engine's ``delete_many_taking`` does, that deletes them and
 takes as many of the best ready jobs (``FOR UPDATE SKIP LOCKED``) for the
 workers' next reserves, which it answers without a statement; one batch out
-at a time (``FLOOR_BATCHES_OUT=N`` in its environment lets N out, for the
-experiment in docs/performance.md).  ``bench/pg_bench.py --targets relay``
+at a time (the engine's ``Batcher``).  ``bench/pg_bench.py --targets relay``
 runs it in the drain row beside the engine and Graphile Worker.
 
     python bench/pg_floor.py                 # relay, engine node and pgbench loop, one run
@@ -217,52 +216,36 @@ def serve(port: int, dsn: str, drain: bool = False) -> None:
 class DrainBatch:
     """The drain's durable work, as the engine does it and no more (``--drain``).
 
-    Deletes of one reactor turn share one statement (group commit), one
-    statement out at a time, and each batch takes as many of the best ready
-    jobs as it deletes, for the workers that will reserve next; a reserve is
-    answered from those without a statement, or else takes the best ready
-    job itself (``take_best``).  ``DELETED`` goes out once the statement
-    committed, as the engine's does."""
+    Deletes of one reactor turn share one statement through the engine's own
+    batcher (``pg/batch.py``: group commit, one statement out at a time), and
+    each batch takes as many of the best ready jobs as it deletes, for the
+    workers that will reserve next; a reserve is answered from those without
+    a statement, or else takes the best ready job itself (``take_best``).
+    ``DELETED`` goes out once the statement committed, as the engine's does."""
 
     def __init__(self, reactor: Any, execute: Callable[[str, List[Any]], Any]) -> None:
-        self.reactor = reactor
+        from twisted_stalk.pg.batch import Batcher, int_array
         self.execute = execute
-        self.items: List[tuple] = []  # (job id, relay, reply slot)
+        self.int_array = int_array
+        self.deletes = Batcher(reactor, self._delete_taking, lambda _: b"INTERNAL_ERROR\r\n")
         self.taken: Deque[tuple] = deque()  # (id, body) taken, not yet handed out
         self.asking: Deque[Any] = deque()  # reserves that found nothing to take
-        #: Batches out now, and at most (FLOOR_BATCHES_OUT: an experiment's knob).
-        self.out = 0
-        self.most = int(os.environ.get("FLOOR_BATCHES_OUT", "1"))
-        self.call: Any = None
 
     def add(self, job: int, relay: Any, slot: List[Optional[bytes]]) -> None:
-        self.items.append((job, relay, slot))
-        if self.call is None and self.out < self.most:
-            self.call = self.reactor.callLater(0, self.flush)
+        self.deletes.add(job, lambda reply: relay.answer(slot, reply))
 
-    def flush(self) -> None:
-        self.call = None
-        items, self.items = self.items, []
-        if not items:
-            return
-        self.out += 1
-        ids = b"{" + b",".join(b"%d" % job for job, _, _ in items) + b"}"
-
-        def done(rows: Any) -> None:
-            self.out -= 1
+    def _delete_taking(self, jobs: List[int]) -> Any:
+        def done(rows: Any) -> List[bytes]:
             gone = set()
             for job, body in rows:
                 if body is None:
                     gone.add(job)
                 else:
                     self.taken.append((job, body))
-            for job, relay, slot in items:
-                relay.answer(slot, b"DELETED\r\n" if job in gone else b"NOT_FOUND\r\n")
             while self.asking and self.taken:
                 self.hand(self.asking.popleft())
-            if self.items and self.call is None:  # what came meanwhile, at the turn's end
-                self.call = self.reactor.callLater(0, self.flush)
-        self.execute("delete_taking", [ids, len(items)]).addCallback(done)
+            return [b"DELETED\r\n" if job in gone else b"NOT_FOUND\r\n" for job in jobs]
+        return self.execute("delete_taking", [self.int_array(jobs), len(jobs)]).addCallback(done)
 
     def reserve(self, relay: Any) -> None:
         if self.taken:

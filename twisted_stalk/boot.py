@@ -61,9 +61,8 @@ class EarlySignals:
         # weakref's, as importlib's module locks use) makes its SystemExit
         # "ignored", printed with a traceback; the stop itself is kept
         # (``stop_signal``), so that SystemExit is dropped quietly.
-        self._unraisable = getattr(sys, "unraisablehook", None)
-        if self._unraisable is not None:
-            sys.unraisablehook = self._quiet_exit
+        self._unraisable = sys.unraisablehook
+        sys.unraisablehook = self._quiet_exit
         signal.signal(signal.SIGUSR1, self._drain)
         # systemctl reload (the units' ExecReload) must not end a server that
         # is still starting: the console, once up, reads its credentials
@@ -94,7 +93,7 @@ class EarlySignals:
         trigger, where a SystemExit would be logged as a critical error
         (with its traceback) and swallowed."""
         self._exits = False
-        if self._unraisable is not None and sys.unraisablehook == self._quiet_exit:
+        if sys.unraisablehook == self._quiet_exit:
             sys.unraisablehook = self._unraisable
         if signal.getsignal(signal.SIGHUP) == self._hangup:
             # No console took SIGHUP over: it ends the server, as beanstalkd's.
