@@ -2,6 +2,7 @@
 encoder (twisted_stalk.protocol.commands.encode_command)."""
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -190,8 +191,12 @@ def test_buffers_are_bounded():
 
 def test_pipelined_replies_are_not_quadratic():
     """Decoding n pipelined replies costs O(n): the buffer is not re-copied
-    per reply (16 times the replies may take about 16 times as long, not 256;
-    the bound leaves room for a machine busy with other tests)."""
+    per reply. 16 times the replies may take about 16 times as long, not 256:
+    re-copying the buffer per reply would dominate from 5,000 replies on, so
+    the bound of 128 leaves room for a machine busy with other tests and for
+    PyPy, whose ratio runs 20-50 here, without letting the quadratic pass.
+    The collector is held off while timing: PyPy's minor collections of the
+    larger run's replies alone doubled its ratio in one CI run."""
     def cost(n):
         reader = ReplyReader()
         for _ in range(n):
@@ -204,14 +209,21 @@ def test_pipelined_replies_are_not_quadratic():
             for _ in range(n):
                 reader.expect("delete")
                 reader.expect("peek")
-            t0 = time.perf_counter()
-            # a big chunk and a partial reply left over: the worst case for copying
-            assert len(reader.feed(data + b"DEL")) == 2 * n
-            best = min(best, time.perf_counter() - t0)
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.perf_counter()
+                # a big chunk and a partial reply left over: the worst case for copying
+                replies = reader.feed(data + b"DEL")
+                elapsed = time.perf_counter() - t0
+            finally:
+                gc.enable()
+            assert len(replies) == 2 * n
+            best = min(best, elapsed)
         return best
 
     small, large = cost(5000), cost(80000)
-    assert large < small * 64
+    assert large < small * 128
 
 
 # ------------------------------------------------------------------ lenient
