@@ -426,6 +426,36 @@ def test_the_put_statements_notice_is_the_one_notices_decodes(pg_cluster):
     assert heard == [JobsReady(7, b"emails", 2).encode(), JobsReady(7, b"other", 1).encode()]
 
 
+def test_a_lone_put_tells_of_its_job_unless_it_is_delayed_or_handed_over(pg_cluster):
+    """put_one_telling, the batch of one put written as one INSERT, sends the
+    same JobsReady notice as put_many_telling for a ready job, none for a
+    delayed one, and none for one handed to a waiting reserve (not ready);
+    its row says (id, 1, handed over) as put_many's do."""
+    psycopg = pytest.importorskip("psycopg")
+    from twisted_stalk.pg.notices import JobsReady
+    from twisted_stalk.pg.schema import migrate
+    from twisted_stalk.pg.sql import statements
+    migrate(pg_cluster.dsn(), "units_notice_one")
+    heard = []
+    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
+        conn.add_notify_handler(lambda n: heard.append(n.payload))
+        conn.execute("LISTEN units_one_events")
+        sql = statements("units_notice_one")["put_one_telling"]
+        conn.execute(f"PREPARE po AS {sql}")
+        rows = [conn.execute(f"EXECUTE po({args}, 7, 'units_one_events')").fetchone()
+                for args in ("'emails', 5, 0, 60, 'a', 0",     # ready: told
+                             "'emails', 5, 30, 60, 'b', 0",    # delayed: not told
+                             "'other', 5, 0, 60, 'c', 3",      # handed to connection 3
+                             "'emails', 5, 0, 60, 'd', 3")]    # a ready job as good: not handed
+        conn.execute("SELECT 1")  # its own notices arrive with its commit, read by now
+        held = conn.execute("SELECT state, owner_node, owner_conn, reserves FROM"
+                            " units_notice_one.jobs WHERE id = %s", (rows[2][0],)).fetchone()
+    assert [(n, handed) for _, n, handed in rows] == [(1, False), (1, False), (1, True),
+                                                      (1, False)]
+    assert held == (1, 7, 3, 1)
+    assert heard == [JobsReady(7, b"emails", 1).encode()] * 2
+
+
 def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
     """Nodes ignore their own notices, and each costs a commit: a lone node
     sends none (a put's statement names no channel, a release sends no
@@ -465,10 +495,12 @@ def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
 def test_a_batch_runs_the_statement_without_the_parts_it_does_not_use(pg_engine):
     """A lone node's puts run ``put_many`` (``put_one`` for a batch of one),
     which sends no notices; a delete batch that takes nothing runs
-    ``delete_many`` (``delete_one``), without the take; the parts come back
-    where they serve (``..._telling`` once another node is there,
-    ``..._taking`` once a worker's streak asks for its next job).  Each part
-    of a plan costs the database time at every execution."""
+    ``delete_many`` (``delete_one``), without the take, and without looking
+    whether the tube keeps jobs where the node knows it does (``..._kept``);
+    the parts come back where they serve (``..._telling`` once another node
+    is there, ``..._taking`` once a worker's streak asks for its next job,
+    the lookup for a job its deleter does not hold).  Each part of a plan
+    costs the database time at every execution."""
     from test_engine_contract import _pg
 
     from twisted_stalk.pg.notices import NodeHere
@@ -489,17 +521,26 @@ def test_a_batch_runs_the_statement_without_the_parts_it_does_not_use(pg_engine)
             assert h(e.delete(s, h(e.reserve(s)).id)) is o.DELETED
         h.advance(0.05)
         names = [name for name, _ in asked if name.startswith(("put_", "delete_"))]
-        assert "put_one" in names and "delete_one" in names  # one a batch here
+        assert "put_one" in names and "delete_one_kept" in names  # one a batch here
         assert "put_one_telling" not in names
-        assert "delete_one_taking" in names  # once the streak is long enough
+        assert "delete_one_kept_taking" in names  # once the streak is long enough
         assert {len(p) for name, p in asked if name == "put_one"} == {7}
-        assert {len(p) for name, p in asked if name == "delete_one"} == {5}
+        assert {len(p) for name, p in asked if name == "delete_one_kept"} == {4}
         asked.clear()
         jobs = [h(e.reserve(s)).id for _ in range(2)]
         d1, d2 = e.delete(s, jobs[0]), e.delete(s, jobs[1])  # one batch
         assert (h(d1), h(d2)) == (o.DELETED, o.DELETED)
         assert [(name, len(p)) for name, p in asked if name.startswith("delete_")] in (
-            [("delete_many", 5)], [("delete_many_taking", 7)])
+            [("delete_many_kept", 4)], [("delete_many_kept_taking", 6)])
+        # A job its deleter does not hold: the statement looks whether its
+        # tube keeps jobs.
+        other = h.open()
+        assert h(e.use(other, b"elsewhere")) == b"elsewhere"
+        ready = h(e.put(other, 0, 0, 60, b"r\r\n"))
+        asked.clear()
+        assert h(e.delete(s, ready)) is o.DELETED
+        assert [(name, len(p)) for name, p in asked if name.startswith("delete_")] == [
+            ("delete_one", 5)]
         asked.clear()
         d1, d2 = e.put(s, 1, 0, 60, b"z1\r\n"), e.put(s, 2, 0, 60, b"z2\r\n")  # one batch
         h(d1), h(d2)

@@ -29,7 +29,7 @@ delete takes for its next reserve (:mod:`.taking`).  The tubes
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -340,7 +340,9 @@ class PgEngine(TubeRegistry, SessionRules):
         nothing per job; "keeps jobs" is None (not looked up) for a tube that
         one of the batch's sessions uses or watches.  It also takes jobs for
         the batch's workers about to reserve (taking.py); they are kept
-        before the replies go out."""
+        before the replies go out.  A batch whose jobs are all held by their
+        deleters, in tubes of the batch's sessions, runs the statement
+        without the lookup (``delete_many_kept``: sql_many.py)."""
         kept = set()
         for s in {item[1] for item in items}:
             kept.add(s.use.name)
@@ -349,10 +351,14 @@ class PgEngine(TubeRegistry, SessionRules):
         if marks:
             self.taking.started()
         ids, conns, tokens = zip(*((i, s.conn_id, t) for i, s, t, _ in items))
-        name, params = ("delete_one", [ids[0], conns[0], self.node_id, text_array(sorted(kept)),
-                                       tokens[0]]) if len(items) == 1 else \
-            ("delete_many", [int_array(list(ids)), int_array(list(conns)), self.node_id,
-                             text_array(sorted(kept)), int_array(list(tokens))])
+        one = len(items) == 1
+        params = [ids[0], conns[0], self.node_id, tokens[0]] if one else \
+            [int_array(list(ids)), int_array(list(conns)), self.node_id, int_array(list(tokens))]
+        name = "delete_one" if one else "delete_many"
+        if _tubes_known(items, kept):  # "keeps jobs" would be None for each: not looked up
+            name += "_kept"
+        else:
+            params.insert(3, text_array(sorted(kept)))
         if tubes:  # workers about to reserve: their next jobs come with it
             name, params = name + "_taking", params + [text_array(tubes), int_array(counts)]
         d = self.db.execute(name, params)
@@ -593,6 +599,16 @@ class PgEngine(TubeRegistry, SessionRules):
             self._settle(name, jobs)
             return jobs or name in self.tubes or name in self.statistics.elsewhere()
         return d.addCallback(exists)
+
+
+def _tubes_known(items: List[Any], kept: Set[str]) -> bool:
+    """Whether the node knows the tube of every job a delete batch names
+    (each held by its deleting session), and each is one of ``kept``."""
+    for job_id, s, _, _ in items:
+        job = s.reserved.get(job_id)
+        if job is None or job.tube.name not in kept:
+            return False
+    return True
 
 
 __all__ = ["PgEngine"]

@@ -113,6 +113,11 @@ STATEMENTS: Dict[str, str] = {
     "delete_many_taking": delete_many(taking=True),
     "delete_one": delete_many(taking=False, one=True),
     "delete_one_taking": delete_many(taking=True, one=True),
+    # ... whose jobs' tubes the node knows its sessions keep: no lookup.
+    "delete_many_kept": delete_many(taking=False, looking=False),
+    "delete_many_kept_taking": delete_many(taking=True, looking=False),
+    "delete_one_kept": delete_many(taking=False, one=True, looking=False),
+    "delete_one_kept_taking": delete_many(taking=True, one=True, looking=False),
     # Jobs of node $1's take that it does not know of ($2: the ids it knows,
     # taken or handed out from its take) go back: a take whose answer was
     # lost with its connection, or whose give-back failed.  Returns their tubes.

@@ -13,6 +13,8 @@ one-element arrays.  sql.py registers them all.
 """
 from __future__ import annotations
 
+import re
+
 from .notices import JobsReady
 from .sqlparts import NOW, keeps
 
@@ -45,6 +47,8 @@ def put_many(telling: bool, one: bool = False) -> str:
     ($1 text, $2-$4 bigint, $5 bytea, $6 bigint) instead of arrays
     (``put_one``, ``put_one_telling``): no arrays to read, and a smaller
     plan.  One (id, ordinal, handed over) per put."""
+    if one:
+        return _put_one(telling)
     told = f"""
         told AS (
             SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, x.tube, count(*)))
@@ -77,6 +81,41 @@ def put_many(telling: bool, one: bool = False) -> str:
         ORDER BY x.n"""
 
 
+def _put_one(telling: bool) -> str:
+    """``put_many``'s batch of one put, written as one INSERT: its values as
+    scalars, whether it is handed over read once (``h``), no join, no sort.
+    A prepared plan is set up at every execution, each of its nodes and
+    expressions: this form cost the database 198 µs of CPU a put where the
+    batch's form of one row cost 236 (docs/performance.md).  Same parameters
+    and rows as ``put_many``'s."""
+    told = f""",
+        told AS (
+            SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, $1::text, 1))
+            FROM h WHERE $3::bigint = 0 AND NOT h.handed)"""
+    return f"""
+        WITH {NOW},
+        h AS MATERIALIZED (
+            SELECT nextval('{{s}}.job_ids') AS id, c.now,
+                   $6::bigint <> 0
+                   AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
+                                   WHERE o.state = 0 AND o.tube = $1::text AND o.pri <= $2::bigint
+                                   OFFSET 0)
+                   AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
+                                   WHERE p.name = $1::text AND p.unpause_at > c.now) AS handed
+            FROM c){told if telling else ""}
+        INSERT INTO {{s}}.jobs AS j (id, tube, state, pri, delay, ttr, created_at, deadline_at,
+                                   owner_node, owner_conn, reserves, body)
+        SELECT h.id, $1::text,
+               CASE WHEN h.handed THEN 1 WHEN $3::bigint > 0 THEN 2 ELSE 0 END,
+               $2::bigint, $3::bigint, $4::bigint, h.now,
+               h.now + CASE WHEN h.handed THEN $4::bigint ELSE $3::bigint END,
+               CASE WHEN h.handed THEN $7::bigint END,
+               CASE WHEN h.handed THEN greatest($6::bigint, 0) END,
+               CASE WHEN h.handed THEN 1 ELSE 0 END, $5::bytea
+        FROM h{"  WHERE (SELECT count(*) FROM told) >= 0  -- runs told" if telling else ""}
+        RETURNING j.id, 1::bigint, j.state = 1"""
+
+
 #: The jobs ``delete_many`` deletes: each by its id, and a reserved one only
 #: under the reservation its deleter holds (fencing); or (``one``) the one.
 _MANY_DELETE = """j.id = ANY($1::bigint[])
@@ -89,7 +128,7 @@ _ONE_DELETE = """j.id = $1::bigint
                    AND (j.owner_conn = 0 OR j.owner_conn = $2::bigint)))"""
 
 
-def delete_many(taking: bool, one: bool = False) -> str:
+def delete_many(taking: bool, one: bool = False, looking: bool = True) -> str:
     """Many deletes at once: $1 ids, $2 their sessions' connections, $3
     node, $4 tubes the batch's sessions use or watch, $5 the reservation
     each deleting session holds of its job (its ``reserves`` when it got it;
@@ -112,7 +151,14 @@ def delete_many(taking: bool, one: bool = False) -> str:
     the answer only serves the node's tube list, which keeps a used or
     watched tube anyway.  Then one row per job taken (state -1): id, tube,
     the job's columns (body, TTR, priority, time left) and its reservation;
-    a taken job is reserved by (node, 0) until the node hands it out."""
+    a taken job is reserved by (node, 0) until the node hands it out.
+
+    ``looking=False`` (``delete_many_kept``, ``delete_one_kept``, their
+    ``_taking`` forms): the node knows every job's tube to be one the batch's
+    sessions use or watch, so "keeps jobs" is NULL without the lookup's part
+    of the plan, and there is no $4 (the later parameters move down by one).
+    That part's set-up alone cost the database about 90 µs a statement
+    (docs/performance.md)."""
     not_deleted = "x.id <> $1::bigint" if one else "x.id <> ALL($1::bigint[])"
     took = f""",
         took AS (
@@ -134,11 +180,13 @@ def delete_many(taking: bool, one: bool = False) -> str:
         UNION ALL
         SELECT took.id, took.tube, -1::smallint, 0::bigint, NULL::boolean, took.body,
                took.ttr, took.pri, took.left, took.reserves FROM took"""
-    return f"""
+    which = _ONE_DELETE if one else _MANY_DELETE
+    if looking:
+        return f"""
         WITH {NOW},
         d AS (
             DELETE FROM {{s}}.jobs j
-            WHERE {_ONE_DELETE if one else _MANY_DELETE}
+            WHERE {which}
             RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
         k AS MATERIALIZED (
             SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
@@ -147,6 +195,23 @@ def delete_many(taking: bool, one: bool = False) -> str:
         SELECT d.id, d.tube, d.state, d.owner_conn, k.keeps, NULL::bytea, NULL::bigint,
                NULL::bigint, NULL::float8, d.reserves
         FROM d JOIN k ON k.tube = d.tube{taken if taking else ""}"""
+    if taking:
+        sql = f"""
+        WITH {NOW},
+        d AS (
+            DELETE FROM {{s}}.jobs j
+            WHERE {which}
+            RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves){took}
+        SELECT d.id, d.tube, d.state, d.owner_conn, NULL::boolean, NULL::bytea, NULL::bigint,
+               NULL::bigint, NULL::float8, d.reserves
+        FROM d{taken}"""
+    else:  # the DELETE alone
+        sql = f"""
+        DELETE FROM {{s}}.jobs j
+        WHERE {which}
+        RETURNING j.id, j.tube, j.state, j.owner_conn, NULL::boolean, NULL::bytea,
+                  NULL::bigint, NULL::bigint, NULL::float8, j.reserves"""
+    return re.sub(r"\$([5-7])::", lambda m: "$%d::" % (int(m.group(1)) - 1), sql)
 
 
 __all__ = ["delete_many", "put_many"]
