@@ -601,7 +601,7 @@ class PgEngine(TubeRegistry, SessionRules):
         return d.addCallback(exists)
 
 
-def _tubes_known(items: List[Any], kept: Set[str]) -> bool:
+def _tubes_known(items: List[Any], kept: Set[bytes]) -> bool:
     """Whether the node knows the tube of every job a delete batch names
     (each held by its deleting session), and each is one of ``kept``."""
     for job_id, s, _, _ in items:
