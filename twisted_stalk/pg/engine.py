@@ -29,7 +29,7 @@ delete takes for its next reserve (:mod:`.taking`).  The tubes
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -335,18 +335,14 @@ class PgEngine(TubeRegistry, SessionRules):
 
     def _delete_many(self, items: List[Any]) -> defer.Deferred:
         """Run a batch of deletes, (job id, session, reservation, epoch when
-        asked) each: DELETED or NOT_FOUND per
-        item.  The statement answers (tube, state, tube keeps jobs) or
-        nothing per job; "keeps jobs" is None (not looked up) for a tube that
-        one of the batch's sessions uses or watches.  It also takes jobs for
-        the batch's workers about to reserve (taking.py); they are kept
-        before the replies go out.  A batch whose jobs are all held by their
-        deleters, in tubes of the batch's sessions, runs the statement
-        without the lookup (``delete_many_kept``: sql_many.py)."""
-        kept = set()
-        for s in {item[1] for item in items}:
-            kept.add(s.use.name)
-            kept.update(t.name for t in s.watch)
+        asked) each: DELETED or NOT_FOUND per item.  The statement answers
+        (tube, state, tube keeps jobs) or nothing per job; "keeps jobs" is
+        None (not looked up) for a tube the batch's sessions use or watch, and
+        a batch whose jobs are all held by their deleters in such tubes runs
+        without the lookup (``delete_many_kept``: sql_many.py).  It also takes
+        jobs for the batch's workers about to reserve (taking.py); they are
+        kept before the replies go out."""
+        kept = {t.name for s in {item[1] for item in items} for t in (s.use, *s.watch)}
         tubes, counts, marks = self.taking.wants(items)
         if marks:
             self.taking.started()
@@ -354,11 +350,9 @@ class PgEngine(TubeRegistry, SessionRules):
         one = len(items) == 1
         params = [ids[0], conns[0], self.node_id, tokens[0]] if one else \
             [int_array(list(ids)), int_array(list(conns)), self.node_id, int_array(list(tokens))]
-        name = "delete_one" if one else "delete_many"
-        if _tubes_known(items, kept):  # "keeps jobs" would be None for each: not looked up
-            name += "_kept"
-        else:
-            params.insert(3, text_array(sorted(kept)))
+        known = all(s.holds_in(i, kept) for i, s, _, _ in items)  # no lookup: see above
+        name = ("delete_one" if one else "delete_many") + ("_kept" if known else "")
+        params[3:3] = [] if known else [text_array(sorted(kept))]
         if tubes:  # workers about to reserve: their next jobs come with it
             name, params = name + "_taking", params + [text_array(tubes), int_array(counts)]
         d = self.db.execute(name, params)
@@ -599,16 +593,6 @@ class PgEngine(TubeRegistry, SessionRules):
             self._settle(name, jobs)
             return jobs or name in self.tubes or name in self.statistics.elsewhere()
         return d.addCallback(exists)
-
-
-def _tubes_known(items: List[Any], kept: Set[bytes]) -> bool:
-    """Whether the node knows the tube of every job a delete batch names
-    (each held by its deleting session), and each is one of ``kept``."""
-    for job_id, s, _, _ in items:
-        job = s.reserved.get(job_id)
-        if job is None or job.tube.name not in kept:
-            return False
-    return True
 
 
 __all__ = ["PgEngine"]

@@ -20,7 +20,7 @@ engine.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 from typing import Protocol as _Interface
 
 from twisted.internet import defer
@@ -62,6 +62,11 @@ class PgSession(Session):
         self.put_before = False
         self.put_streak = 0
         self.expect: Optional[bytes] = None
+
+    def holds_in(self, job_id: int, tubes: Set[bytes]) -> bool:
+        """Whether this session holds job ``job_id``, of one of ``tubes``."""
+        job = self.reserved.get(job_id)
+        return job is not None and job.tube.name in tubes
 
 
 class ReserverHost(_Interface):
