@@ -1,9 +1,11 @@
 """The PostgreSQL engine's parts: --engine strings, schema versions, the driver, startup."""
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from typing import Any, Iterator, List, Tuple
 
 import pytest
 
@@ -402,20 +404,28 @@ def test_the_heartbeat_counts_every_job_only_while_someone_reads_the_counts(pg_e
         stop()
 
 
+@contextlib.contextmanager
+def _listening(pg_cluster: Any, schema: str, channel: str) -> Iterator[Tuple[Any, List[str]]]:
+    """A psycopg connection to schema ``schema`` (migrated), LISTENing on
+    ``channel``, and the list of the payloads it hears."""
+    psycopg = pytest.importorskip("psycopg")
+    from twisted_stalk.pg.schema import migrate
+    migrate(pg_cluster.dsn(), schema)
+    heard: List[str] = []
+    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
+        # A handler, not notifies(timeout=...): psycopg 3.1 has no timeout there.
+        conn.add_notify_handler(lambda n: heard.append(n.payload))
+        conn.execute(f"LISTEN {channel}")
+        yield conn, heard
+
+
 def test_the_put_statements_notice_is_the_one_notices_decodes(pg_cluster):
     """put_many_telling sends its JobsReady notices from SQL (format() with
     JobsReady.FORMAT): heard on a LISTEN, they decode to the notice Python
     would have encoded."""
-    psycopg = pytest.importorskip("psycopg")
     from twisted_stalk.pg.notices import JobsReady, decode
-    from twisted_stalk.pg.schema import migrate
     from twisted_stalk.pg.sql import statements
-    migrate(pg_cluster.dsn(), "units_notice")
-    heard = []
-    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        # A handler, not notifies(timeout=...): psycopg 3.1 has no timeout there.
-        conn.add_notify_handler(lambda n: heard.append(n.payload))
-        conn.execute("LISTEN units_notice_events")
+    with _listening(pg_cluster, "units_notice", "units_notice_events") as (conn, heard):
         conn.execute(f"PREPARE pm AS {statements('units_notice')['put_many_telling']}")
         conn.execute("EXECUTE pm('{emails,emails,other}', '{0,0,0}', '{0,0,0}', '{60,60,60}',"
                      " '{a,b,c}', '{0,0,0}', 7, 'units_notice_events')")
@@ -431,15 +441,9 @@ def test_a_lone_put_tells_of_its_job_unless_it_is_delayed_or_handed_over(pg_clus
     same JobsReady notice as put_many_telling for a ready job, none for a
     delayed one, and none for one handed to a waiting reserve (not ready);
     its row says (id, 1, handed over) as put_many's do."""
-    psycopg = pytest.importorskip("psycopg")
     from twisted_stalk.pg.notices import JobsReady
-    from twisted_stalk.pg.schema import migrate
     from twisted_stalk.pg.sql import statements
-    migrate(pg_cluster.dsn(), "units_notice_one")
-    heard = []
-    with psycopg.connect(pg_cluster.dsn(), autocommit=True) as conn:
-        conn.add_notify_handler(lambda n: heard.append(n.payload))
-        conn.execute("LISTEN units_one_events")
+    with _listening(pg_cluster, "units_notice_one", "units_one_events") as (conn, heard):
         sql = statements("units_notice_one")["put_one_telling"]
         conn.execute(f"PREPARE po AS {sql}")
         rows = [conn.execute(f"EXECUTE po({args}, 7, 'units_one_events')").fetchone()
