@@ -143,15 +143,18 @@ class TubeRegistry:
 
     def _look_again(self, name: bytes) -> None:
         """Whether tube ``name`` still holds jobs, in the background: drop it
-        if not (unless a job was seen meanwhile), add it if so."""
+        if not (unless a job was seen meanwhile), add it if so, unless the
+        node dropped it while the look was out (a later delete found it
+        empty: the look read the database before that delete committed)."""
         if self.node_id is None or not self.db.up:
             return
         since = self._epoch
+        known = name in self.tubes
 
         def looked(rows: Any) -> None:
             t = self.tubes.get(name)
             if rows[0][0]:
-                if t is None:
+                if t is None and not known:
                     self._has_jobs(self.tube(name))
                 return
             if t is not None and t.seen <= since:
