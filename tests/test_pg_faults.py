@@ -293,7 +293,7 @@ def test_a_stopped_node_is_cut_off_and_cannot_fill_the_notification_queue(pg_eng
     import psycopg
 
     from twisted_stalk.pg.config import parse
-    from twisted_stalk.pg.sql import session_name
+    from twisted_stalk.pg.sql import channel, session_name
     config = parse(pg_engine)
     engine = pg_engine + " stalk_heartbeat=0.2 stalk_dead_after=2"
     a, b, c = (start_server("ours", "--engine", engine, wait=30) for _ in range(3))
@@ -328,6 +328,15 @@ def test_a_stopped_node_is_cut_off_and_cannot_fill_the_notification_queue(pg_eng
         baseline = one("SELECT pg_notification_queue_usage()")
         b.proc.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()
+        # The puts' own notices fill the stopped node's socket, then the
+        # queue, as fast as the producers go (under PyPy in CI, not past the
+        # healthy size before the cut-off): 120 notices of 7.9 kB on the
+        # channel, which every node reads as no notice of its own and drops,
+        # make the stopped listener's hold on the queue show whatever the
+        # put rate.
+        told = [f"{n} " + "x" * 7900 for n in range(120)]
+        db.execute("SELECT count(pg_notify(%s, x)) FROM unnest(%s::text[]) AS x",
+                   (channel(config.schema), told))
         peak = 0.0
         while sessions(b_id):
             peak = max(peak, one("SELECT pg_notification_queue_usage()"))
