@@ -19,6 +19,10 @@ from .notices import JobsReady
 from .sqlparts import NOW, keeps
 
 
+#: The columns a put writes (``put_many`` and ``put_one``).
+_COLUMNS = ("(id, tube, state, pri, delay, ttr, created_at, deadline_at, owner_node, owner_conn,"
+            " reserves, body)")
+
 #: The puts of ``put_many``: from its arrays, or (``one``) its scalars.
 _MANY = """
             SELECT nextval('{s}.job_ids') AS id, u.*
@@ -67,8 +71,7 @@ def put_many(telling: bool, one: bool = False) -> str:
               AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
                               WHERE p.name = x.tube AND p.unpause_at > c.now)),{told if telling else ""}
         ins AS (
-            INSERT INTO {{s}}.jobs (id, tube, state, pri, delay, ttr, created_at, deadline_at,
-                                    owner_node, owner_conn, reserves, body)
+            INSERT INTO {{s}}.jobs {_COLUMNS}
             SELECT x.id, x.tube,
                    CASE WHEN h.id IS NOT NULL THEN 1 WHEN x.delay > 0 THEN 2 ELSE 0 END,
                    x.pri, x.delay, x.ttr, c.now,
@@ -103,8 +106,7 @@ def _put_one(telling: bool) -> str:
                    AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
                                    WHERE p.name = $1::text AND p.unpause_at > c.now) AS handed
             FROM c){told if telling else ""}
-        INSERT INTO {{s}}.jobs AS j (id, tube, state, pri, delay, ttr, created_at, deadline_at,
-                                   owner_node, owner_conn, reserves, body)
+        INSERT INTO {{s}}.jobs AS j {_COLUMNS}
         SELECT h.id, $1::text,
                CASE WHEN h.handed THEN 1 WHEN $3::bigint > 0 THEN 2 ELSE 0 END,
                $2::bigint, $3::bigint, $4::bigint, h.now,
@@ -180,14 +182,14 @@ def delete_many(taking: bool, one: bool = False, looking: bool = True) -> str:
         UNION ALL
         SELECT took.id, took.tube, -1::smallint, 0::bigint, NULL::boolean, took.body,
                took.ttr, took.pri, took.left, took.reserves FROM took"""
-    which = _ONE_DELETE if one else _MANY_DELETE
+    deleting = f"""DELETE FROM {{s}}.jobs j
+            WHERE {_ONE_DELETE if one else _MANY_DELETE}"""
+    deleted = "d AS (\n            " + deleting + """
+            RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves)"""
     if looking:
         return f"""
         WITH {NOW},
-        d AS (
-            DELETE FROM {{s}}.jobs j
-            WHERE {which}
-            RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves),
+        {deleted},
         k AS MATERIALIZED (
             SELECT t.tube, CASE WHEN t.tube <> ALL($4::text[])
                    THEN {keeps("t.tube", " AND o.id NOT IN (SELECT id FROM d)")} END AS keeps
@@ -198,17 +200,13 @@ def delete_many(taking: bool, one: bool = False, looking: bool = True) -> str:
     if taking:
         sql = f"""
         WITH {NOW},
-        d AS (
-            DELETE FROM {{s}}.jobs j
-            WHERE {which}
-            RETURNING j.id, j.tube, j.state, j.owner_conn, j.reserves){took}
+        {deleted}{took}
         SELECT d.id, d.tube, d.state, d.owner_conn, NULL::boolean, NULL::bytea, NULL::bigint,
                NULL::bigint, NULL::float8, d.reserves
         FROM d{taken}"""
     else:  # the DELETE alone
         sql = f"""
-        DELETE FROM {{s}}.jobs j
-        WHERE {which}
+        {deleting}
         RETURNING j.id, j.tube, j.state, j.owner_conn, NULL::boolean, NULL::bytea,
                   NULL::bigint, NULL::bigint, NULL::float8, j.reserves"""
     return re.sub(r"\$([5-7])::", lambda m: "$%d::" % (int(m.group(1)) - 1), sql)
