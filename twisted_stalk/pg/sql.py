@@ -79,6 +79,8 @@ _GIVE_UP = """
 
 #: Columns that make a JobRecord, in order (see engine._job).
 JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
+#: Above every (priority, id): the bound after a watch list's last tube.
+_LAST = "9223372036854775807::bigint"
 
 #: A job found by id is held: ``state + 0``, so that no plan reads every held
 #: job through their index to find it.  PostgreSQL keeps the generic plan of
@@ -138,18 +140,44 @@ STATEMENTS: Dict[str, str] = {
     # An id for a put that is refused (beanstalkd takes one for those too).
     "take_id": "SELECT nextval('{s}.job_ids')",
     # ------------------------------------------------------------ reserve
-    # $1 watched tubes, $2 node, $3 connection.
+    # $1 watched tubes, $2 node, $3 connection.  It locks only the job it
+    # takes: a lock on another tube's best job, held to the commit, would
+    # make a reserve on that tube pass over it (``SKIP LOCKED``) for a worse
+    # one, or find none and take the tube for empty.  So the tubes are read
+    # without locks and ordered by their best ready job (``o``), and tried
+    # in that order, stopping at the first job taken: in each tube its best
+    # job that no statement is taking, if no worse than the next tube's best
+    # (so a job being taken is passed over for the best of the rest); if
+    # that finds none (those next bests were being taken too), the first
+    # tube with any job that no statement is taking.
     "reserve": f"""
         WITH {_NOW},
-        cand AS (
-            SELECT r.id FROM unnest($1::text[]) AS w(name)
+        o AS (
+            SELECT w.name,
+                   lead(b.pri, 1, {_LAST}) OVER (ORDER BY b.pri, b.id) AS next_pri,
+                   lead(b.id, 1, {_LAST}) OVER (ORDER BY b.pri, b.id) AS next_id
+            FROM unnest($1::text[]) AS w(name)
             CROSS JOIN LATERAL (
-                SELECT x.id, x.pri FROM {{s}}.jobs x
+                SELECT x.pri, x.id FROM {{s}}.jobs x
                 WHERE x.state = 0 AND x.tube = w.name
-                ORDER BY x.pri, x.id LIMIT 1 FOR UPDATE SKIP LOCKED) r
+                ORDER BY x.pri, x.id LIMIT 1) b
             WHERE NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
                               WHERE p.name = w.name AND p.unpause_at > c.now)
-            ORDER BY r.pri, r.id LIMIT 1)
+            ORDER BY b.pri, b.id),
+        cand AS (
+            (SELECT r.id FROM o CROSS JOIN LATERAL (
+                 SELECT x.id FROM {{s}}.jobs x
+                 WHERE x.state = 0 AND x.tube = o.name
+                   AND (x.pri, x.id) <= (o.next_pri, o.next_id)
+                 ORDER BY x.pri, x.id LIMIT 1 FOR UPDATE SKIP LOCKED) r
+             LIMIT 1)
+            UNION ALL
+            (SELECT r.id FROM o CROSS JOIN LATERAL (
+                 SELECT x.id FROM {{s}}.jobs x
+                 WHERE x.state = 0 AND x.tube = o.name
+                 ORDER BY x.pri, x.id LIMIT 1 FOR UPDATE SKIP LOCKED) r
+             LIMIT 1)
+            LIMIT 1)
         UPDATE {{s}}.jobs j
         SET state = 1, owner_node = $2::bigint, owner_conn = $3::bigint,
             deadline_at = c.now + j.ttr, reserves = j.reserves + 1
