@@ -149,7 +149,9 @@ STATEMENTS: Dict[str, str] = {
     # job that no statement is taking, if no worse than the next tube's best
     # (so a job being taken is passed over for the best of the rest); if
     # that finds none (those next bests were being taken too), the first
-    # tube with any job that no statement is taking.
+    # tube with any job that no statement is taking.  (``o``, named twice,
+    # is materialized and read back in the order it was made; the second
+    # pass runs only if the first found nothing: tests/test_pg_locks.py.)
     "reserve": f"""
         WITH {_NOW},
         o AS (
