@@ -46,6 +46,9 @@ ARGS = {
     "delete_many_taking": "('{2,3}', '{0,0}', 7, '{t9}', '{0,0}', '{t2}', '{2}')",
     "delete_one": "(2, 0, 7, '{t9}', 0)",
     "delete_one_taking": "(2, 0, 7, '{t9}', 0, '{t2}', '{2}')",
+    "delete_many_kept": "('{2,3}', '{0,0}', 7, '{0,0}')",
+    "delete_many_kept_taking": "('{2,3}', '{0,0}', 7, '{0,0}', '{t2}', '{2}')",
+    "delete_one_kept": "(2, 0, 7, 0)", "delete_one_kept_taking": "(2, 0, 7, 0, '{t2}', '{2}')",
     "return_lost_takes": "(7, '{1}')", "return_taken": "('{1}', '{1}', 7)", "take_id": "",
     "reserve": "('{t1,t2}', 7, 3)", "reserve_many": "('{t1,t2}', '{3,4}', 7)",
     "reserve_job": "(5, 7, 3)", "delete": "(5, 7, 3)", "release": "(5, 7, 3, 10, 0, 1)",
@@ -102,7 +105,10 @@ def main() -> None:
                   " WHEN g %% 10 = 1 THEN 2 WHEN g %% 10 = 2 THEN 3 ELSE 0 END,"
                   " g %% 2000, 0, 60, 0, 1e10 + g, g, 7, g %% 100, ''"
                   " FROM generate_series(%s::int, %s::int) g")
-        names = [n for n in sql if n in ARGS or n.startswith("page_")]
+        missing = [n for n in sql if n not in ARGS and not n.startswith("page_")]
+        if missing:  # every statement is planned: a new one needs its parameters here
+            sys.exit(f"pg_plans: no parameters in ARGS for {', '.join(missing)}")
+        names = list(sql)
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
             for name, value in SESSION.items():
                 conn.execute(f"SELECT set_config('{name}', '{value}', false)")

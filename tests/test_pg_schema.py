@@ -278,8 +278,9 @@ def test_every_other_statement_reads_a_few_pages_in_a_plan_made_while_the_table_
     hand-off check each read every held or ready job before), and only the
     inspection counts read the table from end to end."""
     seen = _plans()
-    assert {"release", "touch", "expire", "put_many", "put_many_telling", "delete_many",
-            "delete_many_taking"} <= set(seen)
+    assert {"release", "touch", "expire", "put_many", "put_many_telling", "put_one",
+            "delete_many", "delete_many_taking", "delete_many_kept",
+            "delete_many_kept_taking", "delete_one_kept", "reserve", "reserve_many"} <= set(seen)
     heavy = {name: buffers for name, (buffers, _) in seen.items()
              if buffers > 40 and name not in READS_MANY and not name.startswith("page_")}
     assert heavy == {}
