@@ -82,6 +82,16 @@ JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
 #: Above every (priority, id): the bound after a watch list's last tube.
 _LAST = "9223372036854775807::bigint"
 
+
+def _first_ready(tube: str, more: str = "", lock: bool = True) -> str:
+    """The best ready job of tube ``tube`` (``more``: further conditions)
+    as a LATERAL subquery of its id and priority; ``lock``: the one no other
+    statement is taking, locked (``FOR UPDATE SKIP LOCKED``)."""
+    return f"""CROSS JOIN LATERAL (
+                SELECT x.id, x.pri FROM {{s}}.jobs x
+                WHERE x.state = 0 AND x.tube = {tube}{more}
+                ORDER BY x.pri, x.id LIMIT 1{" FOR UPDATE SKIP LOCKED" if lock else ""})"""
+
 #: A job found by id is held: ``state + 0``, so that no plan reads every held
 #: job through their index to find it.  PostgreSQL keeps the generic plan of
 #: a prepared statement, and one made while that index was (nearly) empty
@@ -155,30 +165,20 @@ STATEMENTS: Dict[str, str] = {
     "reserve": f"""
         WITH {_NOW},
         o AS (
-            SELECT w.name,
-                   lead(b.pri, 1, {_LAST}) OVER (ORDER BY b.pri, b.id) AS next_pri,
-                   lead(b.id, 1, {_LAST}) OVER (ORDER BY b.pri, b.id) AS next_id
+            SELECT w.name, lead(b.pri, 1, {_LAST}) OVER n AS next_pri,
+                   lead(b.id, 1, {_LAST}) OVER n AS next_id
             FROM unnest($1::text[]) AS w(name)
-            CROSS JOIN LATERAL (
-                SELECT x.pri, x.id FROM {{s}}.jobs x
-                WHERE x.state = 0 AND x.tube = w.name
-                ORDER BY x.pri, x.id LIMIT 1) b
+            {_first_ready("w.name", lock=False)} b
             WHERE NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
                               WHERE p.name = w.name AND p.unpause_at > c.now)
+            WINDOW n AS (ORDER BY b.pri, b.id)
             ORDER BY b.pri, b.id),
         cand AS (
-            (SELECT r.id FROM o CROSS JOIN LATERAL (
-                 SELECT x.id FROM {{s}}.jobs x
-                 WHERE x.state = 0 AND x.tube = o.name
-                   AND (x.pri, x.id) <= (o.next_pri, o.next_id)
-                 ORDER BY x.pri, x.id LIMIT 1 FOR UPDATE SKIP LOCKED) r
+            (SELECT r.id FROM o
+             {_first_ready("o.name", " AND (x.pri, x.id) <= (o.next_pri, o.next_id)")} r
              LIMIT 1)
             UNION ALL
-            (SELECT r.id FROM o CROSS JOIN LATERAL (
-                 SELECT x.id FROM {{s}}.jobs x
-                 WHERE x.state = 0 AND x.tube = o.name
-                 ORDER BY x.pri, x.id LIMIT 1 FOR UPDATE SKIP LOCKED) r
-             LIMIT 1)
+            (SELECT r.id FROM o {_first_ready("o.name")} r LIMIT 1)
             LIMIT 1)
         UPDATE {{s}}.jobs j
         SET state = 1, owner_node = $2::bigint, owner_conn = $3::bigint,
