@@ -24,6 +24,7 @@ from .schema import VERSION, quoted
 from .sql_many import delete_many, put_many
 from .sqlparts import NOW as _NOW
 from .sqlparts import STATES as _STATES
+from .sqlparts import first_ready as _first_ready
 from .sqlparts import keeps as _keeps
 
 #: Session settings of the statement connections (made before preparing).
@@ -79,18 +80,13 @@ _GIVE_UP = """
 
 #: Columns that make a JobRecord, in order (see engine._job).
 JOB = "j.id, j.body, j.ttr, j.pri, j.tube, j.deadline_at - c.now"
+#: A condition on a job ``x`` of the reserve statements' tube ``w.tube``: not paused.
+_NOT_PAUSED = """
+                  AND NOT EXISTS (SELECT 1 FROM {s}.tubes p, c
+                                  WHERE p.name = w.tube AND p.unpause_at > c.now)"""
 #: Above every (priority, id): the bound after a watch list's last tube.
 _LAST = "9223372036854775807::bigint"
 
-
-def _first_ready(tube: str, more: str = "", lock: bool = True) -> str:
-    """The best ready job of tube ``tube`` (``more``: further conditions)
-    as a LATERAL subquery of its id and priority; ``lock``: the one no other
-    statement is taking, locked (``FOR UPDATE SKIP LOCKED``)."""
-    return f"""CROSS JOIN LATERAL (
-                SELECT x.id, x.pri FROM {{s}}.jobs x
-                WHERE x.state = 0 AND x.tube = {tube}{more}
-                ORDER BY x.pri, x.id LIMIT 1{" FOR UPDATE SKIP LOCKED" if lock else ""})"""
 
 #: A job found by id is held: ``state + 0``, so that no plan reads every held
 #: job through their index to find it.  PostgreSQL keeps the generic plan of
@@ -198,12 +194,7 @@ STATEMENTS: Dict[str, str] = {
         picked AS (
             SELECT w.tube, p.id,
                    row_number() OVER (PARTITION BY w.tube ORDER BY p.pri, p.id) AS rk
-            FROM want w CROSS JOIN LATERAL (
-                SELECT x.id, x.pri FROM {{s}}.jobs x
-                WHERE x.state = 0 AND x.tube = w.tube
-                  AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p, c
-                                  WHERE p.name = w.tube AND p.unpause_at > c.now)
-                ORDER BY x.pri, x.id LIMIT w.k FOR UPDATE SKIP LOCKED) p),
+            FROM want w {_first_ready("w.tube", _NOT_PAUSED, "w.k")} p),
         pairs AS (SELECT picked.id, req.conn, req.n FROM picked
                   JOIN req ON req.tube = picked.tube AND req.rk = picked.rk)
         UPDATE {{s}}.jobs j

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from .notices import JobsReady
-from .sqlparts import NOW, keeps
+from .sqlparts import NOW, first_ready, keeps
 
 
 #: The columns a put writes (``put_many`` and ``put_one``).
@@ -162,19 +162,17 @@ def delete_many(taking: bool, one: bool = False, looking: bool = True) -> str:
     That part's set-up alone cost the database about 90 µs a statement
     (docs/performance.md)."""
     not_deleted = "x.id <> $1::bigint" if one else "x.id <> ALL($1::bigint[])"
+    taken_where = f""" AND {not_deleted}
+                  AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
+                                  WHERE p.name = w.tube
+                                    AND p.unpause_at > (SELECT now FROM c))"""
     took = f""",
         took AS (
             UPDATE {{s}}.jobs j
             SET state = 1, owner_node = $3::bigint, owner_conn = 0,
                 deadline_at = c.now + j.ttr, reserves = j.reserves + 1
             FROM c, (SELECT p.id FROM unnest($6::text[], $7::bigint[]) AS w(tube, n)
-                     CROSS JOIN LATERAL (
-                         SELECT x.id FROM {{s}}.jobs x
-                         WHERE x.state = 0 AND x.tube = w.tube AND {not_deleted}
-                           AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
-                                           WHERE p.name = w.tube
-                                             AND p.unpause_at > (SELECT now FROM c))
-                         ORDER BY x.pri, x.id LIMIT w.n FOR UPDATE SKIP LOCKED) p) pk
+                     {first_ready("w.tube", taken_where, "w.n")} p) pk
             WHERE j.id = pk.id
             RETURNING j.id, j.tube, j.body, j.ttr, j.pri, j.deadline_at - c.now AS left,
                       j.reserves)"""

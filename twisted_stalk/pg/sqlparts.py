@@ -27,4 +27,16 @@ def keeps(tube: str, also: str = "") -> str:
         f" OFFSET 0)" for st in STATES) + ")"
 
 
-__all__ = ["NOW", "STATES", "keeps"]
+def first_ready(tube: str, more: str = "", limit: str = "1", lock: bool = True) -> str:
+    """A tube's best ready jobs (priority, then id) as a ``CROSS JOIN
+    LATERAL`` of their ``id`` and ``pri``: ``tube`` an SQL expression,
+    ``more`` further conditions (`` AND ...``), ``limit`` how many; with
+    ``lock`` those that no other statement is taking, locked (``FOR UPDATE
+    SKIP LOCKED``) until the statement commits."""
+    return f"""CROSS JOIN LATERAL (
+                SELECT x.id, x.pri FROM {{s}}.jobs x
+                WHERE x.state = 0 AND x.tube = {tube}{more}
+                ORDER BY x.pri, x.id LIMIT {limit}{" FOR UPDATE SKIP LOCKED" if lock else ""})"""
+
+
+__all__ = ["NOW", "STATES", "first_ready", "keeps"]
