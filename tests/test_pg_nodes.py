@@ -194,8 +194,10 @@ def test_a_put_hands_its_job_to_a_reserve_waiting_on_its_node(nodes, pg_engine):
 def test_a_better_ready_job_goes_before_a_hand_off(nodes, pg_engine, ready_pri, handed):
     """Priorities stay global: a job made ready on another node that this
     node was not told of (here behind both nodes' backs, so no notification)
-    is taken before the put's own job when it is as good or better."""
-    a, b = nodes(2, extra=" stalk_heartbeat=1 stalk_dead_after=5")
+    is taken before the put's own job when it is as good or better.  The
+    heartbeat is long enough not to come between the update and the put: if
+    it did, its look at ready jobs would rightly hand job 1 over first."""
+    a, b = nodes(2, extra=" stalk_heartbeat=30 stalk_dead_after=90")
     worker, producer, other = wires(a, a, b)
     assert other.ask(b"put %d 3600 60 1\r\nx\r\n" % ready_pri) == b"INSERTED 1\r\n"
     worker.send(b"reserve\r\n")

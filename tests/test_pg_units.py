@@ -718,8 +718,8 @@ def test_the_ttr_heap_holds_the_live_reservations_not_one_entry_per_reservation(
             assert h(e.delete(worker, job.id)) is o.DELETED
         # Without compaction: 211, one per reservation.
         assert len(e.upkeep.ttr_heap) <= 2 * 1 + 64 + 1, len(e.upkeep.ttr_heap)
-        assert [entry[1] for entry in e.upkeep.ttr_heap if entry[2] is holder] == [held]  # kept
         if time.monotonic() < due - 0.3:  # (unless the loop was that slow)
+            assert [entry[1] for entry in e.upkeep.ttr_heap if entry[2] is holder] == [held]
             h.advance(max(0.0, due - 0.3 - time.monotonic()))
             assert held in holder.reserved and e.job_timeouts == 0
             assert h(e.reserve_with_timeout(other, 0)) is o.TIMED_OUT
