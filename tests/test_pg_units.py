@@ -349,6 +349,54 @@ def test_a_batch_waits_while_the_one_before_is_out_then_carries_all_that_came():
     assert answers == [10, 20, 30, 40] + ["lost"] * 4 + [90]
 
 
+def test_a_batchs_replies_leave_after_the_statement_of_the_batch_that_waited():
+    """replyhold.py: a batch that answers while others wait holds the replies
+    its answers write (as the front end holds them while its journal is
+    pending) until the waiting batch's statement has gone out at the end of
+    the turn; a batch that answers with nothing waiting sends them at once."""
+    from twisted.internet import defer
+    from twisted.internet.task import Clock
+
+    from twisted_stalk.pg.batch import Batcher
+    from twisted_stalk.pg.replyhold import ReplyHold
+    clock, hold, events, pending = Clock(), ReplyHold(), [], []
+
+    def run(items):
+        events.append(("statement", list(items)))
+        d = defer.Deferred()
+        pending.append((d, items))
+        return d
+
+    def answer(result):  # what the front end does with a reply (server/output.py)
+        hold.when_settled(lambda: events.append(("reply", result)))
+    batch = Batcher(clock, run, lambda failure: "failed", hold=hold)
+    batch.add(1, answer)
+    clock.advance(0)
+    batch.add(2, answer)
+    batch.add(3, answer)  # wait: 1 is out
+    d, items = pending.pop(0)
+    d.callback([10])
+    assert events == [("statement", [1])] and hold.pending  # 10 is held
+    clock.advance(0)  # the end of the turn
+    assert events == [("statement", [1]), ("statement", [2, 3]), ("reply", 10)]
+    assert not hold.pending
+    d, items = pending.pop(0)
+    d.callback([20, 30])  # nothing waits: at once
+    assert events[-2:] == [("reply", 20), ("reply", 30)] and not hold.pending
+    # Two batchers share the hold: the replies go when both have sent theirs.
+    other = Batcher(clock, run, lambda failure: "failed", hold=hold)
+    batch.add(4, answer)
+    other.add(5, answer)
+    clock.advance(0)
+    batch.add(6, answer)
+    other.add(7, answer)
+    for d, items in [pending.pop(0), pending.pop(0)]:
+        d.callback([i * 10 for i in items])
+    del events[:]
+    clock.advance(0)
+    assert events == [("statement", [6]), ("statement", [7]), ("reply", 40), ("reply", 50)]
+
+
 def test_a_batch_that_cannot_be_built_fails_its_items_and_the_next_still_goes():
     from twisted.internet import defer
     from twisted.internet.task import Clock

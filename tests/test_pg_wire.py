@@ -108,3 +108,69 @@ def test_a_tube_emptied_by_deletes_while_used_leaves_list_tubes_when_released(wi
     assert w.ask(b"stats-tube t\r\n") == b"NOT_FOUND\r\n"
     assert w.ask(b"pause-tube t 0\r\n") == b"NOT_FOUND\r\n"
     assert w.ask(b"list-tubes\r\n").endswith(b"---\n- default\n\r\n")
+
+
+def _reply_script(server) -> list:
+    """Each connection's replies to a script whose answers do not depend on
+    how commands fall into batches: a producer's pipelined puts, two workers'
+    pipelined reserves, then their deletes (and a put, touch, release, bury)
+    written alternately, a command at a time, without waiting, so batches
+    answer while the next ones wait (replyhold.py)."""
+    producer, w1, w2 = (Wire(server.connect()) for _ in range(3))
+    try:
+        seen = []
+        puts = b"".join(b"put %d 0 60 3\r\nj%02d\r\n" % (100 - i, i) for i in range(40))
+        producer.send(puts)
+        seen.append(producer.replies(40))
+        w1.send(b"reserve-with-timeout 0\r\n" * 20)
+        got1 = w1.replies(20)
+        w2.send(b"reserve-with-timeout 0\r\n" * 20)
+        got2 = w2.replies(20)
+        seen += [got1, got2]
+        ids1 = [int(r.split()[1]) for r in got1]
+        ids2 = [int(r.split()[1]) for r in got2]
+        asked1, asked2 = [], []
+        for n, (a, b) in enumerate(zip(ids1, ids2)):
+            one = [b"delete %d\r\n" % a, b"delete %d\r\n" % b]  # the second: the other's job
+            two = [b"delete %d\r\n" % b]
+            if n % 5 == 1:
+                one.append(b"put 7 0 60 1\r\nx\r\n")
+            if n % 5 == 2:
+                two.append(b"touch %d\r\n" % ids2[n + 1])
+            if n % 5 == 3:
+                two.append(b"release %d 1 0\r\n" % ids2[n + 1])
+            if n % 7 == 4:
+                two.append(b"bury %d 1\r\n" % ids2[n + 1])
+            for data in one:
+                w1.send(data)
+                asked1.append(data)
+            for data in two:
+                w2.send(data)
+                asked2.append(data)
+        seen.append(w1.replies(len(asked1)))
+        seen.append(w2.replies(len(asked2)))
+        seen.append(producer.ask(b"stats-tube default\r\n").split(b"\n")[1:8])
+        return seen
+    finally:
+        for w in (producer, w1, w2):
+            w.close()
+
+
+def test_a_node_answers_the_same_bytes_with_and_without_the_reply_hold(pg_engine):
+    """replyhold.py's contract: each connection gets the same replies, in the
+    same order, whether a batch's replies wait for the next batch's
+    statement or not (``TWISTED_STALK_REPLY_HOLD=0``); each node on a schema
+    of its own."""
+    schema = pg_engine.split("stalk_schema=")[1].split()[0]
+    answers = []
+    for name, env in ((schema, {}), (schema + "_off", {"TWISTED_STALK_REPLY_HOLD": "0"})):
+        server = start_server("ours", "--engine", pg_engine.replace(
+            "stalk_schema=" + schema, "stalk_schema=" + name), env=env)
+        try:
+            answers.append(_reply_script(server))
+        finally:
+            server.stop()
+    held, plain = answers
+    assert held == plain
+    assert held[3].count(b"DELETED\r\n") == 20 and held[3].count(b"NOT_FOUND\r\n") == 20
+    assert b"RELEASED\r\n" in held[4] and b"BURIED\r\n" in held[4] and b"TOUCHED\r\n" in held[4]

@@ -14,7 +14,8 @@ as a single statement would.
 
 Under load the batches grow by themselves (group commit): while a batch's
 statement is out, the items that arrive wait for it to answer and then go
-out together, at the end of that reactor turn.  So a node has one statement
+out together, at the end of that reactor turn; the answered batch's
+replies follow that statement (``hold``: replyhold.py).  So a node has one statement
 of each kind out (more only when a batch fills up), and each carries what
 the clients asked for meanwhile: nothing is asked of the database before a
 client asks (reserves stay demand-driven), and nothing waits when the
@@ -41,8 +42,12 @@ class Batcher:
 
     def __init__(self, reactor: Any, run: Callable[[List[Any]], defer.Deferred],
                  failed: Callable[[Any], Any], limit: int = LIMIT,
-                 after: Optional[Callable[[], None]] = None) -> None:
+                 after: Optional[Callable[[], None]] = None, hold: Any = None) -> None:
         self.reactor = reactor
+        #: A :class:`~.replyhold.ReplyHold`: when a batch answers while
+        #: items wait, the replies of that turn go after their statement.
+        self.hold = hold
+        self._holding = False
         #: ``run(items)`` fires with one result per item, in order.
         self.run = run
         #: ``failed(failure)``: what every item of a failed batch is answered.
@@ -88,6 +93,10 @@ class Batcher:
 
         def done(results: List[Any]) -> None:
             self._answered()
+            if self._call is not None and self.hold is not None and not self._holding:
+                # Items wait and leave at the end of this turn: the replies after them.
+                self.hold.begin()
+                self._holding = True
             _answer_each(answers, results)
             if self.after is not None:
                 try:
@@ -102,6 +111,9 @@ class Batcher:
         # An exception while building the statement fails the batch (and so
         # leaves no batch counted as out for ever).
         defer.maybeDeferred(self.run, items).addCallbacks(done, failed)
+        if self._holding:
+            self._holding = False
+            self.hold.release()
 
 
 def _answer_each(answers: List[Callable[[Any], None]], results: List[Any]) -> None:

@@ -7,7 +7,7 @@ one statement (:mod:`.sql`) sent on a pipelined connection (:mod:`.connections`)
 and the command answers with a Deferred that fires once the statement has
 committed: nothing is acknowledged before it is durable (with
 ``synchronous_commit`` on, and on the synchronous standby if one is
-configured).  ``journal`` is therefore a ``NullJournal``.
+configured).  ``journal`` records nothing: it only holds replies (:mod:`.replyhold`).
 
 What belongs to a connection lives in the node that holds it, as in
 beanstalkd it lives in the server: the tubes a session uses and watches, its
@@ -60,6 +60,7 @@ from .config import EngineConfig
 from .notices import PauseEnds
 from .connections import Connections
 from .notifications import Notifications
+from .replyhold import ENABLED as REPLY_HOLD, ReplyHold
 from .sql import SESSION, channel, statements
 from .listing import Listing
 from .stats import Stats
@@ -120,7 +121,8 @@ class PgEngine(TubeRegistry, SessionRules):
         #: bodies are stored by the database (docs/compat.md); see :meth:`memory`.
         self.max_memory = 0
         self.facts = facts or Facts(reactor.seconds())
-        self.journal = NullJournal()
+        self.reply_hold = ReplyHold() if REPLY_HOLD else None  # replyhold.py
+        self.journal = self.reply_hold or NullJournal()
         self.channel = channel(config.schema)
         self.node_id: Optional[int] = None
         # Sessions, waits, wake-ups, drain and the connection and command
@@ -154,8 +156,8 @@ class PgEngine(TubeRegistry, SessionRules):
         self._takers = reserver.takers
         self._handed = reserver.handed
         self._puts = Batcher(reactor, self._put_many, self.internal_error,
-                             after=reserver.deliver_handoffs)
-        self._deletes = Batcher(reactor, self._delete_many, self.internal_error)
+                             after=reserver.deliver_handoffs, hold=self.reply_hold)
+        self._deletes = Batcher(reactor, self._delete_many, self.internal_error, hold=self.reply_hold)
 
     # ------------------------------------------------------------ life cycle
 

@@ -36,6 +36,7 @@ from .notices import JobsReady
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connections import Connections
+    from .replyhold import ReplyHold
     from .notifications import Notifications
     from .taking import Taking
     from .tubes import NodeTube
@@ -80,6 +81,8 @@ class ReserverHost(_Interface):
     held: bool
     waiting_count: int
     wakeups: List[Any]
+    #: Holds a batch's replies until the next batch's statement left (or None).
+    reply_hold: Optional["ReplyHold"]
     #: The other parts: the take (``hand``, ``stale``, ``asked``) and the
     #: timers (``schedule_ttr``, ``note``, ``failed``).
     taking: "Taking"
@@ -122,7 +125,8 @@ class Reserver:
         self._track_session_deadline = engine._track_session_deadline
         #: One-tube reserves share a statement (batch.py).
         # A failed batch answers each reserve its Failure (see ``_take``).
-        self._reserves = Batcher(engine.reactor, self._reserve_many, lambda failure: failure)
+        self._reserves = Batcher(engine.reactor, self._reserve_many, lambda failure: failure,
+                                hold=engine.reply_hold)
         #: Wake-ups of reserves handed a put's job, sent after the put batch's replies.
         self._handoffs: List[Any] = []
 
