@@ -75,6 +75,9 @@ def main() -> None:
                          "registered during the upgrade)")
     ap.add_argument("--busy", action="store_true",
                     help="make the plans on the full, analyzed table, every job in t1 or t2")
+    ap.add_argument("--drained", action="store_true",
+                    help="make the plans on a drained table: 40,000 jobs put and deleted, "
+                         "analyzed with none left")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -116,15 +119,20 @@ def main() -> None:
             conn.execute(f"INSERT INTO {schema}.nodes (id, started_at, heartbeat_at)"
                          " VALUES (7, 0, 0)")
             conn.execute(insert, (1, 40000 if args.busy else 30))
+            if args.drained:
+                conn.execute(insert.replace("SELECT g,", "SELECT g + 100000,"), (1, 40000))
+                conn.execute(f"DELETE FROM {schema}.jobs")
             conn.execute(f"ANALYZE {schema}.jobs")
             for name in names:
                 conn.execute(f'PREPARE "{name}" AS {sql[name]}')
             for name in names:  # the plans, made now
                 with conn.transaction(force_rollback=True):
                     conn.execute(f'EXPLAIN EXECUTE "{name}"{ARGS.get(name, PAGE_ARGS)}')
-            if not args.busy:
+            if args.drained:
+                conn.execute(insert, (1, 40000))
+            elif not args.busy:
                 conn.execute(insert, (31, 40000))
-            conn.execute(f"SELECT setval('{schema}.job_ids', 100000)")
+            conn.execute(f"SELECT setval('{schema}.job_ids', 200000)")
             for name in names:
                 with conn.transaction(force_rollback=True):
                     plan = [r[0] for r in conn.execute(

@@ -287,6 +287,27 @@ def test_every_other_statement_reads_a_few_pages_in_a_plan_made_while_the_table_
     assert {name for name, (_, seq) in seen.items() if seq} == {"counts_all", "tube_counts"}
 
 
+def test_a_plan_made_on_a_drained_table_still_takes_jobs_through_the_key(pg_cluster):
+    """The same with the plans made just after a drain (``--drained``): 40,000
+    jobs put and deleted, the table analyzed with no live row, as autovacuum
+    does after a drain.  Each ``UPDATE`` that takes the jobs it found
+    (``_taking`` deletes, the reserves, kick, promote, expire) was planned as
+    a join with the whole table on the outer side, finding its jobs again for
+    every row: 200,000 buffers and 150 ms a delete at 40,000 jobs, the drain's
+    stalls (docs/performance.md).  They now find their rows by key
+    (``sqlparts.among``)."""
+    seen = _plans("--drained")
+    takers = {name: seen[name][0] for name in seen
+              if name.endswith("_taking") or name in (
+                  "reserve", "reserve_many", "kick", "promote", "expire")}
+    assert len(takers) == 9, takers
+    assert {name: n for name, n in takers.items() if n > 200} == {}
+    heavy = {name: buffers for name, (buffers, _) in seen.items()
+             if buffers > 60 and name not in READS_MANY | {"flush"}
+             and not name.startswith("page_")}
+    assert heavy == {}
+
+
 def test_a_plan_made_on_a_full_busy_tube_still_finds_jobs_through_the_key(pg_cluster):
     """The same with the plans made on 40,000 analyzed jobs in two tubes
     (``--busy``): the statistics promise thousands of rows per tube, and

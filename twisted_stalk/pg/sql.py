@@ -24,6 +24,7 @@ from .schema import VERSION, quoted
 from .sql_many import delete_many, put_many
 from .sqlparts import NOW as _NOW
 from .sqlparts import STATES as _STATES
+from .sqlparts import among
 from .sqlparts import first_ready as _first_ready
 from .sqlparts import keeps as _keeps
 
@@ -179,7 +180,7 @@ STATEMENTS: Dict[str, str] = {
         UPDATE {{s}}.jobs j
         SET state = 1, owner_node = $2::bigint, owner_conn = $3::bigint,
             deadline_at = c.now + j.ttr, reserves = j.reserves + 1
-        FROM cand, c WHERE j.id = cand.id
+        FROM c WHERE {among("SELECT id FROM cand")}
         RETURNING {JOB}, j.reserves""",
     # Reserves of sessions that each watch one tube, at once (batch.py): $1
     # their tubes, $2 their connections, $3 node.  Each tube's best jobs go to
@@ -200,7 +201,7 @@ STATEMENTS: Dict[str, str] = {
         UPDATE {{s}}.jobs j
         SET state = 1, owner_node = $3::bigint, owner_conn = pairs.conn,
             deadline_at = c.now + j.ttr, reserves = j.reserves + 1
-        FROM pairs, c WHERE j.id = pairs.id
+        FROM pairs, c WHERE j.id = pairs.id AND {among("SELECT id FROM pairs")}
         RETURNING pairs.n, {JOB}, j.reserves""",
     "reserve_job": f"""
         WITH {_NOW}
@@ -263,17 +264,16 @@ STATEMENTS: Dict[str, str] = {
         RETURNING j.tube""",
     # ------------------------------------------------------------- kicks
     # $1 tube, $2 bound: buried jobs in burial order, or delayed ones by deadline.
-    "kick": """
+    "kick": f"""
         WITH b AS (
-            SELECT id FROM {s}.jobs WHERE tube = $1::text AND state = 3
+            SELECT id FROM {{s}}.jobs WHERE tube = $1::text AND state = 3
             ORDER BY buried_seq LIMIT $2::bigint FOR UPDATE SKIP LOCKED),
         d AS (
-            SELECT id FROM {s}.jobs WHERE tube = $1::text AND state = 2
-              AND NOT EXISTS (SELECT 1 FROM {s}.jobs WHERE tube = $1::text AND state = 3)
+            SELECT id FROM {{s}}.jobs WHERE tube = $1::text AND state = 2
+              AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs WHERE tube = $1::text AND state = 3)
             ORDER BY deadline_at, id LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
-        UPDATE {s}.jobs j SET state = 0, kicks = j.kicks + 1
-        FROM (SELECT id FROM b UNION ALL SELECT id FROM d) k
-        WHERE j.id = k.id
+        UPDATE {{s}}.jobs j SET state = 0, kicks = j.kicks + 1
+        WHERE {among("SELECT id FROM b UNION ALL SELECT id FROM d")}
         RETURNING j.id""",
     "kick_job": """
         UPDATE {s}.jobs SET state = 0, kicks = kicks + 1
@@ -366,7 +366,7 @@ STATEMENTS: Dict[str, str] = {
         WITH {_NOW},
         x AS (SELECT id FROM {{s}}.jobs WHERE state = 2 AND deadline_at <= (SELECT now FROM c)
               ORDER BY deadline_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
-        UPDATE {{s}}.jobs j SET state = 0 FROM x WHERE j.id = x.id
+        UPDATE {{s}}.jobs j SET state = 0 WHERE {among("SELECT id FROM x")}
         RETURNING j.tube""",
     # Reservations whose TTR ran out: ready, counted once (whoever runs it
     # first).  (The time as a scalar subquery, here and in promote, so that it
@@ -379,7 +379,7 @@ STATEMENTS: Dict[str, str] = {
               ORDER BY deadline_at LIMIT 10000 FOR UPDATE SKIP LOCKED)
         UPDATE {{s}}.jobs j SET state = 0, owner_node = NULL, owner_conn = NULL,
                                 timeouts = j.timeouts + 1
-        FROM x WHERE j.id = x.id
+        FROM x WHERE j.id = x.id AND {among("SELECT id FROM x")}
         RETURNING j.id, j.tube, x.owner_node, x.owner_conn""",
     # Which of $1 (ids) $2 (node) still holds, with the time left.
     "still_held": f"""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from .notices import JobsReady
-from .sqlparts import NOW, first_ready, keeps
+from .sqlparts import NOW, among, first_ready, keeps
 
 
 #: The columns a put writes (``put_many`` and ``put_one``).
@@ -166,14 +166,15 @@ def delete_many(taking: bool, one: bool = False, looking: bool = True) -> str:
                   AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
                                   WHERE p.name = w.tube
                                     AND p.unpause_at > (SELECT now FROM c))"""
+    taking_ids = f"""SELECT p.id FROM unnest($6::text[], $7::bigint[]) AS w(tube, n)
+                     {first_ready("w.tube", taken_where, "w.n")} p"""
     took = f""",
         took AS (
             UPDATE {{s}}.jobs j
             SET state = 1, owner_node = $3::bigint, owner_conn = 0,
                 deadline_at = c.now + j.ttr, reserves = j.reserves + 1
-            FROM c, (SELECT p.id FROM unnest($6::text[], $7::bigint[]) AS w(tube, n)
-                     {first_ready("w.tube", taken_where, "w.n")} p) pk
-            WHERE j.id = pk.id
+            FROM c
+            WHERE {among(taking_ids)}
             RETURNING j.id, j.tube, j.body, j.ttr, j.pri, j.deadline_at - c.now AS left,
                       j.reserves)"""
     taken = """

@@ -27,6 +27,18 @@ def keeps(tube: str, also: str = "") -> str:
         f" OFFSET 0)" for st in STATES) + ")"
 
 
+def among(found: str) -> str:
+    """A condition on ``j``: its id is one of those in ``found`` (an SQL query
+    of ids, e.g. a CTE's ``SELECT id FROM x``), as an index condition on the
+    key.  An ``UPDATE`` joined with the rows it found may otherwise read the
+    whole table on the outer side of the join and find them again for every
+    row: a generic plan made from the statistics of a drained table (no live
+    row) did that, and each drain statement then read every job (the drain's
+    stalls; ``bench/pg_plans.py --drained``).  ``ARRAY(...)`` is computed once,
+    before the scan."""
+    return f"j.id = ANY(ARRAY({found}))"
+
+
 def first_ready(tube: str, more: str = "", limit: str = "1", lock: bool = True) -> str:
     """A tube's best ready jobs (priority, then id) as a ``CROSS JOIN
     LATERAL`` of their ``id`` and ``pri``: ``tube`` an SQL expression,
@@ -39,4 +51,4 @@ def first_ready(tube: str, more: str = "", limit: str = "1", lock: bool = True) 
                 ORDER BY x.pri, x.id LIMIT {limit}{" FOR UPDATE SKIP LOCKED" if lock else ""})"""
 
 
-__all__ = ["NOW", "STATES", "first_ready", "keeps"]
+__all__ = ["NOW", "STATES", "among", "first_ready", "keeps"]
