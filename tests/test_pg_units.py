@@ -350,14 +350,15 @@ def test_a_batch_waits_while_the_one_before_is_out_then_carries_all_that_came():
 
 
 def test_a_batchs_replies_leave_after_the_statement_of_the_batch_that_waited():
-    """replyhold.py: a batch that answers while others wait holds the replies
-    its answers write (as the front end holds them while its journal is
-    pending) until the waiting batch's statement has gone out at the end of
-    the turn; a batch that answers with nothing waiting sends them at once."""
+    """replyhold.py: a batch of at least HOLD_AT items that answers while
+    others wait holds the replies its answers write (as the front end holds
+    them while its journal is pending) until the waiting batch's statement
+    has gone out at the end of the turn; a batch that answers with nothing
+    waiting, or a smaller one, sends them at once."""
     from twisted.internet import defer
     from twisted.internet.task import Clock
 
-    from twisted_stalk.pg.batch import Batcher
+    from twisted_stalk.pg.batch import HOLD_AT, Batcher
     from twisted_stalk.pg.replyhold import ReplyHold
     clock, hold, events, pending = Clock(), ReplyHold(), [], []
 
@@ -369,32 +370,43 @@ def test_a_batchs_replies_leave_after_the_statement_of_the_batch_that_waited():
 
     def answer(result):  # what the front end does with a reply (server/output.py)
         hold.when_settled(lambda: events.append(("reply", result)))
+
+    def answer_next(results=None):
+        d, items = pending.pop(0)
+        d.callback(results or [i * 10 for i in items])
+    assert HOLD_AT == 4
     batch = Batcher(clock, run, lambda failure: "failed", hold=hold)
-    batch.add(1, answer)
+    for i in (1, 2, 3, 4):
+        batch.add(i, answer)
     clock.advance(0)
-    batch.add(2, answer)
-    batch.add(3, answer)  # wait: 1 is out
-    d, items = pending.pop(0)
-    d.callback([10])
-    assert events == [("statement", [1])] and hold.pending  # 10 is held
+    batch.add(5, answer)
+    batch.add(6, answer)  # wait: 1-4 are out
+    answer_next()
+    assert events == [("statement", [1, 2, 3, 4])] and hold.pending  # 10-40 are held
     clock.advance(0)  # the end of the turn
-    assert events == [("statement", [1]), ("statement", [2, 3]), ("reply", 10)]
+    assert events == [("statement", [1, 2, 3, 4]), ("statement", [5, 6]),
+                      ("reply", 10), ("reply", 20), ("reply", 30), ("reply", 40)]
     assert not hold.pending
-    d, items = pending.pop(0)
-    d.callback([20, 30])  # nothing waits: at once
-    assert events[-2:] == [("reply", 20), ("reply", 30)] and not hold.pending
+    batch.add(7, answer)  # waits: 5 and 6 are out
+    answer_next()  # two replies: sent at once, the next batch at the turn's end
+    assert events[-2:] == [("reply", 50), ("reply", 60)] and ("statement", [7]) not in events
+    clock.advance(0)
+    answer_next()  # nothing waits: at once
+    assert events[-2:] == [("statement", [7]), ("reply", 70)] and not hold.pending
     # Two batchers share the hold: the replies go when both have sent theirs.
     other = Batcher(clock, run, lambda failure: "failed", hold=hold)
-    batch.add(4, answer)
-    other.add(5, answer)
+    for i in (1, 2, 3, 4):
+        batch.add(i, answer)
+        other.add(i + 4, answer)
     clock.advance(0)
-    batch.add(6, answer)
-    other.add(7, answer)
-    for d, items in [pending.pop(0), pending.pop(0)]:
-        d.callback([i * 10 for i in items])
+    batch.add(9, answer)
+    other.add(10, answer)
+    answer_next()
+    answer_next()
     del events[:]
     clock.advance(0)
-    assert events == [("statement", [6]), ("statement", [7]), ("reply", 40), ("reply", 50)]
+    assert events == [("statement", [9]), ("statement", [10])] + [
+        ("reply", i * 10) for i in range(1, 9)]
 
 
 def test_a_batch_that_cannot_be_built_fails_its_items_and_the_next_still_goes():

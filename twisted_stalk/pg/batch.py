@@ -33,6 +33,10 @@ log = Logger(namespace="twisted_stalk.pg")
 #: Commands in one statement at most.
 LIMIT = 256
 
+#: Replies of an answered batch worth holding until the next batch left
+#: (replyhold.py): fewer are written sooner than the hold would gain.
+HOLD_AT = 4
+
 
 class Batcher:
     """Collects items during a reactor turn and runs them together.
@@ -93,7 +97,8 @@ class Batcher:
 
         def done(results: List[Any]) -> None:
             self._answered()
-            if self._call is not None and self.hold is not None and not self._holding:
+            if (self._call is not None and self.hold is not None and not self._holding
+                    and len(answers) >= HOLD_AT):
                 # Items wait and leave at the end of this turn: the replies after them.
                 self.hold.begin()
                 self._holding = True

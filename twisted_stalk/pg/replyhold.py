@@ -4,7 +4,9 @@
 Contract: every connection receives exactly the replies, in the same order,
 that it would receive without the hold; a reply is held at most until the
 end of the reactor turn in which it was written (the next batch leaves
-then), and no reply is held while nothing waits for a statement.  The wire
+then), and no reply is held while nothing waits for a statement, nor the
+replies of a batch of fewer than ``batch.HOLD_AT`` commands (written at
+once, they cost less than the hold would gain).  The wire
 tests compare a node with the hold and one without it
 (``TWISTED_STALK_REPLY_HOLD=0``), byte for byte.
 
