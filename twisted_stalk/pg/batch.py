@@ -14,12 +14,12 @@ as a single statement would.
 
 Under load the batches grow by themselves (group commit): while a batch's
 statement is out, the items that arrive wait for it to answer and then go
-out together, at the end of that reactor turn; the answered batch's
-replies follow that statement (``hold``: replyhold.py).  So a node has one statement
-of each kind out (more only when a batch fills up), and each carries what
-the clients asked for meanwhile: nothing is asked of the database before a
-client asks (reserves stay demand-driven), and nothing waits when the
-database is idle.
+out together, at the end of that reactor turn (and the replies of the
+batch that answered, if it had ``HOLD_AT`` commands or more, follow that
+statement: replyhold.py).  So a node has one statement of each kind out
+(more only when a batch fills up), and each carries what the clients asked
+for meanwhile: nothing is asked of the database before a client asks
+(reserves stay demand-driven), and nothing waits when the database is idle.
 """
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ class Batcher:
                  failed: Callable[[Any], Any], limit: int = LIMIT,
                  after: Optional[Callable[[], None]] = None, hold: Any = None) -> None:
         self.reactor = reactor
-        #: A :class:`~.replyhold.ReplyHold`: when a batch answers while
-        #: items wait, the replies of that turn go after their statement.
+        #: A :class:`~.replyhold.ReplyHold`: when a batch of ``HOLD_AT`` or
+        #: more answers while items wait, the replies of that turn go after
+        #: the statement that carries those items.
         self.hold = hold
         self._holding = False
         #: ``run(items)`` fires with one result per item, in order.
