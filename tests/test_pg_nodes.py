@@ -95,10 +95,12 @@ def test_a_reserve_on_one_node_wakes_when_another_node_makes_a_job_ready(nodes):
     assert p50 < 50 and p99 < 250, latencies
 
 
-def test_a_node_that_was_alone_wakes_a_newcomers_reserve_at_once(nodes):
+def test_a_node_that_was_alone_wakes_a_newcomers_reserve_at_once(nodes, pg_engine):
     """A node that knows of no other sends no notices; a node that comes says
     so, and the first notifies again at once, not after its next heartbeat
-    (5 s here, as is the newcomer's own look at ready jobs)."""
+    (5 s here, as is the newcomer's own look at ready jobs).  The newcomer
+    says so once its LISTEN connection is up (it may come after the node
+    serves clients, on a loaded machine), so the put waits for that."""
     slow = " stalk_heartbeat=5 stalk_dead_after=12"
     a = wires(nodes(1, slow)[0])[0]
     assert stats_of(a)["current-connections"] == "1"  # it has read the nodes: none
@@ -107,6 +109,11 @@ def test_a_node_that_was_alone_wakes_a_newcomers_reserve_at_once(nodes):
     b.send(b"reserve\r\n")
     deadline = time.monotonic() + 5
     while stats_of(watcher)["current-waiting"] != "1":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    listening = ("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %%'"
+                 " AND query LIKE '%%' || '{s}' || '%%'")
+    while _jobs_sql(pg_engine, listening)[0][0] != 2:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     t0 = time.monotonic()
