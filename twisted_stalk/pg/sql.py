@@ -456,7 +456,7 @@ STATEMENTS: Dict[str, str] = {
         LIMIT $3::bigint""",
     "flush": f"""
         DELETE FROM {{s}}.jobs j
-        WHERE j.id IN (SELECT id FROM {_of_tube("$1::text", "{st} = ANY($2::smallint[])")} x)
+        WHERE {among(f'SELECT id FROM {_of_tube("$1::text", "{st} = ANY($2::smallint[])")} x')}
         RETURNING j.id, j.owner_node, j.owner_conn""",
 }
 
