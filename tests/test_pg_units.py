@@ -409,6 +409,123 @@ def test_a_batchs_replies_leave_after_the_statement_of_the_batch_that_waited():
         ("reply", i * 10) for i in range(1, 9)]
 
 
+def test_the_batches_due_at_a_turns_end_share_one_transaction_deletes_first():
+    """together.py: a put batch and a delete batch that wait for the same
+    turn's end are sent as one transaction (gathered), deletes first, and
+    the replies written meanwhile follow it; a batch whose partner is out
+    goes alone, without waiting for it."""
+    from twisted.internet import defer
+    from twisted.internet.task import Clock
+
+    from twisted_stalk.pg.batch import Batcher
+    from twisted_stalk.pg.replyhold import ReplyHold
+    from twisted_stalk.pg.together import Together
+    clock, hold, events, pending = Clock(), ReplyHold(), [], {}
+
+    class Db:
+        gathering = False
+
+        def gather(self):
+            events.append("gather")
+            self.gathering = True
+
+        def send_gathered(self):
+            events.append("sent")
+            self.gathering = False
+    db = Db()
+
+    def runner(kind):
+        def run(items):
+            events.append((kind, list(items), db.gathering))
+            pending[kind] = d = defer.Deferred()
+            return d
+        return run
+
+    def answer(result):
+        hold.when_settled(lambda: events.append(("reply", result)))
+    deletes = Batcher(clock, runner("delete"), lambda failure: "failed", hold=hold)
+    puts = Batcher(clock, runner("put"), lambda failure: "failed", hold=hold)
+    Together(db, [deletes, puts], hold=hold)
+    puts.add(1, answer)
+    deletes.add(2, answer)
+    clock.advance(0)
+    assert events == ["gather", ("delete", [2], True), ("put", [1], True), "sent"]
+    # Answered in one turn (one transaction), what waited leaves together
+    # again, and the answered replies (batches of HOLD_AT) follow its statements.
+    for n in range(4):
+        puts.add(10 + n, answer)
+        deletes.add(20 + n, answer)
+    pending.pop("delete").callback(["deleted 2"])
+    pending.pop("put").callback(["put 1"])
+    clock.advance(0)
+    assert events[-6:] == [("reply", "deleted 2"), ("reply", "put 1"), "gather",
+                           ("delete", [20, 21, 22, 23], True), ("put", [10, 11, 12, 13], True),
+                           "sent"]
+    puts.add(3, answer)
+    deletes.add(4, answer)
+    pending.pop("delete").callback(["deleted %d" % n for n in range(4)])
+    pending.pop("put").callback(["put %d" % n for n in range(4)])
+    del events[:]
+    clock.advance(0)
+    assert events == ["gather", ("delete", [4], True), ("put", [3], True), "sent"] + [
+        ("reply", "deleted %d" % n) for n in range(4)] + [("reply", "put %d" % n) for n in range(4)]
+    # The put batch answers alone; its next batch does not wait for the deletes.
+    del events[:]
+    puts.add(5, answer)
+    pending.pop("put").callback(["put 3"])
+    clock.advance(0)
+    assert events == [("reply", "put 3"), ("put", [5], False)]
+
+
+def test_a_failed_transaction_of_several_statements_runs_each_again_alone():
+    """Connections.send_gathered: the statements gathered go out with one
+    Sync on one connection; if that transaction fails (nothing of it
+    committed), each runs again on its own and gets its own outcome; if its
+    connection was lost, each fails (it may have committed)."""
+    from twisted.internet import defer
+    from twisted.internet.task import Clock
+
+    from twisted_stalk.pg.connections import Connections
+    from twisted_stalk.pg.driver import PgConnectionLost, PgError
+    sent = []
+
+    class Conn:
+        load = 0
+        outcome = PgError("division by zero", "22012")
+
+        def execute_together(self, statements):
+            sent.append([name for name, _, _ in statements])
+            return [defer.fail(self.outcome) for _ in statements]
+
+        def execute(self, name, params, formats):
+            sent.append(name)
+            return defer.fail(PgError("bad", "22012")) if name == "bad" else defer.succeed([name])
+    db = Connections(Clock(), "", {})
+    conn = Conn()
+    db.up = [conn]
+    db.gather()
+    good, bad = db.execute("good"), db.execute("bad")
+    assert sent == []
+    db.send_gathered()
+    assert sent == [["good", "bad"], "good", "bad"]
+    assert good.result == ["good"]
+    assert bad.result.check(PgError) and str(bad.result.value) == "bad"
+    bad.addErrback(lambda _: None)
+    del sent[:]
+    conn.outcome = PgConnectionLost("lost")
+    db.gather()
+    results = [db.execute("good"), db.execute("good")]
+    db.send_gathered()
+    assert sent == [["good", "good"]]
+    assert all(d.result.check(PgConnectionLost) for d in results)
+    for d in results:
+        d.addErrback(lambda _: None)
+    db.gather()  # one statement gathered goes as usual
+    one = db.execute("good")
+    db.send_gathered()
+    assert sent[-1] == "good" and one.result == ["good"]
+
+
 def test_a_batch_that_cannot_be_built_fails_its_items_and_the_next_still_goes():
     from twisted.internet import defer
     from twisted.internet.task import Clock
