@@ -41,9 +41,6 @@ STATEMENTS = {
     "many": "SELECT g, repeat('x', g)::bytea FROM generate_series(1, $1::int) g",
     "none": "SELECT 1 WHERE false",
     "set": "SELECT set_config('application_name', $1, false)",
-    "xid": "SELECT txid_current()",
-    "div": "SELECT 1 / $1::int",
-    "show": "SELECT current_setting('application_name')",
 }
 out = [driver.BINDING]
 heard = []
@@ -72,18 +69,6 @@ def main():
     yield conn.query("SELECT 1")
     out.append(heard)
     out.append(conn.load)
-    together = yield defer.gatherResults(conn.execute_together(
-        [("set", [b"together"], None), ("xid", [], None), ("xid", [], None)]))
-    out.append([together[0], together[1] == together[2]])
-    failed = []
-    for d in conn.execute_together([("set", [b"rolled back"], None), ("div", [0], None),
-                                    ("xid", [], None)]):
-        try:
-            yield d
-        except PgError as e:
-            failed.append(e.sqlstate)
-    out.append(failed)
-    out.append((yield conn.execute("show")))
     conn.close()
     print(out)
 def failed(failure):
@@ -120,10 +105,6 @@ def test_both_bindings_answer_the_drivers_statements_alike(pg_cluster):
     assert out[6] == [] and out[7] == [(b"x" * 40,)]
     assert [state for state, _ in out[8:11]] == ["22012", "42703", "42P01"]
     assert out[11] == [] and out[12] == [(b"ch", "payload é".encode())] and out[13] == 0
-    # Statements sent together are one transaction: one xid; one failure
-    # fails them all and undoes the others (execute_together).
-    assert out[14] == [[(b"together",)], True]
-    assert out[15] == ["22012"] * 3 and out[16] == [(b"together",)]
 
 
 def test_the_binding_is_chosen_by_runtime_or_environment(monkeypatch):

@@ -20,8 +20,6 @@ statement: replyhold.py).  So a node has one statement of each kind out
 (more only when a batch fills up), and each carries what the clients asked
 for meanwhile: nothing is asked of the database before a client asks
 (reserves stay demand-driven), and nothing waits when the database is idle.
-The delete and put batches that leave at the end of the same turn share one
-transaction, so one commit (together.py).
 """
 from __future__ import annotations
 
@@ -67,34 +65,20 @@ class Batcher:
         self._items: List[Any] = []
         self._answers: List[Callable[[Any], None]] = []
         self._call: Any = None
-        #: A :class:`~.together.Together` this batcher's end-of-turn flush
-        #: goes through (its statement may share a transaction), or None.
-        self.together: Any = None
-
-    @property
-    def due(self) -> bool:
-        """Items wait for the end of this turn to go out."""
-        return self._call is not None
 
     def add(self, item: Any, answer: Callable[[Any], None]) -> None:
         """Run ``item`` with the next batch; ``answer(result)`` once it has run."""
         self._items.append(item)
         self._answers.append(answer)
         if len(self._items) >= self.limit:
-            self.flush()
+            self._flush()
         else:
             self._schedule()
 
     def _schedule(self) -> None:
         """Flush at the end of this turn, unless a batch is out (then when it answers)."""
         if self._call is None and not self._out:
-            self._call = self.reactor.callLater(0, self._turn_ended)
-
-    def _turn_ended(self) -> None:
-        if self.together is not None:
-            self.together.flush(self)
-        else:
-            self.flush()
+            self._call = self.reactor.callLater(0, self._flush)
 
     def _answered(self) -> None:
         """A batch answered: what came meanwhile goes out at the end of this turn."""
@@ -102,8 +86,7 @@ class Batcher:
         if self._items:
             self._schedule()
 
-    def flush(self) -> None:
-        """Run the items that wait now (one statement)."""
+    def _flush(self) -> None:
         if self._call is not None and self._call.active():
             self._call.cancel()
         self._call = None

@@ -61,9 +61,6 @@ class Connections:
         #: statements held until they have (see :meth:`first`).
         self._barriers = 0
         self._held: Deque[Tuple[defer.Deferred, str, Sequence[Any], Optional[Sequence[int]]]] = deque()
-        #: Statements gathered into one transaction (see :meth:`gather`), or None.
-        self._gathered: Optional[List[Tuple[defer.Deferred, str, Sequence[Any],
-                                            Optional[Sequence[int]]]]] = None
 
     # ------------------------------------------------------------ life cycle
 
@@ -159,47 +156,7 @@ class Connections:
             d: defer.Deferred = defer.Deferred()
             self._held.append((d, name, params, formats))
             return d
-        if self._gathered is not None:
-            d = defer.Deferred()
-            self._gathered.append((d, name, params, formats))
-            return d
         return self._send(name, params, formats)
-
-    def gather(self) -> None:
-        """The statements executed from now until :meth:`send_gathered` go
-        to the database as one transaction (together.py)."""
-        self._gathered = []
-
-    def send_gathered(self) -> None:
-        """Send what was gathered: one statement as usual; several on one
-        connection with one Sync (:meth:`~.driver.PgConnection.execute_together`).
-        If that transaction fails (nothing of it committed), each statement
-        runs again on its own, so each gets its own outcome; a connection
-        lost under it fails them all (they may have committed)."""
-        gathered, self._gathered = self._gathered, None
-        if not gathered:
-            return
-        if len(gathered) == 1 or not self.up or self._barriers:
-            for d, name, params, formats in gathered:
-                self.execute(name, params, formats).chainDeferred(d)
-            return
-        conn = self.up[0]
-        for other in self.up:
-            if other.load < conn.load:
-                conn = other
-        results = conn.execute_together([(name, params, formats)
-                                         for _, name, params, formats in gathered])
-        for (d, name, params, formats), result in zip(gathered, results):
-            result.addCallbacks(d.callback, self._alone, errbackArgs=(d, name, params, formats))
-
-    def _alone(self, failure: Any, d: defer.Deferred, name: str, params: Sequence[Any],
-               formats: Optional[Sequence[int]]) -> None:
-        """A statement of a failed transaction of several: lost with its
-        connection, it fails; else it runs again on its own."""
-        if failure.check(PgConnectionLost):
-            d.errback(failure)
-        else:
-            self.execute(name, params, formats).chainDeferred(d)
 
     def _send(self, name: str, params: Sequence[Any],
               formats: Optional[Sequence[int]]) -> defer.Deferred:

@@ -15,8 +15,6 @@ twistd's default) without threads or asyncio.
   transaction (committed, or rolled back on error, on its own), and many
   statements from many clients are in flight at once on one connection.
   Results come back in order; each Deferred fires with a :class:`Rows`.
-  :meth:`PgConnection.execute_together` sends several statements before one
-  Sync: one transaction, one commit (together.py).
 * **Notifications** (LISTEN/NOTIFY) are handed to ``on_notify`` as they arrive.
 * **Loss**: every outstanding Deferred fails with :class:`PgConnectionLost`
   and ``on_lost`` is called once.
@@ -24,23 +22,29 @@ twistd's default) without threads or asyncio.
 Values go out as text (numbers, arrays) or binary (``bytea``); results come
 back in binary and are decoded by column type (:func:`decode`).
 
-The libpq binding (:data:`BINDING`, chosen in :mod:`.binding`): psycopg's
-:mod:`psycopg.pq`, or on PyPy this package's own :mod:`.libpq` (cffi), which
-keeps the same members.
+The libpq binding (:data:`BINDING`): psycopg's :mod:`psycopg.pq` (compiled on
+CPython), or on PyPy this package's own :mod:`.libpq` (cffi, ABI mode), which
+keeps the same members: psycopg's binding on PyPy is its pure-Python
+(``ctypes``) one, which PyPy runs slowly (docs/performance.md, "The engine on
+PyPy").  ``TWISTED_STALK_PG_LIBPQ=psycopg`` or ``=cffi`` chooses one anywhere.
+psycopg's ``ctypes`` binding still serves the start-up's blocking connections
+on PyPy; :func:`fit_pypy_ctypes` makes it work on PyPy releases whose
+``ctypes`` cannot hold a weak reference (importing this module applies it).
 """
 from __future__ import annotations
 
 import os
+import platform
 import struct
+import weakref
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
+from psycopg import pq
 from twisted.internet import defer
 from twisted.internet.interfaces import IReadDescriptor, IWriteDescriptor
 from twisted.python.failure import Failure
 from zope.interface import implementer
-
-from .binding import BINDING, BINDING_VARIABLE, PGconn, choose_binding, fit_pypy_ctypes
 
 # libpq's numbers, which psycopg's enums equal (and :mod:`.libpq` returns).
 _OK = 0             # CONNECTION_OK
@@ -53,6 +57,84 @@ _POLL_READING = 1
 _POLL_WRITING = 2
 _POLL_OK = 3
 _SQLSTATE = ord("C")  # PG_DIAG_SQLSTATE
+
+#: The environment variable that chooses the binding: ``psycopg`` or ``cffi``.
+BINDING_VARIABLE = "TWISTED_STALK_PG_LIBPQ"
+
+
+def choose_binding(wanted: Optional[str] = None) -> Tuple[str, Any]:
+    """The libpq binding's name and ``PGconn`` class: ``wanted`` (default: the
+    environment's :data:`BINDING_VARIABLE`), else :mod:`.libpq` on PyPy when it
+    loads, else psycopg's."""
+    if wanted is None:
+        wanted = os.environ.get(BINDING_VARIABLE, "")
+    if wanted not in ("", "psycopg", "cffi"):
+        raise ValueError(f"{BINDING_VARIABLE}={wanted!r}: psycopg or cffi")
+    if wanted == "cffi" or (not wanted and platform.python_implementation() == "PyPy"):
+        try:
+            from . import libpq
+            return "cffi", libpq.PGconn
+        except (ImportError, OSError):
+            if wanted:
+                raise
+    return "psycopg", pq.PGconn
+
+
+
+class _HeldRef:
+    """A weak reference to a ``PGconn`` that can itself be weakly referenced."""
+
+    __slots__ = ("_ref", "__weakref__")
+
+    def __init__(self, obj: Any) -> None:
+        self._ref = weakref.ref(obj)
+
+    def __call__(self) -> Any:
+        return self._ref()
+
+
+#: Each PGconn's :class:`_HeldRef`, alive exactly as long as its PGconn.
+_held_refs: "weakref.WeakKeyDictionary[Any, _HeldRef]" = weakref.WeakKeyDictionary()
+
+
+def _held_ref(obj: Any) -> _HeldRef:
+    ref = _held_refs[obj] = _HeldRef(obj)
+    return ref
+
+
+def fit_pypy_ctypes() -> bool:
+    """Make psycopg's ``ctypes`` binding create connections on PyPy 7.3.11
+    and older (Debian 12's); True if it had to.
+
+    Each ``PGconn`` hands libpq a ``py_object(weakref.ref(self))`` for its
+    notice receiver.  PyPy's ``ctypes`` keeps a ``py_object``'s value as a
+    weak reference itself, and a ``weakref.ref`` cannot be weakly referenced:
+    ``TypeError: cannot create weak reference to 'weakref' object``
+    (pypy/pypy#3882, psycopg/psycopg#391).  So, only where that ``TypeError``
+    happens, psycopg's binding gets in place of ``weakref.ref`` a callable
+    weak reference that can be weakly referenced, kept alive by its
+    connection (:data:`_held_refs`): psycopg's notice receiver calls what it
+    reads back (psycopg/psycopg#686) and gets the connection, as on CPython."""
+    if platform.python_implementation() != "PyPy" or pq.__impl__ != "python":
+        return False
+    from ctypes import py_object
+
+    from psycopg.pq import pq_ctypes
+    if pq_ctypes.ref is _held_ref:
+        return True
+    probe = _HeldRef(fit_pypy_ctypes)
+    try:
+        py_object(weakref.ref(probe))
+    except TypeError:
+        pq_ctypes.ref = _held_ref  # type: ignore[attr-defined]
+        return True
+    return False
+
+
+fit_pypy_ctypes()
+
+#: The binding the driver's connections use (:func:`choose_binding`).
+BINDING, PGconn = choose_binding()
 
 _int8 = struct.Struct(">q").unpack
 _int4 = struct.Struct(">i").unpack
@@ -112,15 +194,6 @@ def decode(res: Any) -> Rows:
     return rows
 
 
-def _error(res: Any) -> "PgError":
-    """The :class:`PgError` of a failed result (not cleared)."""
-    message = res.error_message
-    if isinstance(message, bytes):
-        message = message.decode("utf-8", "replace")
-    state = res.error_field(_SQLSTATE)
-    return PgError(message.strip() or str(res.status), state.decode() if state else None)
-
-
 def _quietly(remove: Callable[[Any], None], selectable: Any) -> None:
     """Unregister ``selectable``, whose socket libpq may already have closed
     (a lost connection, or the next host of a multi-host string): the poller
@@ -138,24 +211,6 @@ class _Pending:
         self.d = d
         self.result = None
         self.ended = False
-
-
-class _PendingTogether:
-    """Statements sent before one Sync (:meth:`PgConnection.execute_together`):
-    one transaction; their results, each ended by libpq's NULL, then the Sync."""
-
-    __slots__ = ("ds", "results", "result", "ended")
-
-    def __init__(self, ds: List[defer.Deferred]) -> None:
-        self.ds = ds
-        self.results: List[Any] = []
-        #: An error at the Sync (the transaction did not commit), if any.
-        self.result: Any = None
-        self.ended = False
-
-    @property
-    def d(self) -> None:
-        return None
 
 
 @implementer(IReadDescriptor, IWriteDescriptor)
@@ -384,36 +439,6 @@ class PgConnection:
         return self._send(lambda pgconn, values: pgconn.send_query_prepared(
             name.encode(), values, fmts, 1), params)
 
-    def execute_together(self, statements: Sequence[Tuple[str, Sequence[Any], Optional[Sequence[int]]]]
-                         ) -> List[defer.Deferred]:
-        """Run prepared statements (name, params, formats) as one transaction:
-        one Sync after them, so one commit.  One Deferred each, fired in
-        order once the transaction has committed; if any statement fails,
-        or the commit does, nothing of theirs committed and every one fails
-        with that :class:`PgError` (a statement after a failed one was not
-        run)."""
-        ds: List[defer.Deferred] = [defer.Deferred() for _ in statements]
-        if not self.ready:
-            for d in ds:
-                d.errback(PgConnectionLost("not connected"))
-            return ds
-        try:
-            for name, params, formats in statements:
-                values = [p if p is None or p.__class__ is bytes else b"%d" % p for p in params]
-                self.pgconn.send_query_prepared(
-                    name.encode(), values, None if formats is None else list(formats), 1)
-            self.pgconn.pipeline_sync()
-        except Exception:
-            self._shut(PgConnectionLost(self._message()))
-            for d in ds:
-                if not d.called:
-                    d.errback(PgConnectionLost("connection lost while sending"))
-            return ds
-        self._pending.append(_PendingTogether(ds))  # type: ignore[arg-type]
-        if not self._writing:
-            self._flush()
-        return ds
-
     def query(self, sql: str, params: Sequence[Any] = ()) -> defer.Deferred:
         """Run a one-off statement (not prepared)."""
         return self._send(lambda pgconn, values: pgconn.send_query_params(
@@ -461,12 +486,7 @@ class PgConnection:
             res = pgconn.get_result()
             entry = pending[0]
             if not entry.ended:
-                if entry.__class__ is _PendingTogether:
-                    if res is None:  # one statement ended
-                        entry.ended = len(entry.results) == len(entry.ds)
-                    else:
-                        entry.results.append(res)
-                elif res is None:
+                if res is None:
                     entry.ended = True
                 else:
                     entry.result = res
@@ -484,8 +504,6 @@ class PgConnection:
         d = entry.d
         res = entry.result
         if d is None:
-            if entry.__class__ is _PendingTogether:
-                self._deliver_together(entry)  # type: ignore[arg-type]
             return
         if res is None:
             d.errback(PgError("no result"))
@@ -499,26 +517,13 @@ class PgConnection:
             res.clear()
             d.callback([])
         else:
-            error = _error(res)
+            message = res.error_message
+            if isinstance(message, bytes):
+                message = message.decode("utf-8", "replace")
+            state = res.error_field(_SQLSTATE)
             res.clear()
-            d.errback(error)
-
-    def _deliver_together(self, entry: _PendingTogether) -> None:
-        """Each statement's rows once all committed; else each the first failure."""
-        results = entry.results
-        failed = entry.result if entry.result is not None else next(
-            (res for res in results if res.status not in (_TUPLES_OK, _COMMAND_OK)), None)
-        if failed is not None or len(results) != len(entry.ds):
-            error = PgError("no result") if failed is None else _error(failed)
-            for res in results:
-                res.clear()
-            for d in entry.ds:
-                d.errback(PgError(str(error), error.sqlstate))
-            return
-        for d, res in zip(entry.ds, results):
-            rows = decode(res) if res.status == _TUPLES_OK else []
-            res.clear()
-            d.callback(rows)
+            d.errback(PgError(message.strip() or str(status),
+                              state.decode() if state else None))
 
     # -------------------------------------------------------------- closing
 
@@ -543,9 +548,8 @@ class PgConnection:
                 pass
         pending, self._pending = self._pending, deque()
         for entry in pending:
-            for d in entry.ds if entry.__class__ is _PendingTogether else (entry.d,):
-                if d is not None:
-                    d.errback(PgConnectionLost(str(error)))
+            if entry.d is not None:
+                entry.d.errback(PgConnectionLost(str(error)))
         if notify and self.on_lost is not None:
             self.on_lost(self)
 

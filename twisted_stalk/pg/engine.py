@@ -42,7 +42,15 @@ from ..core.journal import NullJournal
 from ..core.later import LATER, as_deferred
 from ..core.sessions import SessionRules
 from ..core.outcomes import (
-    BAD_FORMAT, BURIED, DELETED, INTERNAL_ERROR, KICKED, NOT_FOUND, PAUSED, RELEASED, TOUCHED,
+    BAD_FORMAT,
+    BURIED,
+    DELETED,
+    INTERNAL_ERROR,
+    KICKED,
+    NOT_FOUND,
+    PAUSED,
+    RELEASED,
+    TOUCHED,
     Outcome,
 )
 from ..protocol.commands import valid_tube_name
@@ -53,7 +61,6 @@ from .notices import PauseEnds
 from .connections import Connections
 from .notifications import Notifications
 from .replyhold import ENABLED as REPLY_HOLD, ReplyHold
-from .together import ENABLED as TOGETHER, Together
 from .sql import SESSION, channel, statements
 from .listing import Listing
 from .stats import Stats
@@ -151,8 +158,6 @@ class PgEngine(TubeRegistry, SessionRules):
         self._puts = Batcher(reactor, self._put_many, self.internal_error,
                              after=reserver.deliver_handoffs, hold=self.reply_hold)
         self._deletes = Batcher(reactor, self._delete_many, self.internal_error, hold=self.reply_hold)
-        if TOGETHER:  # a turn's deletes and puts in one transaction (together.py)
-            Together(self.db, [self._deletes, self._puts], hold=self.reply_hold)
 
     # ------------------------------------------------------------ life cycle
 
