@@ -51,7 +51,10 @@ database system's wake-20 jobs/s and latency p50 are given as ratios to it.
 
 Per row, besides jobs/s and the median latency: commits, statements, WAL
 bytes, PostgreSQL CPU and node CPU per job (see bench/pgmeter.py for how
-each is read), and for the engine the statements that took the most time.
+each is read), the generator's own CPU per job (its phase's, as it reports
+it), and the cores the row kept busy (those three CPU figures per job times
+jobs/s: next to the machine's CPU count, whether the row was bound by the
+cores or by waiting); for the engine the statements that took the most time.
 ``--explain`` then times ``delete_many`` under ``EXPLAIN (ANALYZE, BUFFERS)``
 as it is and without its per-row ``EXISTS``.
 
@@ -287,11 +290,25 @@ def merge(results: List[dict], phase: str) -> Optional[dict]:
     phases = [p for r in results for p in r.get("phases", []) if p.get("name") == phase]
     if len(phases) != len(results) or not phases:
         return None
-    return {"jobs": sum(p["jobs"] for p in phases),
+    jobs = sum(p["jobs"] for p in phases)
+    cpu = [p.get("client_cpu_s", -1) for p in phases]
+    return {"jobs": jobs,
             "rate": sum(p["ops_per_sec"] for p in phases),
             "p50": max(p["lat_us"]["p50"] for p in phases) / 1000,
             "p99": max(p["lat_us"]["p99"] for p in phases) / 1000,
-            "errors": sum(p["errors"] for p in phases)}
+            "errors": sum(p["errors"] for p in phases),
+            # The generators' own CPU in the phase, per job (the clients' share).
+            "gen_cpu": 1e6 * sum(cpu) / jobs if jobs and min(cpu) >= 0 else None}
+
+
+def cores_busy(r: Optional[dict]) -> Optional[float]:
+    """How many cores the row kept busy: PostgreSQL's, the node's and the
+    generator's CPU per job (where known) times jobs per second.  Next to the
+    machine's CPU count it says whether the row was bound by the cores or
+    by waiting (for a commit, a round trip, a wake-up)."""
+    if not r or r.get("rate") is None or r.get("pg_cpu") is None or r.get("node_cpu") is None:
+        return None
+    return (r["pg_cpu"] + r["node_cpu"] + (r.get("gen_cpu") or 0)) * r["rate"] / 1e6
 
 
 def run_generators(gen: str, ports: List[int], row: str, cap: float,
@@ -570,14 +587,16 @@ def main() -> None:
           f"synchronous_commit on, 100-byte bodies; stalk_pool={args.pool}; "
           f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("| system | row | jobs/s | p50 ms | commits/job | xacts/job | statements/job "
-          "| WAL B/job | PG CPU µs/job | node CPU µs/job |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| WAL B/job | PG CPU µs/job | node CPU µs/job | generator CPU µs/job | cores busy |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 
     def show(name: str, row: str, r: Optional[dict]) -> None:
         print(f"| {name} | {row} | {fmt(r, 'rate', ',.0f')} | {fmt(r, 'p50', '.2f')} | "
               f"{fmt(r, 'commits', '.3f')} | {fmt(r, 'xacts', '.3f')} | "
               f"{fmt(r, 'statements', '.2f')} | {fmt(r, 'wal', ',.0f')} | "
-              f"{fmt(r, 'pg_cpu', '.0f')} | {fmt(r, 'node_cpu', '.0f')} |", flush=True)
+              f"{fmt(r, 'pg_cpu', '.0f')} | {fmt(r, 'node_cpu', '.0f')} | "
+              f"{fmt(r, 'gen_cpu', '.0f')} | {fmt({'c': cores_busy(r)}, 'c', '.2f')} |",
+              flush=True)
 
     anchor: Optional[dict] = None
     shown: List[Tuple[str, str, Optional[dict]]] = []

@@ -60,17 +60,30 @@ def test_top_statements_names_the_engines_statements_and_orders_by_time():
     assert top[2][0].startswith("SELECT pg_notify") and len(top[2][0]) == 48
 
 
-def phase(name, jobs, rate, p50):
+def phase(name, jobs, rate, p50, cpu=0.0):
     return {"name": name, "jobs": jobs, "ops_per_sec": rate, "errors": 0,
-            "lat_us": {"p50": p50, "p99": 2 * p50}}
+            "lat_us": {"p50": p50, "p99": 2 * p50}, "client_cpu_s": cpu}
 
 
-def test_merge_adds_the_generators_rates_and_keeps_the_worse_latency():
-    results = [{"phases": [phase("put", 10, 1.0, 5), phase("reserve-delete", 100, 1000.0, 900)]},
-               {"phases": [phase("put", 10, 1.0, 5), phase("reserve-delete", 120, 1500.0, 700)]}]
+def test_merge_adds_the_generators_rates_and_cpu_and_keeps_the_worse_latency():
+    results = [{"phases": [phase("put", 10, 1.0, 5),
+                           phase("reserve-delete", 100, 1000.0, 900, cpu=0.001)]},
+               {"phases": [phase("put", 10, 1.0, 5),
+                           phase("reserve-delete", 120, 1500.0, 700, cpu=0.0012)]}]
     r = pg_bench.merge(results, "reserve-delete")
-    assert r == {"jobs": 220, "rate": 2500.0, "p50": 0.9, "p99": 1.8, "errors": 0}
+    assert r == {"jobs": 220, "rate": 2500.0, "p50": 0.9, "p99": 1.8, "errors": 0,
+                 "gen_cpu": pytest.approx(10.0)}  # 2.2 ms of the generators' CPU, 220 jobs
     assert pg_bench.merge([results[0], {}], "reserve-delete") is None  # one generator failed
+    unknown = [{"phases": [phase("put", 10, 1.0, 5, cpu=-1.0)]}]  # the generator could not tell
+    assert pg_bench.merge(unknown, "put")["gen_cpu"] is None
+
+
+def test_cores_busy_adds_the_cpu_per_job_of_every_process_times_the_rate():
+    r = {"rate": 10000.0, "pg_cpu": 30.0, "node_cpu": 40.0, "gen_cpu": 15.0}
+    assert pg_bench.cores_busy(r) == pytest.approx(0.85)
+    assert pg_bench.cores_busy(dict(r, gen_cpu=None)) == pytest.approx(0.7)  # Graphile Worker's
+    assert pg_bench.cores_busy(dict(r, rate=None)) is None  # paced (latency)
+    assert pg_bench.cores_busy(None) is None
 
 
 def test_anchor_lines_give_wake_20_and_latency_as_ratios_to_the_loop_and_skip_memory():
@@ -132,6 +145,10 @@ def test_the_script_prints_the_loop_row_and_wake_20_as_a_ratio_to_it(tmp_path):
                      r"per second = ([\d.]+)x$", out, re.M)
     assert wake, out
     assert wake.group(2) == loop.group(2)
+    # The generator's CPU per job and the cores the row kept busy, last.
+    row = re.search(r"^\| pg-1 \| wake-20 \| .* \| ([\d,]+) \| ([\d.]+) \|$", out, re.M)
+    assert row, out
+    assert float(row.group(1).replace(",", "")) > 0 and 0 < float(row.group(2)) < 2 * os.cpu_count()
     assert float(wake.group(3)) == pytest.approx(
         float(wake.group(1).replace(",", "")) / rate, rel=0.01, abs=0.01)
 
