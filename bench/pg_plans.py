@@ -120,7 +120,7 @@ def main() -> None:
                          " VALUES (7, 0, 0)")
             conn.execute(insert, (1, 40000 if args.busy else 30))
             if args.drained:
-                conn.execute(insert.replace("SELECT g,", "SELECT g + 100000,"), (1, 40000))
+                conn.execute(insert, (100001, 140000))  # ids the later jobs do not use
                 conn.execute(f"DELETE FROM {schema}.jobs")
             conn.execute(f"ANALYZE {schema}.jobs")
             for name in names:

@@ -130,9 +130,12 @@ def _reply_script(server) -> list:
         ids1 = [int(r.split()[1]) for r in got1]
         ids2 = [int(r.split()[1]) for r in got2]
         asked1, asked2 = [], []
-        # w2 releases or buries these before deleting them (below): w1 leaves
-        # them alone, or whether its delete came first would decide its reply.
-        moved = {n + 1 for n in range(20) if n % 5 == 3 or n % 7 == 4}
+        # After its delete of job n, w2 releases (or buries) its job n + 1
+        # before deleting it: w1 leaves those alone, or whether its delete
+        # came first would decide its reply.
+        releases = {n for n in range(20) if n % 5 == 3}
+        buries = {n for n in range(20) if n % 7 == 4}
+        moved = {n + 1 for n in releases | buries}
         for n, (a, b) in enumerate(zip(ids1, ids2)):
             one = [b"delete %d\r\n" % a]
             if n not in moved:  # the other's job, held until the other deletes it
@@ -142,9 +145,9 @@ def _reply_script(server) -> list:
                 one.append(b"put 7 0 60 1\r\nx\r\n")
             if n % 5 == 2:
                 two.append(b"touch %d\r\n" % ids2[n + 1])
-            if n % 5 == 3:
+            if n in releases:
                 two.append(b"release %d 1 0\r\n" % ids2[n + 1])
-            if n % 7 == 4:
+            if n in buries:
                 two.append(b"bury %d 1\r\n" % ids2[n + 1])
             for data in one:
                 w1.send(data)
