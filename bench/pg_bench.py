@@ -16,7 +16,10 @@ system at a time:
 * ``relay``: bench/pg_floor.py's relay, the cheapest node that does the
   row's durable work as the engine does it and nothing else (its ``--drain``
   form in the drain row: deletes batched with the take of the next jobs),
-  for the floor under any node (rows ``drain``, ``wake-20``, ``latency``).
+  for the floor under any node (rows ``drain``, ``closed``, ``wake-20``,
+  ``latency``); ``relay-record``: the same relay writing the closed loop's jobs
+  into the engine's own job table (``--record``), the floor under a node that
+  keeps beanstalk's job record in PostgreSQL (row ``closed``).
 
 Rows (ours are driven by the C load generator ``bstalk_load``, bench/compare/;
 ``BSTALK_LOAD`` names another build):
@@ -374,10 +377,12 @@ class Bench:
         if name == "memory":
             target = Target(name, [stalkd])
             schema = None
-        elif name == "relay":  # bench/pg_floor.py's: the durable work alone
+        elif name in ("relay", "relay-record"):  # bench/pg_floor.py's: the durable work alone
             target = Target(name, [[sys.executable, os.path.join(HERE, "pg_floor.py"),
                                     "--serve", "{port}", "--dsn", self.cluster.dsn()]
-                                   + (["--drain"] if row == "drain" else [])])
+                                   + (["--drain"] if row == "drain" else [])
+                                   + (["--closed"] if row == "closed" else [])
+                                   + (["--record"] if name == "relay-record" else [])])
             schema = None
             sequence = "floor_jobs_id_seq"
         else:
@@ -410,13 +415,14 @@ class Bench:
         if r is None:
             return None
         r.update(pgmeter.per_job(marks["before"], after, r["jobs"]))
-        if schema or name == "relay":
+        if schema or name.startswith("relay"):
             if schema:
                 from twisted_stalk.pg.sql import statements
                 named = statements(schema)
             else:
                 import pg_floor
-                named = pg_floor.STATEMENTS
+                named = (dict(pg_floor.STATEMENTS, **pg_floor.RECORD_STATEMENTS)
+                         if name == "relay-record" else pg_floor.STATEMENTS)
             self.tops.append((name, row, pgmeter.top_statements(marks["before"], after,
                                                                 r["jobs"], named)))
         if row == "drain":

@@ -19,6 +19,20 @@ per-statement cost left in).  So the relay's jobs/s is what a node on
 CPython could reach on this machine with one put in flight, whatever its
 design; the engine's distance to it is what a leaner engine could gain.
 
+The closed loop's floor is the relay with ``--closed`` (``ClosedBatch``): each
+client puts a job, reserves it and deletes it; the puts of one reactor turn are
+one INSERT, each job going in reserved by its putter (the engine's hand-off of
+a put to its own session's next reserve), the reserve is answered from it
+without a statement, and the deletes of a turn are one DELETE; one batch of
+each kind out at a time (the engine's ``Batcher``).  No ready job exists in that
+row, so the relay skips the engine's check that none is as good (priorities
+stay global there): that check is part of the engine's work, not the floor's.
+With ``--record`` as well, the jobs are rows of the engine's own job table (a
+schema made by ``pg/schema.py``: every column beanstalk keeps of a job, and
+the index by which any node finds a reservation's deadline), written as the
+engine writes a handed put: the durable work of the closed loop for any node
+that keeps beanstalk's job record in PostgreSQL.
+
 The drain's floor is the relay with ``--drain`` (``DrainBatch``): the
 backlog's puts make ready jobs, and per batch of deletes it runs one
 statement, as the engine's ``delete_many_taking`` does, that deletes them and
@@ -61,6 +75,14 @@ STATEMENTS = {
     # a ready job (the relay knows which: it put them) to worker $2
     "take": "UPDATE floor_jobs SET state = 1, owner = $2::int WHERE id = $1::bigint",
     "delete": "DELETE FROM floor_jobs WHERE id = $1::bigint RETURNING id",
+    # the closed loop (--closed): a batch of puts, each reserved by its putter
+    # ($1, the relay's numbers of the putting connections; $3 their tubes, which
+    # this table does not keep), and a batch of deletes
+    "put_own": "INSERT INTO floor_jobs (state, owner, body) "
+               "SELECT 1, u.owner, u.body "
+               "FROM unnest($1::int[], $2::bytea[], $3::text[]) AS u(owner, body, tube) "
+               "RETURNING id, owner",
+    "delete_many": "DELETE FROM floor_jobs WHERE id = ANY($1::bigint[]) RETURNING id",
     # the drain (--drain): the best ready job to worker $1, found by the index
     "take_best": "UPDATE floor_jobs SET state = 1, owner = $1::int WHERE id = ("
                  "SELECT id FROM floor_jobs WHERE state = 0 ORDER BY id LIMIT 1 "
@@ -74,6 +96,21 @@ STATEMENTS = {
                      "LIMIT $2::int FOR UPDATE SKIP LOCKED) RETURNING id, body) "
                      "SELECT id, NULL::bytea FROM gone UNION ALL SELECT id, body FROM took",
 }
+#: ``--closed --record``: the closed loop's puts and deletes on the engine's
+#: own job table (schema ``floor_record``, made by pg/schema.py), each put
+#: written as the engine writes a handed one (reserved by this node, 1, and
+#: its putter; its TTR's deadline set).
+RECORD = "floor_record"
+RECORD_STATEMENTS = {
+    "put_own": f"""INSERT INTO "{RECORD}".jobs (id, tube, state, pri, delay, ttr, created_at,
+                   deadline_at, owner_node, owner_conn, reserves, body)
+               SELECT nextval('"{RECORD}".job_ids'), u.tube, 1, 1024, 0, 120, c.now,
+                      c.now + 120, 1, u.owner, 1, u.body
+               FROM unnest($1::int[], $2::bytea[], $3::text[]) AS u(owner, body, tube),
+                    (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) c
+               RETURNING id, owner_conn""",
+    "delete_many": f'DELETE FROM "{RECORD}".jobs WHERE id = ANY($1::bigint[]) RETURNING id',
+}
 #: The index the drain's takes read (the engine's ``jobs_ready`` is partial too).
 DRAIN_INDEX = "CREATE INDEX IF NOT EXISTS floor_ready ON floor_jobs (id) WHERE state = 0"
 
@@ -83,12 +120,15 @@ DRAIN_INDEX = "CREATE INDEX IF NOT EXISTS floor_ready ON floor_jobs (id) WHERE s
 ROWS = [("wake-20", 20, 0, []), ("latency", 1, 500, ["--rate", "100"])]
 
 #: The replies that need no statement (``%s``: the command's argument).
-IMMEDIATE = {b"use": b"USING %s\r\n", b"list-tube-used": b"USING default\r\n",
+IMMEDIATE = {b"list-tube-used": b"USING default\r\n",
              b"watch": b"WATCHING 2\r\n", b"ignore": b"WATCHING 1\r\n"}
 
 
-def serve(port: int, dsn: str, drain: bool = False) -> None:
-    """Run the relay on 127.0.0.1:``port`` until killed (``drain``: see :class:`DrainBatch`)."""
+def serve(port: int, dsn: str, drain: bool = False, closed: bool = False,
+          record: bool = False) -> None:
+    """Run the relay on 127.0.0.1:``port`` until killed (``drain``: see
+    :class:`DrainBatch`; ``closed``: :class:`ClosedBatch`, on the engine's job
+    table with ``record``)."""
     from twisted_stalk.server import reactor as lean
     lean.install()
     from twisted.internet import protocol, reactor
@@ -99,6 +139,14 @@ def serve(port: int, dsn: str, drain: bool = False) -> None:
         setup.execute(SCHEMA)
         setup.execute(DRAIN_INDEX)
         setup.execute("TRUNCATE floor_jobs RESTART IDENTITY")
+    statements, session = STATEMENTS, None
+    if closed and record:  # and the engine's session settings (sql.SESSION): its plans
+        from twisted_stalk.pg.sql import SESSION as session
+        from twisted_stalk.pg.schema import migrate
+        migrate(dsn, RECORD)
+        with psycopg.connect(dsn, autocommit=True) as setup:
+            setup.execute(f'TRUNCATE "{RECORD}".jobs')
+        statements = dict(STATEMENTS, **RECORD_STATEMENTS)
 
     conns: List[PgConnection] = []
     waiting: Deque["Relay"] = deque()
@@ -112,6 +160,8 @@ def serve(port: int, dsn: str, drain: bool = False) -> None:
         def __init__(self) -> None:
             self.buf = b""
             self.number = 0
+            self.tube = b"default"
+            self.own: Optional[tuple] = None  # (id, body): its put's job, for its reserve
             self.replies: Deque[List[Optional[bytes]]] = deque()  # in command order
 
         def slot(self) -> List[Optional[bytes]]:
@@ -155,7 +205,10 @@ def serve(port: int, dsn: str, drain: bool = False) -> None:
                 word, _, rest = line.partition(b" ")
                 if word == b"reserve":
                     self.reserve()
-                elif word == b"delete" and drain:
+                elif word == b"use":
+                    self.tube = rest
+                    self.answer(self.slot(), b"USING %s\r\n" % rest)
+                elif word == b"delete" and (drain or closed):
                     batch.add(int(rest), self, self.slot())
                 elif word == b"delete":
                     s = self.slot()
@@ -166,6 +219,9 @@ def serve(port: int, dsn: str, drain: bool = False) -> None:
                                 .replace(b"%s", rest))
 
         def put(self, body: bytes) -> None:
+            if closed:
+                batch.put(self, body, self.slot())
+                return
             if drain:  # the backlog: a ready job, which the takes find by the index
                 s = self.slot()
                 execute("put", [body, 0]).addCallback(
@@ -188,7 +244,11 @@ def serve(port: int, dsn: str, drain: bool = False) -> None:
 
         def reserve(self) -> None:
             self.waits = self.slot()
-            if drain:
+            if self.own is not None:  # --closed: its own put's job, already reserved by it
+                job, body = self.own
+                self.own = None
+                self.answer(self.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
+            elif drain:
                 batch.reserve(self)
             elif ready:
                 self.take()
@@ -200,7 +260,8 @@ def serve(port: int, dsn: str, drain: bool = False) -> None:
             execute("take", [job, self.number]).addCallback(lambda _: self.answer(
                 self.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body)))
 
-    batch = DrainBatch(reactor, execute) if drain else None
+    batch: Any = (DrainBatch(reactor, execute) if drain
+                  else ClosedBatch(reactor, execute) if closed else None)
 
     def up(_: Any) -> None:
         reactor.listenTCP(port, protocol.Factory.forProtocol(Relay), interface="127.0.0.1")
@@ -208,7 +269,7 @@ def serve(port: int, dsn: str, drain: bool = False) -> None:
 
     from twisted.internet import defer
     for _ in range(4):
-        conns.append(PgConnection(reactor, dsn, STATEMENTS))
+        conns.append(PgConnection(reactor, dsn, statements, settings=session))
     defer.gatherResults([c.connect() for c in conns]).addCallback(up)
     reactor.run()
 
@@ -267,17 +328,66 @@ class DrainBatch:
         relay.answer(relay.waits, b"RESERVED %d %d\r\n%s\r\n" % (job, len(body), body))
 
 
+class ClosedBatch:
+    """The closed loop's durable work, as the engine does it and no more (``--closed``).
+
+    Puts of one reactor turn are one INSERT, each job reserved by its putter
+    (whose next reserve the relay answers from it without a statement), and
+    deletes of a turn one DELETE, each kind through the engine's own batcher
+    (``pg/batch.py``: group commit, one statement of each kind out at a time).
+    ``INSERTED`` and ``DELETED`` go out once their statement committed."""
+
+    def __init__(self, reactor: Any, execute: Callable[[str, List[Any]], Any]) -> None:
+        from twisted_stalk.pg.batch import Batcher, bytea_array, int_array, text_array
+        self.execute = execute
+        self.int_array = int_array
+        self.bytea_array = bytea_array
+        self.text_array = text_array
+        failed = lambda _: b"INTERNAL_ERROR\r\n"  # noqa: E731
+        self.puts = Batcher(reactor, self._put_own, failed)
+        self.deletes = Batcher(reactor, self._delete_many, failed)
+
+    def put(self, relay: Any, body: bytes, slot: List[Optional[bytes]]) -> None:
+        def answer(job: Any) -> None:
+            if job.__class__ is int:
+                relay.own = (job, body)
+                relay.answer(slot, b"INSERTED %d\r\n" % job)
+            else:
+                relay.answer(slot, job)
+        self.puts.add((relay.number, body, relay.tube), answer)
+
+    def add(self, job: int, relay: Any, slot: List[Optional[bytes]]) -> None:
+        self.deletes.add(job, lambda reply: relay.answer(slot, reply))
+
+    def _put_own(self, items: List[tuple]) -> Any:
+        def done(rows: Any) -> List[int]:
+            ids = {owner: job for job, owner in rows}
+            return [ids[owner] for owner, _, _ in items]
+        owners, bodies, tubes = zip(*items)
+        return self.execute("put_own", [self.int_array(list(owners)),
+                                        self.bytea_array(list(bodies)),
+                                        self.text_array(list(tubes))]).addCallback(done)
+
+    def _delete_many(self, jobs: List[int]) -> Any:
+        def done(rows: Any) -> List[bytes]:
+            gone = {job for job, in rows}
+            return [b"DELETED\r\n" if job in gone else b"NOT_FOUND\r\n" for job in jobs]
+        return self.execute("delete_many", [self.int_array(jobs)]).addCallback(done)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dsn", help=argparse.SUPPRESS)
     ap.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--closed", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--record", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--insert-secs", type=float, default=3.0)
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve, args.dsn, args.drain)
+        serve(args.serve, args.dsn, args.drain, args.closed, args.record)
         return
     import pg_bench
     import pgmeter

@@ -195,3 +195,24 @@ def test_the_relay_drains_the_backlog_with_batched_deletes_that_take_the_next_jo
     row = re.search(r"^\| relay \| drain \| ([\d,]+) \| [\d.]+ \|", out, re.M)
     assert row, out
     assert float(row.group(1).replace(",", "")) > 0
+
+
+def test_the_relay_runs_the_closed_loop_batched_and_on_the_engines_job_record(tmp_path):
+    """pg_bench's ``relay`` and ``relay-record`` targets in the closed row
+    (bench/pg_floor.py ``--closed``, ``--record``), bounded to a second each:
+    every job is put, reserved by its putter and deleted (the generator fails
+    a run that loses or garbles one, and the row then has no rate); puts and
+    deletes go in batches (fewer statements than jobs), and ``relay-record``
+    writes each job as the engine's wider row with its deadline's index entry
+    (more WAL per job than the relay's four-column table)."""
+    out = _run_script(tmp_path, "pg_bench.py", "--targets", "relay,relay-record",
+                      "--rows", "closed", "--cap", "1", "--no-explain")
+    figures = {}
+    for name in ("relay", "relay-record"):
+        row = re.search(rf"^\| {name} \| closed \| ([\d,]+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| "
+                        r"([\d.]+) \| ([\d,]+) \|", out, re.M)
+        assert row, out
+        rate, statements, wal = (float(row.group(i).replace(",", "")) for i in (1, 2, 3))
+        assert rate > 0 and 0 < statements < 1, out
+        figures[name] = wal
+    assert figures["relay-record"] > 1.2 * figures["relay"], out
