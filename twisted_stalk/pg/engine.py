@@ -302,8 +302,8 @@ class PgEngine(TubeRegistry, SessionRules):
         d = self.db.execute(name, params, (0, 0, 0, 0, 1, 0, 0, 0)[:len(params)] if one else None)
 
         def answers(rows: Any) -> List[int]:
-            out = []
-            took = []
+            rows.sort()  # by id: the order of the puts (sql_many.put_many)
+            out, took = [], []
             for (job_id, _, handed), item, s, conn in zip(rows, items, takers, conns):
                 if s is not None:
                     s.attempting = False

@@ -53,6 +53,8 @@ def put_many(telling: bool, one: bool = False) -> str:
     plan.  One (id, ordinal, handed over) per put."""
     if one:
         return _put_one(telling)
+    if not telling:
+        return _put_lean()
     told = f"""
         told AS (
             SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, x.tube, count(*)))
@@ -82,6 +84,40 @@ def put_many(telling: bool, one: bool = False) -> str:
         SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id
         {"WHERE (SELECT count(*) FROM told) >= 0  -- runs told" if telling else ""}
         ORDER BY x.n"""
+
+
+def _put_lean() -> str:
+    """``put_many`` of a lone node: one INSERT over the arrays, each put's
+    hand-over decided in the row it reads (the same probes), with no
+    materialized steps, no join and no sort after it.  Its rows are the
+    INSERT's own, in the order of the puts: each id is drawn (``nextval``) as
+    the arrays' rows are read in order, so the ids ascend with the puts (the
+    engine sorts the rows by id and pairs them with its items).  In the
+    closed loop this form's plan is what the database sets up and tears down
+    at every batch (docs/performance.md).  Same parameters and rows as the
+    other forms (the ordinal column is 0)."""
+    return f"""
+        WITH {NOW}
+        INSERT INTO {{s}}.jobs AS j {_COLUMNS}
+        SELECT nextval('{{s}}.job_ids'), x.tube,
+               CASE WHEN x.handed THEN 1 WHEN x.delay > 0 THEN 2 ELSE 0 END,
+               x.pri, x.delay, x.ttr, c.now,
+               c.now + CASE WHEN x.handed THEN x.ttr ELSE x.delay END,
+               CASE WHEN x.handed THEN $7::bigint END,
+               CASE WHEN x.handed THEN greatest(x.conn, 0) END,
+               CASE WHEN x.handed THEN 1 ELSE 0 END, x.body
+        FROM (SELECT u.*,
+                     u.conn <> 0
+                     AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
+                                     WHERE o.state = 0 AND o.tube = u.tube AND o.pri <= u.pri
+                                     OFFSET 0)
+                     AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
+                                     WHERE p.name = u.tube
+                                       AND p.unpause_at > (SELECT now FROM c)) AS handed
+              FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
+                          $6::bigint[]) AS u(tube, pri, delay, ttr, body, conn)
+              OFFSET 0) x CROSS JOIN c
+        RETURNING j.id, 0::bigint, j.state = 1"""
 
 
 def _put_one(telling: bool) -> str:
