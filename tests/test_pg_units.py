@@ -520,6 +520,41 @@ def test_a_lone_put_tells_of_its_job_unless_it_is_delayed_or_handed_over(pg_clus
     assert heard == [JobsReady(7, b"emails", 1).encode()] * 2
 
 
+@pytest.mark.parametrize("telling", [False, True])
+def test_a_batch_of_puts_answers_in_the_order_of_its_puts(pg_cluster, telling):
+    """put_many (and put_many_telling) is one INSERT over the arrays: its rows
+    are the puts' own, ids ascending in the order of the puts (the engine
+    pairs them so), each saying whether it was handed over; a put is handed
+    over only when no ready job of its tube is as good and the tube is not
+    paused, and what went in ready is told, per tube."""
+    from twisted_stalk.pg.notices import JobsReady
+    from twisted_stalk.pg.sql import statements
+    schema = "units_batch_tell" if telling else "units_batch"
+    name = "put_many_telling" if telling else "put_many"
+    with _listening(pg_cluster, schema, schema + "_events") as (conn, heard):
+        conn.execute(f"INSERT INTO {schema}.jobs (id, tube, state, pri, delay, ttr, created_at,"
+                     " body) VALUES (-1, 'busy', 0, 5, 0, 60, 0, 'r')")  # ready, pri 5
+        conn.execute(f"INSERT INTO {schema}.tubes (name, unpause_at) VALUES ('held', 1e12)")
+        conn.execute(f"PREPARE pm AS {statements(schema)[name]}")
+        # busy pri 9 (a ready job is better), busy pri 2 (handed to 3), held
+        # (paused), free (handed to the take, -1), free delayed (not asked)
+        rows = conn.execute(
+            "EXECUTE pm('{busy,busy,held,free,free}', '{9,2,1,1,1}', '{0,0,0,0,30}',"
+            " '{60,60,60,60,60}', '{a,b,c,d,e}', '{3,3,3,-1,0}', 7"
+            + (f", '{schema}_events')" if telling else ")")).fetchall()
+        conn.execute("SELECT 1")  # its own notices arrive with its commit, read by now
+        table = conn.execute(f"SELECT id, body, state, owner_node, owner_conn FROM {schema}.jobs"
+                             " WHERE id > 0 ORDER BY id").fetchall()
+    rows.sort()
+    assert [handed for _, _, handed in rows] == [False, True, False, True, False]
+    assert [job for job, _, _ in rows] == [job for job, *_ in table]
+    assert [(bytes(body), state, node, conn) for _, body, state, node, conn in table] == [
+        (b"a", 0, None, None), (b"b", 1, 7, 3), (b"c", 0, None, None), (b"d", 1, 7, 0),
+        (b"e", 2, None, None)]
+    assert sorted(heard) == ([JobsReady(7, b"busy", 1).encode(), JobsReady(7, b"held", 1).encode()]
+                             if telling else [])
+
+
 def test_a_node_that_knows_of_no_other_sends_no_notices(pg_engine):
     """Nodes ignore their own notices, and each costs a commit: a lone node
     sends none (a put's statement names no channel, a release sends no

@@ -23,17 +23,6 @@ from .sqlparts import NOW, among, first_ready, keeps
 _COLUMNS = ("(id, tube, state, pri, delay, ttr, created_at, deadline_at, owner_node, owner_conn,"
             " reserves, body)")
 
-#: The puts of ``put_many``: from its arrays, or (``one``) its scalars.
-_MANY = """
-            SELECT nextval('{s}.job_ids') AS id, u.*
-            FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
-                        $6::bigint[]) WITH ORDINALITY AS u(tube, pri, delay, ttr, body, conn, n)"""
-_ONE = """
-            SELECT nextval('{s}.job_ids') AS id, $1::text AS tube, $2::bigint AS pri,
-                   $3::bigint AS delay, $4::bigint AS ttr, $5::bytea AS body,
-                   $6::bigint AS conn, 1::bigint AS n"""
-
-
 def put_many(telling: bool, one: bool = False) -> str:
     """Many puts at once (batch.py): $1 tubes, $2 priorities, $3 delays, $4
     TTRs, $5 bodies, $6 the connection of this node ($7) waiting to be
@@ -50,74 +39,52 @@ def put_many(telling: bool, one: bool = False) -> str:
     module docstring).  ``one``: a batch of one put, its values as scalars
     ($1 text, $2-$4 bigint, $5 bytea, $6 bigint) instead of arrays
     (``put_one``, ``put_one_telling``): no arrays to read, and a smaller
-    plan.  One (id, ordinal, handed over) per put."""
+    plan.
+
+    The batch is one INSERT over the arrays, each put's hand-over decided
+    in the row it reads, with no materialized step, join or sort around it
+    (in the closed loop this plan is what the database sets up and tears
+    down at every batch; docs/performance.md).  One (id, 0, handed over) per
+    put: each id is drawn (``nextval``) as the arrays' rows are read, in
+    order, so the ids ascend with the puts, and the engine pairs the rows,
+    sorted by id, with its puts."""
     if one:
         return _put_one(telling)
+    insert = """
+            INSERT INTO {s}.jobs AS j """ + _COLUMNS + """
+            SELECT nextval('{s}.job_ids'), x.tube,
+                   CASE WHEN x.handed THEN 1 WHEN x.delay > 0 THEN 2 ELSE 0 END,
+                   x.pri, x.delay, x.ttr, c.now,
+                   c.now + CASE WHEN x.handed THEN x.ttr ELSE x.delay END,
+                   CASE WHEN x.handed THEN $7::bigint END,
+                   CASE WHEN x.handed THEN greatest(x.conn, 0) END,
+                   CASE WHEN x.handed THEN 1 ELSE 0 END, x.body
+            FROM (SELECT u.*,
+                         u.conn <> 0
+                         AND NOT EXISTS (SELECT 1 FROM {s}.jobs o
+                                         WHERE o.state = 0 AND o.tube = u.tube
+                                           AND o.pri <= u.pri
+                                         OFFSET 0)  -- a probe per put (sqlparts.keeps)
+                         AND NOT EXISTS (SELECT 1 FROM {s}.tubes p
+                                         WHERE p.name = u.tube
+                                           AND p.unpause_at > (SELECT now FROM c)) AS handed
+                  FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
+                              $6::bigint[]) AS u(tube, pri, delay, ttr, body, conn)
+                  OFFSET 0) x CROSS JOIN c"""
     if not telling:
-        return _put_lean()
-    told = f"""
-        told AS (
-            SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, x.tube, count(*)))
-            FROM x LEFT JOIN h ON h.id = x.id
-            WHERE x.delay = 0 AND h.id IS NULL
-            GROUP BY x.tube),"""
+        return f"""
+        WITH {NOW}{insert}
+            RETURNING j.id, 0::bigint, j.state = 1"""
     return f"""
         WITH {NOW},
-        x AS MATERIALIZED ({_ONE if one else _MANY}),
-        h AS MATERIALIZED (
-            SELECT x.id, greatest(x.conn, 0) AS conn FROM x, c
-            WHERE x.conn <> 0
-              AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
-                              WHERE o.state = 0 AND o.tube = x.tube AND o.pri <= x.pri
-                              OFFSET 0)  -- a probe per job (sqlparts.keeps)
-              AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
-                              WHERE p.name = x.tube AND p.unpause_at > c.now)),{told if telling else ""}
-        ins AS (
-            INSERT INTO {{s}}.jobs {_COLUMNS}
-            SELECT x.id, x.tube,
-                   CASE WHEN h.id IS NOT NULL THEN 1 WHEN x.delay > 0 THEN 2 ELSE 0 END,
-                   x.pri, x.delay, x.ttr, c.now,
-                   c.now + CASE WHEN h.id IS NOT NULL THEN x.ttr ELSE x.delay END,
-                   CASE WHEN h.id IS NOT NULL THEN $7::bigint END, h.conn,
-                   CASE WHEN h.id IS NOT NULL THEN 1 ELSE 0 END, x.body
-            FROM x CROSS JOIN c LEFT JOIN h ON h.id = x.id)
-        SELECT x.id, x.n, h.id IS NOT NULL FROM x LEFT JOIN h ON h.id = x.id
-        {"WHERE (SELECT count(*) FROM told) >= 0  -- runs told" if telling else ""}
-        ORDER BY x.n"""
-
-
-def _put_lean() -> str:
-    """``put_many`` of a lone node: one INSERT over the arrays, each put's
-    hand-over decided in the row it reads (the same probes), with no
-    materialized steps, no join and no sort after it.  Its rows are the
-    INSERT's own, in the order of the puts: each id is drawn (``nextval``) as
-    the arrays' rows are read in order, so the ids ascend with the puts (the
-    engine sorts the rows by id and pairs them with its items).  In the
-    closed loop this form's plan is what the database sets up and tears down
-    at every batch (docs/performance.md).  Same parameters and rows as the
-    other forms (the ordinal column is 0)."""
-    return f"""
-        WITH {NOW}
-        INSERT INTO {{s}}.jobs AS j {_COLUMNS}
-        SELECT nextval('{{s}}.job_ids'), x.tube,
-               CASE WHEN x.handed THEN 1 WHEN x.delay > 0 THEN 2 ELSE 0 END,
-               x.pri, x.delay, x.ttr, c.now,
-               c.now + CASE WHEN x.handed THEN x.ttr ELSE x.delay END,
-               CASE WHEN x.handed THEN $7::bigint END,
-               CASE WHEN x.handed THEN greatest(x.conn, 0) END,
-               CASE WHEN x.handed THEN 1 ELSE 0 END, x.body
-        FROM (SELECT u.*,
-                     u.conn <> 0
-                     AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
-                                     WHERE o.state = 0 AND o.tube = u.tube AND o.pri <= u.pri
-                                     OFFSET 0)
-                     AND NOT EXISTS (SELECT 1 FROM {{s}}.tubes p
-                                     WHERE p.name = u.tube
-                                       AND p.unpause_at > (SELECT now FROM c)) AS handed
-              FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
-                          $6::bigint[]) AS u(tube, pri, delay, ttr, body, conn)
-              OFFSET 0) x CROSS JOIN c
-        RETURNING j.id, 0::bigint, j.state = 1"""
+        ins AS ({insert}
+            RETURNING j.id, j.tube, j.state),
+        told AS (
+            SELECT pg_notify($8::text, format('{JobsReady.FORMAT}', $7::bigint, ins.tube, count(*)))
+            FROM ins WHERE ins.state = 0
+            GROUP BY ins.tube)
+        SELECT ins.id, 0::bigint, ins.state = 1 FROM ins
+        WHERE (SELECT count(*) FROM told) >= 0  -- runs told"""
 
 
 def _put_one(telling: bool) -> str:
