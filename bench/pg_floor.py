@@ -386,6 +386,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--insert-secs", type=float, default=3.0)
     args = ap.parse_args()
+    if args.record and not args.closed:
+        ap.error("--record is the closed loop's (--closed)")
     if args.serve:
         serve(args.serve, args.dsn, args.drain, args.closed, args.record)
         return
