@@ -102,10 +102,10 @@ sys.path.insert(0, ROOT)
 import pgmeter  # noqa: E402
 from pgcluster import Cluster, unavailable  # noqa: E402
 
-#: row: (generator mode, connections, jobs, measured phase, extra arguments)
 #: Targets that serve only some rows (``relay-record`` is the closed loop's).
 ONLY_ROWS: Dict[str, Tuple[str, ...]] = {"relay-record": ("closed",)}
 
+#: row: (generator mode, connections, jobs, measured phase, extra arguments)
 ROWS: Dict[str, Tuple[str, int, int, str, List[str]]] = {
     "drain": ("put-reserve-delete", 24, 20000, "reserve-delete", []),
     "closed": ("mixed", 50, 30000, "mixed", []),
