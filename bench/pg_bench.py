@@ -102,6 +102,9 @@ sys.path.insert(0, ROOT)
 import pgmeter  # noqa: E402
 from pgcluster import Cluster, unavailable  # noqa: E402
 
+#: The targets that are bench/pg_floor.py's relay (``relay-record``: ``--record``).
+RELAYS = ("relay", "relay-record")
+
 #: Targets that serve only some rows (``relay-record`` is the closed loop's).
 ONLY_ROWS: Dict[str, Tuple[str, ...]] = {"relay-record": ("closed",)}
 
@@ -380,7 +383,7 @@ class Bench:
         if name == "memory":
             target = Target(name, [stalkd])
             schema = None
-        elif name in ("relay", "relay-record"):  # bench/pg_floor.py's: the durable work alone
+        elif name in RELAYS:  # bench/pg_floor.py's: the durable work alone
             target = Target(name, [[sys.executable, os.path.join(HERE, "pg_floor.py"),
                                     "--serve", "{port}", "--dsn", self.cluster.dsn()]
                                    + (["--drain"] if row == "drain" else [])
@@ -418,14 +421,13 @@ class Bench:
         if r is None:
             return None
         r.update(pgmeter.per_job(marks["before"], after, r["jobs"]))
-        if schema or name.startswith("relay"):
+        if schema or name in RELAYS:
             if schema:
                 from twisted_stalk.pg.sql import statements
                 named = statements(schema)
             else:
                 import pg_floor
-                named = (dict(pg_floor.STATEMENTS, **pg_floor.RECORD_STATEMENTS)
-                         if name == "relay-record" else pg_floor.STATEMENTS)
+                named = pg_floor.statements(record=name == "relay-record")
             self.tops.append((name, row, pgmeter.top_statements(marks["before"], after,
                                                                 r["jobs"], named)))
         if row == "drain":

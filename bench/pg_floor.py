@@ -59,7 +59,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from typing import Any, Callable, Deque, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE, os.path.join(os.path.dirname(HERE), "tests")]
@@ -111,6 +111,14 @@ RECORD_STATEMENTS = {
                RETURNING id, owner_conn""",
     "delete_many": f'DELETE FROM "{RECORD}".jobs WHERE id = ANY($1::bigint[]) RETURNING id',
 }
+
+
+def statements(record: bool = False) -> Dict[str, str]:
+    """The relay's prepared statements, name -> SQL (``record``: the closed
+    loop's on the engine's job table, :data:`RECORD_STATEMENTS`)."""
+    return dict(STATEMENTS, **RECORD_STATEMENTS) if record else STATEMENTS
+
+
 #: The index the drain's takes read (the engine's ``jobs_ready`` is partial too).
 DRAIN_INDEX = "CREATE INDEX IF NOT EXISTS floor_ready ON floor_jobs (id) WHERE state = 0"
 
@@ -139,14 +147,13 @@ def serve(port: int, dsn: str, drain: bool = False, closed: bool = False,
         setup.execute(SCHEMA)
         setup.execute(DRAIN_INDEX)
         setup.execute("TRUNCATE floor_jobs RESTART IDENTITY")
-    statements, session = STATEMENTS, None
+    session = None
     if closed and record:  # and the engine's session settings (sql.SESSION): its plans
         from twisted_stalk.pg.sql import SESSION as session
         from twisted_stalk.pg.schema import migrate
         migrate(dsn, RECORD)
         with psycopg.connect(dsn, autocommit=True) as setup:
             setup.execute(f'TRUNCATE "{RECORD}".jobs')
-        statements = dict(STATEMENTS, **RECORD_STATEMENTS)
 
     conns: List[PgConnection] = []
     waiting: Deque["Relay"] = deque()
@@ -269,7 +276,8 @@ def serve(port: int, dsn: str, drain: bool = False, closed: bool = False,
 
     from twisted.internet import defer
     for _ in range(4):
-        conns.append(PgConnection(reactor, dsn, statements, settings=session))
+        conns.append(PgConnection(reactor, dsn, statements(closed and record),
+                                  settings=session))
     defer.gatherResults([c.connect() for c in conns]).addCallback(up)
     reactor.run()
 
